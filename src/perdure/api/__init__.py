@@ -1,0 +1,3 @@
+"""What user code touches: App, Context, RunHandle. No SQL here."""
+
+from __future__ import annotations

@@ -1,0 +1,536 @@
+"""App: define workflows, start and inspect runs, run workers.
+
+Every operation is written once as a coroutine. The sync methods run it on the
+App's private event loop (:mod:`perdure.api.portal`), the ``_async`` methods
+await it from the caller's loop. A ``conn=`` argument runs the statement on the
+caller's own psycopg connection instead, inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import psycopg
+
+from perdure.api.handle import RunHandle
+from perdure.api.portal import Portal
+from perdure.api.registry import Registry, WorkflowDef, validate_name
+from perdure.clock import Clock
+from perdure.engine import serialization
+from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
+from perdure.engine.worker import Worker, WorkerOptions
+from perdure.errors import (
+    ConfigurationError,
+    InvalidRunState,
+    ResultTimeout,
+    RunCancelled,
+    RunFailed,
+    RunKeyConflict,
+    RunNotFound,
+    UnknownWorkflow,
+)
+from perdure.store import migrate as migrations
+from perdure.store.statements import Statement, Statements, validate_schema
+from perdure.store.store import AsyncStore, execute_async, execute_sync
+from perdure.types import HistoryEvent, Run, RunStatus, Step, WorkerInfo, WorkflowInfo
+
+log = logging.getLogger("perdure")
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def new_run_id() -> str:
+    """A time-ordered UUID (version 7 layout): new runs land at the right edge of the index."""
+    millis = time.time_ns() // 1_000_000
+    value = (millis & ((1 << 48) - 1)) << 80 | secrets.randbits(80)
+    value = (value & ~(0xF << 76)) | (0x7 << 76)
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)
+    return str(uuid.UUID(int=value))
+
+
+def _seconds(value: float | timedelta | None, what: str) -> float:
+    if value is None:
+        return 0.0
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
+        raise ConfigurationError(f"{what} must be a non-negative number of seconds or a timedelta")
+    return float(seconds)
+
+
+class App:
+    """A perdure application: the workflows it defines and the database they run on.
+
+    The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an
+    embedded PostgreSQL that perdure starts in a per-user data directory. The
+    schema (default ``perdure``, or ``PERDURE_SCHEMA``) is migrated on first use
+    unless ``auto_migrate`` is False.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        schema: str | None = None,
+        clock: Clock | None = None,
+        auto_migrate: bool = True,
+        max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES,
+        pool_size: int = 10,
+    ) -> None:
+        """Create an App; nothing connects until the first call that needs the database."""
+        self._url = url
+        self.schema = validate_schema(schema or os.environ.get("PERDURE_SCHEMA") or "perdure")
+        self.clock = clock or Clock()
+        self.auto_migrate = auto_migrate
+        if not isinstance(max_payload_bytes, int) or max_payload_bytes < 1024:
+            raise ConfigurationError("max_payload_bytes must be an integer of at least 1024")
+        self.max_payload_bytes = max_payload_bytes
+        self.pool_size = pool_size
+        self.registry = Registry()
+        self.q = Statements(self.schema, self.clock)
+        self._portal = Portal()
+        self._store: AsyncStore | None = None
+        self._schema_ready = False
+        self._lock = threading.Lock()
+
+    # Configuration ---------------------------------------------------------------
+
+    def configure(self, *, url: str | None = None, schema: str | None = None) -> None:
+        """Point the App at another database or schema (before first use; the CLI uses this)."""
+        if self._store is not None or self._schema_ready:
+            raise ConfigurationError("configure() must be called before the App is used")
+        if url is not None:
+            self._url = url
+        if schema is not None:
+            self.schema = validate_schema(schema)
+            self.q = Statements(self.schema, self.clock)
+
+    @property
+    def url(self) -> str:
+        """The database URL in use, resolving (and starting the embedded server) if needed."""
+        with self._lock:
+            if self._url is None:
+                self._url = os.environ.get("PERDURE_DATABASE_URL") or self._embedded_url()
+            return self._url
+
+    @staticmethod
+    def _embedded_url() -> str:
+        from perdure.store import embedded
+
+        server = embedded.ensure_server()
+        log.info("using embedded PostgreSQL: %s", embedded.removal_hint(server.data_dir))
+        return server.url
+
+    def ensure_schema(self) -> None:
+        """Migrate the schema (or check it is current when auto_migrate is off), once."""
+        if self._schema_ready:
+            return
+        url = self.url
+        with self._lock:
+            if self._schema_ready:
+                return
+            if self.auto_migrate:
+                migrations.migrate(url, self.schema)
+            else:
+                with psycopg.connect(url) as conn:
+                    migrations.ensure_current(conn, self.schema)
+            self._schema_ready = True
+
+    async def _get_store(self) -> AsyncStore:
+        if self._store is None:
+            await asyncio.to_thread(self.ensure_schema)
+            if self._store is None:
+                store = AsyncStore(
+                    self.url, self.q, min_size=1, max_size=self.pool_size, name="perdure-app"
+                )
+                await store.open()
+                self._store = store
+        return self._store
+
+    async def _run(self, stmt: Statement[T]) -> T:
+        return await (await self._get_store()).execute(stmt)
+
+    # Definitions -----------------------------------------------------------------
+
+    def workflow(
+        self,
+        name: str | None = None,
+        *,
+        version: int = 1,
+        queue: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[F], F]:
+        """Decorate ``def`` or ``async def wf(ctx, input)`` as a durable workflow.
+
+        ``name`` defaults to the function's name and ``queue`` to the workflow's
+        name. ``retry`` applies to exceptions raised by the workflow body outside
+        its steps (steps have their own policy).
+        """
+
+        def register(fn: F) -> F:
+            wf_name = name or fn.__name__
+            self.registry.add(
+                WorkflowDef(wf_name, version, queue or wf_name, fn, retry or DEFAULT_WORKFLOW_RETRY)
+            )
+            return fn
+
+        return register
+
+    def register(self) -> None:
+        """Record this App's workflow definitions in the database's registry table."""
+        self._portal.call(self._register())
+
+    async def _register(self, store: AsyncStore | None = None) -> None:
+        target = store or await self._get_store()
+        for d in self.registry.all().values():
+            await target.execute(
+                self.q.workflow_upsert(
+                    name=d.name,
+                    version=d.version,
+                    queue=d.queue,
+                    kind="function",
+                    definition_json=serialization.dumps(
+                        {"takes_input": d.takes_input, "async": d.is_async}, "definition"
+                    ),
+                    fingerprint=d.fingerprint,
+                )
+            )
+
+    # Starting runs -----------------------------------------------------------------
+
+    def _insert_statement(
+        self,
+        resolved: tuple[str, int, str],
+        input: Any,
+        key: str | None,
+        delay: float | timedelta | None,
+        priority: int,
+    ) -> Statement[Any]:
+        name, version, queue = resolved
+        if key is not None and (
+            not isinstance(key, str) or not key or len(key) > 512 or "\x00" in key
+        ):
+            raise ConfigurationError("key must be a non-empty string of at most 512 characters")
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ConfigurationError("priority must be an integer")
+        text = serialization.dumps(input, f"the input of workflow {name!r}", self.max_payload_bytes)
+        return self.q.run_insert(
+            run_id=new_run_id(),
+            workflow=name,
+            version=version,
+            queue=queue,
+            key=key,
+            input_json=text,
+            priority=priority,
+            delay_seconds=_seconds(delay, "delay"),
+        )
+
+    def _local(
+        self, workflow: str | Callable[..., Any], version: int | None
+    ) -> tuple[str, tuple[str, int, str] | None]:
+        if callable(workflow) and not isinstance(workflow, str):
+            found = self.registry.by_function(workflow)
+            if found is None:
+                raise UnknownWorkflow(getattr(workflow, "__name__", repr(workflow)), version)
+            workflow = found.name
+        validate_name("workflow", workflow)
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+            raise ConfigurationError("version must be an integer")
+        local = self.registry.get(workflow, version)
+        return workflow, (local.name, local.version, local.queue) if local else None
+
+    def _checked(self, result: Any, name: str, key: str | None) -> RunHandle:
+        if result.workflow != name:
+            raise RunKeyConflict(key or "", result.workflow, name)
+        return RunHandle(self, result.run_id, created=result.created)
+
+    def start(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        key: str | None = None,
+        version: int | None = None,
+        delay: float | timedelta | None = None,
+        priority: int = 0,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> RunHandle:
+        """Start a run of ``workflow`` with ``input``; return its handle.
+
+        With ``key``, starting again returns the existing run instead of a new
+        one. With ``conn`` (a psycopg connection in a transaction), the run is
+        written in the caller's transaction: it exists only if that commits.
+        An unknown workflow or a non-JSON input is refused before anything is
+        written.
+        """
+        if conn is None:
+            return self._portal.call(self._start(workflow, input, key, version, delay, priority))
+        name, resolved = self._local(workflow, version)
+        self.ensure_schema()
+        if resolved is None:
+            row = execute_sync(conn, self.q.workflow_lookup(name, version))
+            if row is None:
+                raise UnknownWorkflow(name, version)
+            resolved = (row["name"], row["version"], row["queue"])
+        stmt = self._insert_statement(resolved, input, key, delay, priority)
+        for _ in range(5):
+            result = execute_sync(conn, stmt)
+            if result is not None:
+                return self._checked(result, name, key)
+        raise RunNotFound(key or "")
+
+    async def start_async(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        key: str | None = None,
+        version: int | None = None,
+        delay: float | timedelta | None = None,
+        priority: int = 0,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> RunHandle:
+        """Start a run from async code; see :meth:`start`."""
+        if conn is None:
+            return await self._portal.run(
+                self._start(workflow, input, key, version, delay, priority)
+            )
+        name, resolved = self._local(workflow, version)
+        await asyncio.to_thread(self.ensure_schema)
+        if resolved is None:
+            row = await execute_async(conn, self.q.workflow_lookup(name, version))
+            if row is None:
+                raise UnknownWorkflow(name, version)
+            resolved = (row["name"], row["version"], row["queue"])
+        stmt = self._insert_statement(resolved, input, key, delay, priority)
+        for _ in range(5):
+            result = await execute_async(conn, stmt)
+            if result is not None:
+                return self._checked(result, name, key)
+        raise RunNotFound(key or "")
+
+    async def _start(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any,
+        key: str | None,
+        version: int | None,
+        delay: float | timedelta | None,
+        priority: int,
+    ) -> RunHandle:
+        name, resolved = self._local(workflow, version)
+        if resolved is None:
+            row = await self._run(self.q.workflow_lookup(name, version))
+            if row is None:
+                raise UnknownWorkflow(name, version)
+            resolved = (row["name"], row["version"], row["queue"])
+        stmt = self._insert_statement(resolved, input, key, delay, priority)
+        # A concurrent start with the same key can leave this statement's
+        # snapshot without either row (see run_insert); a new statement sees it.
+        for _ in range(5):
+            result = await self._run(stmt)
+            if result is not None:
+                return self._checked(result, name, key)
+        raise RunNotFound(key or "")
+
+    # Reading runs ------------------------------------------------------------------
+
+    async def _find(self, ref: str) -> Run:
+        if not isinstance(ref, str) or not ref:
+            raise RunNotFound(repr(ref))
+        run = None
+        try:
+            run = await self._run(self.q.run_get(str(uuid.UUID(ref))))
+        except ValueError:
+            pass
+        if run is None:
+            run = await self._run(self.q.run_get_by_key(ref))
+        if run is None:
+            raise RunNotFound(ref)
+        return run
+
+    def get_run(self, ref: str) -> Run:
+        """The run with id (or key) ``ref``; RunNotFound if there is none."""
+        return self._portal.call(self._find(ref))
+
+    async def get_run_async(self, ref: str) -> Run:
+        """The run with id (or key) ``ref`` (async)."""
+        return await self._portal.run(self._find(ref))
+
+    def handle(self, ref: str) -> RunHandle:
+        """A handle on the existing run with id (or key) ``ref``."""
+        return RunHandle(self, self.get_run(ref).id, created=False)
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        workflow: str | None = None,
+        since: datetime | None = None,
+        before: datetime | None = None,
+        limit: int = 50,
+    ) -> list[Run]:
+        """Runs newest first, filtered by status, workflow and creation time."""
+        if status is not None:
+            status = RunStatus(status).value
+        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ConfigurationError("limit must be an integer from 1 to 10000")
+        return self._portal.call(
+            self._run(
+                self.q.run_list(
+                    status=status, workflow=workflow, since=since, before=before, limit=limit
+                )
+            )
+        )
+
+    def steps(self, ref: str) -> list[Step]:
+        """The step checkpoints of a run, in position order."""
+        return self._portal.call(self._steps(ref))
+
+    async def _steps(self, ref: str) -> list[Step]:
+        run = await self._find(ref)
+        return await self._run(self.q.step_list(run.id))
+
+    def history(self, ref: str) -> list[HistoryEvent]:
+        """The append-only history of a run, oldest first."""
+        return self._portal.call(self._history(ref))
+
+    async def _history(self, ref: str) -> list[HistoryEvent]:
+        run = await self._find(ref)
+        return await self._run(self.q.history_list(run.id))
+
+    def workers(self) -> list[WorkerInfo]:
+        """Known workers, most recently seen first."""
+        return self._portal.call(self._run(self.q.worker_list()))
+
+    def workflows(self) -> list[WorkflowInfo]:
+        """Registered workflow versions with run counts by status."""
+        return self._portal.call(self._run(self.q.workflow_list()))
+
+    async def _wait_result(self, run_id: str, timeout: float | None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval = 0.005
+        while True:
+            row = await self._run(self.q.run_status(run_id))
+            if row is None:
+                raise RunNotFound(run_id)
+            status = RunStatus(row["status"])
+            if status == RunStatus.COMPLETED:
+                return row["output"]
+            if status == RunStatus.FAILED:
+                raise RunFailed(run_id, row["error"])
+            if status == RunStatus.CANCELLED:
+                raise RunCancelled(run_id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeout(run_id, timeout or 0.0, status.value)
+            wait = interval if deadline is None else min(interval, deadline - time.monotonic())
+            await asyncio.sleep(max(wait, 0.0))
+            interval = min(interval * 1.5, 0.25)
+
+    # Operating on runs ---------------------------------------------------------------
+
+    def retry(self, ref: str) -> RunHandle:
+        """Queue a failed or cancelled run again, resuming at the step that failed."""
+        return self._portal.call(self._retry(ref))
+
+    async def retry_async(self, ref: str) -> RunHandle:
+        """Queue a failed or cancelled run again (async)."""
+        return await self._portal.run(self._retry(ref))
+
+    async def _retry(self, ref: str) -> RunHandle:
+        run = await self._find(ref)
+        if not await self._run(self.q.run_retry(run.id)):
+            raise InvalidRunState(run.id, run.status.value, "retry")
+        return RunHandle(self, run.id, created=False)
+
+    def cancel(self, ref: str, reason: str = "cancelled by request") -> Run:
+        """Cancel an unfinished run; cancelling a cancelled run again changes nothing."""
+        return self._portal.call(self._cancel(ref, reason))
+
+    async def cancel_async(self, ref: str, reason: str = "cancelled by request") -> Run:
+        """Cancel an unfinished run (async)."""
+        return await self._portal.run(self._cancel(ref, reason))
+
+    async def _cancel(self, ref: str, reason: str) -> Run:
+        if not isinstance(reason, str):
+            raise ConfigurationError("reason must be a string")
+        run = await self._find(ref)
+        row = await self._run(self.q.run_cancel(run.id, reason[:1000]))
+        if row is None:
+            raise RunNotFound(ref)
+        previous = RunStatus(row["previous_status"])
+        if not row["changed"] and previous != RunStatus.CANCELLED:
+            raise InvalidRunState(run.id, previous.value, "cancel")
+        return await self._find(run.id)
+
+    # Workers -------------------------------------------------------------------------
+
+    def worker(self, **options: Any) -> Worker:
+        """A worker for this App's workflows (``await worker.run()`` in async code).
+
+        Options are those of :class:`~perdure.engine.worker.WorkerOptions`:
+        ``concurrency``, ``queues``, ``lease_seconds``, ``poll_seconds``, ...
+        """
+        defs = self.registry.all()
+        if not defs:
+            raise ConfigurationError("this App defines no workflow; a worker would have no work")
+        self.ensure_schema()
+        return Worker(
+            self.url,
+            self.q,
+            defs,
+            WorkerOptions(**options),
+            max_payload_bytes=self.max_payload_bytes,
+            before_start=self._register,
+        )
+
+    def run_worker(self, **options: Any) -> None:
+        """Run a worker in this thread until SIGINT or SIGTERM, then stop gracefully.
+
+        A second signal stops at once: in-flight runs are handed back to the queue.
+        """
+        worker = self.worker(**options)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            current = asyncio.current_task()
+            signals = 0
+
+            def on_signal() -> None:
+                nonlocal signals
+                signals += 1
+                worker.request_stop()
+                if signals > 1 and current is not None:
+                    worker.options.shutdown_seconds = 0
+
+            if threading.current_thread() is threading.main_thread():
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, on_signal)
+            await worker.run()
+
+        asyncio.run(main())
+
+    def close(self) -> None:
+        """Close the App's connections and its private loop."""
+        store, self._store = self._store, None
+        if store is not None:
+            try:
+                self._portal.call(store.close())
+            except RuntimeError:
+                pass
+        self._portal.close()
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

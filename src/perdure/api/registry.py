@@ -1,0 +1,115 @@
+"""Workflow definitions: the ``@app.workflow`` decorator's records."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from perdure.api.context import Context, SyncContext
+from perdure.engine.executor import Execution
+from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
+from perdure.errors import UnknownWorkflow, WorkflowDefinitionError
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,127}$")
+
+
+def validate_name(kind: str, name: object) -> str:
+    """Return ``name`` if it is a valid workflow or queue name, else raise."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise WorkflowDefinitionError(
+            f"invalid {kind} name {name!r}: use 1-128 letters, digits, '_', '.', ':' or '-', "
+            "starting with a letter or '_'"
+        )
+    return name
+
+
+@dataclass
+class WorkflowDef:
+    """A function workflow: its name, version, queue, retry policy and code."""
+
+    name: str
+    version: int
+    queue: str
+    fn: Callable[..., Any]
+    retry: RetryPolicy = field(default=DEFAULT_WORKFLOW_RETRY)
+
+    def __post_init__(self) -> None:
+        validate_name("workflow", self.name)
+        validate_name("queue", self.queue)
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            raise WorkflowDefinitionError(
+                f"workflow {self.name!r}: version must be an integer >= 1, not {self.version!r}"
+            )
+        params = list(inspect.signature(self.fn).parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not positional or len(positional) > 2:
+            raise WorkflowDefinitionError(
+                f"workflow {self.name!r}: the function must take (ctx) or (ctx, input)"
+            )
+        self.takes_input = len(positional) == 2
+        self.is_async = inspect.iscoroutinefunction(self.fn)
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the workflow's source code, to tell deployed versions apart."""
+        try:
+            source = inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            source = self.fn.__qualname__
+        return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+    async def invoke(self, execution: Execution, input: Any) -> Any:
+        """Run the workflow body: on the loop if async, else on a worker thread."""
+        args: tuple[Any, ...] = (input,) if self.takes_input else ()
+        if self.is_async:
+            return await self.fn(Context(execution), *args)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            execution.env.threads, lambda: self.fn(SyncContext(execution), *args)
+        )
+
+
+class Registry:
+    """The workflows one App defines, by name and version."""
+
+    def __init__(self) -> None:
+        """An empty registry."""
+        self._defs: dict[tuple[str, int], WorkflowDef] = {}
+
+    def add(self, definition: WorkflowDef) -> None:
+        """Register ``definition``; a second definition of one name and version is refused."""
+        key = (definition.name, definition.version)
+        existing = self._defs.get(key)
+        if existing is not None and existing.fn is not definition.fn:
+            raise WorkflowDefinitionError(
+                f"workflow {definition.name!r} version {definition.version} is defined twice"
+            )
+        self._defs[key] = definition
+
+    def get(self, name: str, version: int | None = None) -> WorkflowDef | None:
+        """The definition of ``name`` at ``version``, or its newest version."""
+        if version is not None:
+            return self._defs.get((name, version))
+        found = [d for (n, _), d in self._defs.items() if n == name]
+        return max(found, key=lambda d: d.version) if found else None
+
+    def require(self, name: str, version: int | None = None) -> WorkflowDef:
+        """Like :meth:`get`, but raise UnknownWorkflow when missing."""
+        found = self.get(name, version)
+        if found is None:
+            raise UnknownWorkflow(name, version)
+        return found
+
+    def by_function(self, fn: Callable[..., Any]) -> WorkflowDef | None:
+        """The newest definition whose code is ``fn``."""
+        found = [d for d in self._defs.values() if d.fn is fn]
+        return max(found, key=lambda d: d.version) if found else None
+
+    def all(self) -> dict[tuple[str, int], WorkflowDef]:
+        """Every definition, keyed by (name, version)."""
+        return dict(self._defs)

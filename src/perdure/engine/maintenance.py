@@ -1,0 +1,54 @@
+"""Housekeeping every worker runs: heartbeats, and the reaper for expired leases.
+
+Every worker runs the reaper; ``FOR UPDATE SKIP LOCKED`` in ``task_rescue``
+makes concurrent reapers share the expired tasks instead of racing on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from perdure.store.store import AsyncStore
+
+log = logging.getLogger("perdure.maintenance")
+
+
+async def heartbeat_loop(
+    store: AsyncStore,
+    worker_id: str,
+    lease_seconds: float,
+    interval: float,
+    held: Callable[[], set[int]],
+    on_lost: Callable[[int], None],
+) -> None:
+    """Extend this worker's leases every ``interval`` s; report tasks taken away."""
+    while True:
+        await asyncio.sleep(interval)
+        before = held()
+        try:
+            still = await store.execute(store.q.task_heartbeat(worker_id, lease_seconds))
+        except Exception as exc:
+            log.warning("heartbeat failed: %s", exc)
+            continue
+        for task_id in before - still:
+            if task_id in held():
+                on_lost(task_id)
+
+
+async def reaper_loop(
+    store: AsyncStore, interval: float, max_lapses: int, stale_seconds: float
+) -> None:
+    """Every ``interval`` s, make expired leases claimable and mark silent workers lost."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            revived, dead = await store.execute(
+                store.q.task_rescue(limit=500, max_lapses=max_lapses)
+            )
+            if revived or dead:
+                log.info("reaper revived %d task(s), dead-lettered %d", revived, dead)
+            await store.execute(store.q.worker_mark_lost(stale_seconds))
+        except Exception as exc:
+            log.warning("reaper failed: %s", exc)

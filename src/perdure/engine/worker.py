@@ -1,0 +1,297 @@
+"""The worker: claim tasks, execute them, keep their leases, stop gracefully.
+
+One asyncio loop per worker process. The claim loop takes up to
+``concurrency`` tasks at a time in batches; each claimed task runs as an
+asyncio task. Idle, the loop sleeps until a NOTIFY arrives, a slot frees up,
+the next known task becomes due, or the poll interval (the fallback) elapses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from perdure.engine import executor, maintenance
+from perdure.engine.executor import ExecutionEnv, WorkflowSpec
+from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
+from perdure.engine.wakeup import Wakeup
+from perdure.errors import ConfigurationError
+from perdure.store.rows import ClaimedTask
+from perdure.store.statements import Statements
+from perdure.store.store import AsyncStore
+
+log = logging.getLogger("perdure.worker")
+
+
+@dataclass
+class WorkerOptions:
+    """How a worker claims and holds work. Every duration is in seconds."""
+
+    concurrency: int = 10
+    queues: list[str] | None = None
+    lease_seconds: float = 30.0
+    heartbeat_seconds: float | None = None
+    poll_seconds: float = 1.0
+    reap_seconds: float | None = None
+    max_lapses: int = 5
+    claim_batch: int = 16
+    shutdown_seconds: float = 30.0
+    worker_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise ConfigurationError(
+                f"concurrency must be an integer >= 1, not {self.concurrency!r}"
+            )
+        if self.lease_seconds <= 0 or self.poll_seconds <= 0:
+            raise ConfigurationError("lease_seconds and poll_seconds must be positive")
+        if self.max_lapses < 1:
+            raise ConfigurationError("max_lapses must be >= 1")
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """A third of the lease unless set: two heartbeats may fail before it lapses."""
+        return self.heartbeat_seconds or self.lease_seconds / 3
+
+    @property
+    def reap_interval(self) -> float:
+        """Half the lease unless set, at most 10 s."""
+        return self.reap_seconds or min(self.lease_seconds / 2, 10.0)
+
+
+@dataclass
+class _Held:
+    task: ClaimedTask
+    job: asyncio.Task[str]
+
+
+class Worker:
+    """A worker process's engine: give it workflow specs, then ``await run()``."""
+
+    def __init__(
+        self,
+        url: str,
+        statements: Statements,
+        specs: Mapping[tuple[str, int], WorkflowSpec],
+        options: WorkerOptions | None = None,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        before_start: Callable[[AsyncStore], Any] | None = None,
+    ) -> None:
+        """Serve ``specs`` (keyed by name and version) from the database at ``url``."""
+        if not specs:
+            raise ConfigurationError("a worker needs at least one workflow to serve")
+        self.url = url
+        self.q = statements
+        self.specs = dict(specs)
+        self.options = options or WorkerOptions()
+        self.id = (
+            self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        )
+        self.queues = sorted(self.options.queues or {s.queue for s in self.specs.values()})
+        self.max_payload_bytes = max_payload_bytes
+        self.on_event = on_event
+        self.before_start = before_start
+        self.stop_requested = asyncio.Event()
+        self.running: dict[int, _Held] = {}
+        self.counts: dict[str, int] = {}
+        self._slot_freed = asyncio.Event()
+
+    def request_stop(self) -> None:
+        """Stop claiming; finish in-flight work within ``shutdown_seconds``, release the rest."""
+        self.stop_requested.set()
+
+    def _emit(self, event: str, fields: dict[str, Any]) -> None:
+        self.counts[event] = self.counts.get(event, 0) + 1
+        if self.on_event is not None:
+            self.on_event(event, fields)
+
+    async def run(self) -> None:
+        """Serve until :meth:`request_stop` is called (or the task is cancelled)."""
+        opts = self.options
+        store = AsyncStore(
+            self.url,
+            self.q,
+            min_size=2,
+            max_size=opts.concurrency + 4,
+            name=f"perdure-worker-{self.id}"[:60],
+        )
+        await store.open()
+        threads = ThreadPoolExecutor(
+            max_workers=opts.concurrency * 2 + 4, thread_name_prefix="perdure-step"
+        )
+        env = ExecutionEnv(
+            store, opts.lease_seconds, threads, self.max_payload_bytes, on_event=self._emit
+        )
+        self._env = env
+        wakeup = Wakeup(self.url, self.q.channel)
+        background: list[asyncio.Task[None]] = []
+        try:
+            if self.before_start is not None:
+                await self.before_start(store)
+            await store.execute(
+                self.q.worker_register(
+                    worker_id=self.id,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    queues=self.queues,
+                    workflows=sorted({f"{n}@{v}" for n, v in self.specs}),
+                    concurrency=opts.concurrency,
+                )
+            )
+            wakeup.start()
+            background = [
+                asyncio.create_task(
+                    maintenance.heartbeat_loop(
+                        store,
+                        self.id,
+                        opts.lease_seconds,
+                        opts.heartbeat_interval,
+                        lambda: set(self.running),
+                        self._lease_lost,
+                    )
+                ),
+                asyncio.create_task(
+                    maintenance.reaper_loop(
+                        store, opts.reap_interval, opts.max_lapses, opts.lease_seconds * 2
+                    )
+                ),
+            ]
+            log.info(
+                "worker %s serving queues %s with concurrency %d",
+                self.id,
+                self.queues,
+                opts.concurrency,
+            )
+            self._emit("worker_started", {"worker_id": self.id})
+            await self._claim_loop(store, env, wakeup)
+        finally:
+            await self._shutdown(store)
+            for job in background:
+                job.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await wakeup.stop()
+            with contextlib.suppress(Exception):
+                await store.execute(self.q.worker_stop(self.id))
+            await store.close()
+            if env.sync_pool is not None:
+                env.sync_pool.close()
+            threads.shutdown(wait=False, cancel_futures=True)
+            self._emit("worker_stopped", {"worker_id": self.id})
+
+    async def _claim_loop(self, store: AsyncStore, env: ExecutionEnv, wakeup: Wakeup) -> None:
+        opts = self.options
+        names = [n for n, _ in self.specs]
+        versions = [v for _, v in self.specs]
+        backoff = 0.0
+        while not self.stop_requested.is_set():
+            free = opts.concurrency - len(self.running)
+            timeout: float | None = None
+            try:
+                if free > 0:
+                    want = min(free, opts.claim_batch)
+                    wakeup.event.clear()
+                    claimed = await store.execute(
+                        self.q.task_claim(
+                            worker_id=self.id,
+                            queues=self.queues,
+                            names=names,
+                            versions=versions,
+                            limit=want,
+                            lease_seconds=opts.lease_seconds,
+                        )
+                    )
+                    for task in claimed:
+                        self._start(task, env)
+                    if len(claimed) == want:
+                        continue
+                    timeout = opts.poll_seconds
+                    due = await store.execute(self.q.task_next_due(self.queues, names, versions))
+                    if due is not None:
+                        timeout = min(timeout, max(due, 0.0))
+                backoff = 0.0
+            except Exception as exc:
+                # The database went away or refused us: back off (bounded, so a
+                # long outage costs a reconnect attempt every few seconds, not
+                # a busy loop) and try again without restarting the worker.
+                backoff = min(max(backoff * 2, 0.25), 5.0)
+                log.warning("claim failed (%s); retrying in %.2f s", exc, backoff)
+                timeout = backoff
+                wakeup.event.clear()
+            await self._wait(wakeup.event, timeout)
+
+    async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
+        self._slot_freed.clear()
+        waiters = [
+            asyncio.create_task(e.wait()) for e in (wake, self._slot_freed, self.stop_requested)
+        ]
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    def _start(self, task: ClaimedTask, env: ExecutionEnv) -> None:
+        spec = self.specs[(task.workflow, task.version)]
+        job = asyncio.create_task(self._execute(task, spec, env), name=f"perdure-run-{task.run_id}")
+        self.running[task.fence.task_id] = _Held(task, job)
+
+    async def _execute(self, task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
+        outcome = "error"
+        try:
+            outcome = await executor.execute(task, spec, env)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except Exception:
+            # A database error mid-execution: the task stays claimed and its
+            # lease lapses, so another worker (or this one) replays it.
+            log.exception("executing run %s failed; its lease will lapse", task.run_id)
+        finally:
+            self.running.pop(task.fence.task_id, None)
+            env.lost_tasks.discard(task.fence.task_id)
+            self._slot_freed.set()
+            self._emit("task_done", {"run_id": task.run_id, "outcome": outcome})
+        return outcome
+
+    def _lease_lost(self, task_id: int) -> None:
+        held = self.running.get(task_id)
+        if held is not None:
+            log.warning(
+                "worker %s lost the lease on task %d (run %s)", self.id, task_id, held.task.run_id
+            )
+            self._emit("lease_lost", {"run_id": held.task.run_id, "task_id": task_id})
+
+    async def _shutdown(self, store: AsyncStore) -> None:
+        if not self.running:
+            return
+        jobs = [held.job for held in self.running.values()]
+        log.info(
+            "worker %s stopping: waiting up to %.0f s for %d run(s)",
+            self.id,
+            self.options.shutdown_seconds,
+            len(jobs),
+        )
+        _, pending = await asyncio.wait(jobs, timeout=self.options.shutdown_seconds)
+        leftovers = [held for held in list(self.running.values()) if held.job in pending]
+        for held in leftovers:
+            held.job.cancel()
+        await asyncio.gather(*(h.job for h in leftovers), return_exceptions=True)
+        for held in leftovers:
+            # Handing the task back now lets another worker resume the run at
+            # once instead of waiting for the lease to lapse.
+            with contextlib.suppress(Exception):
+                await store.execute(
+                    self.q.task_release(
+                        held.task.fence, delay_seconds=0, failed=False, event="run_released"
+                    )
+                )

@@ -1,0 +1,174 @@
+"""The errors perdure raises, all under one root, :class:`PerdureError`.
+
+Each class's docstring is its default message. Errors carry structured fields
+(``run_id``, ``position``, ...) so callers can act on them without parsing text.
+Engine control flow that user code must never swallow derives from
+``BaseException`` and lives in :mod:`perdure.engine.control`, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PerdureError(Exception):
+    """A perdure operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigurationError(PerdureError, ValueError):
+    """perdure is configured wrongly (database URL, schema name or option)."""
+
+
+class SchemaError(PerdureError):
+    """The database schema is missing, too new for this code, or cannot be migrated."""
+
+
+class UnknownWorkflow(PerdureError, LookupError):
+    """No workflow with this name (and version) is registered."""
+
+    def __init__(self, name: str, version: int | None = None) -> None:
+        self.name = name
+        self.version = version
+        where = f"{name!r}" if version is None else f"{name!r} version {version}"
+        super().__init__(
+            f"unknown workflow {where}: define it with @app.workflow({name!r}) in this App, "
+            "or start a worker (or call app.register()) that has it"
+        )
+
+
+class WorkflowDefinitionError(PerdureError, ValueError):
+    """A workflow definition is invalid."""
+
+
+class SerializationError(PerdureError, TypeError):
+    """A value is not JSON-serializable or is over the payload size limit."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what = what
+        self.reason = reason
+        super().__init__(f"{what} is not a valid perdure payload: {reason}")
+
+
+class RunNotFound(PerdureError, LookupError):
+    """No run with this id or key exists."""
+
+    def __init__(self, ref: str) -> None:
+        self.ref = ref
+        super().__init__(f"no run with id or key {ref!r}")
+
+
+class RunKeyConflict(PerdureError):
+    """A run with this key already exists for a different workflow."""
+
+    def __init__(self, key: str, existing_workflow: str, requested_workflow: str) -> None:
+        self.key = key
+        self.existing_workflow = existing_workflow
+        self.requested_workflow = requested_workflow
+        super().__init__(
+            f"key {key!r} already belongs to a run of workflow {existing_workflow!r}; "
+            f"it cannot start workflow {requested_workflow!r}"
+        )
+
+
+class InvalidRunState(PerdureError):
+    """The run is not in a state that allows this operation."""
+
+    def __init__(self, run_id: str, status: str, operation: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.operation = operation
+        super().__init__(f"cannot {operation} run {run_id}: it is {status}")
+
+
+class LeaseLost(PerdureError):
+    """This worker no longer holds the lease on the task; its write was refused."""
+
+    def __init__(self, task_id: int, worker_id: str, attempt: int) -> None:
+        self.task_id = task_id
+        self.worker_id = worker_id
+        self.attempt = attempt
+        super().__init__(
+            f"worker {worker_id} lost its lease on task {task_id} (attempt {attempt}); "
+            "another worker owns it now, so this worker abandons it"
+        )
+
+
+class NonDeterminismError(PerdureError):
+    """Replayed workflow code asked for a different step than the history recorded."""
+
+    def __init__(
+        self, run_id: str, workflow: str, version: int, position: int, recorded: str, requested: str
+    ) -> None:
+        self.run_id = run_id
+        self.workflow = workflow
+        self.version = version
+        self.position = position
+        self.recorded = recorded
+        self.requested = requested
+        super().__init__(
+            f"run {run_id} of workflow {workflow!r} version {version} is not deterministic: "
+            f"at position {position} the history recorded step {recorded!r} but the code "
+            f"asked for {requested!r}; the recorded history was left unchanged. Deploy code "
+            "that asks for the same steps in the same order, or start a new workflow version"
+        )
+
+
+class PermanentError(PerdureError):
+    """A failure that retrying cannot fix; raise it from a step or workflow to fail at once."""
+
+
+class StepFailed(PerdureError):
+    """A step failed permanently (its error was not retryable or its attempts ran out)."""
+
+    def __init__(
+        self,
+        step: str,
+        error_type: str,
+        message: str,
+        attempts: int,
+        traceback: str | None = None,
+    ) -> None:
+        self.step = step
+        self.error_type = error_type
+        self.error_message = message
+        self.attempts = attempts
+        self.traceback = traceback
+        super().__init__(
+            f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}"
+        )
+
+
+class RunFailed(PerdureError):
+    """The run failed; ``error`` holds the recorded error, with its traceback."""
+
+    def __init__(self, run_id: str, error: dict[str, Any] | None) -> None:
+        self.run_id = run_id
+        self.error = error or {}
+        kind = self.error.get("type", "Error")
+        message = self.error.get("message", "")
+        super().__init__(f"run {run_id} failed: {kind}: {message}")
+
+
+class RunCancelled(PerdureError):
+    """The run was cancelled before it finished."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id} was cancelled")
+
+
+class ResultTimeout(PerdureError, TimeoutError):
+    """The run did not finish within the time the caller was willing to wait."""
+
+    def __init__(self, run_id: str, timeout: float, status: str) -> None:
+        self.run_id = run_id
+        self.timeout = timeout
+        self.status = status
+        super().__init__(f"run {run_id} did not finish within {timeout:g} s (it is {status})")
+
+
+class DatabaseUnavailable(PerdureError, ConnectionError):
+    """perdure could not reach the PostgreSQL server."""

@@ -1,0 +1,3 @@
+"""The store: the only package that talks SQL to PostgreSQL."""
+
+from __future__ import annotations

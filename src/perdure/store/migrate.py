@@ -1,0 +1,143 @@
+"""Apply the numbered SQL migrations shipped in ``sql/migrations``.
+
+Migrations are taken in order under a session advisory lock, each in its own
+transaction that also records its version, so two processes migrating at once
+serialise and applying twice is a no-op. A database whose schema is newer than
+this code is refused rather than used.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import zlib
+from dataclasses import dataclass
+from importlib import resources
+
+import psycopg
+from psycopg import sql
+
+from perdure.errors import SchemaError
+
+log = logging.getLogger("perdure.migrate")
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+MIN_SERVER_VERSION = 140000
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered migration file."""
+
+    version: int
+    name: str
+    sql: str
+
+
+def available() -> list[Migration]:
+    """The migrations shipped with this code, in version order."""
+    folder = resources.files("perdure.store") / "sql" / "migrations"
+    found = []
+    for entry in folder.iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append(
+                Migration(int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8"))
+            )
+    found.sort(key=lambda m: m.version)
+    for index, migration in enumerate(found, start=1):
+        if migration.version != index:
+            raise SchemaError(f"migration numbers must be contiguous; {index:04d} is missing")
+    return found
+
+
+def _lock_key(schema: str) -> int:
+    # A stable 63-bit key per schema, so migrations of different schemas in one
+    # database do not wait on each other.
+    return zlib.crc32(f"perdure.migrate:{schema}".encode()) & 0x7FFFFFFF
+
+
+def current_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
+    """The highest migration version recorded in ``schema`` (0 if none)."""
+    row = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}".schema_migrations',)
+    ).fetchone()
+    if not row or not row[0]:
+        return 0
+    query = sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_migrations").format(
+        sql.Identifier(schema)
+    )
+    result = conn.execute(query).fetchone()
+    return int(str(result[0])) if result else 0
+
+
+def check_server(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """Refuse servers older than PostgreSQL 14; return the server version number."""
+    version = conn.info.server_version
+    if version < MIN_SERVER_VERSION:
+        raise SchemaError(
+            f"PostgreSQL {version // 10000} is not supported: perdure needs PostgreSQL 14 to 18"
+        )
+    return version
+
+
+def migrate(url: str, schema: str) -> list[int]:
+    """Bring ``schema`` up to date; return the versions applied by this call."""
+    migrations = available()
+    applied: list[int] = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        check_server(conn)
+        key = _lock_key(schema)
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            ident = sql.Identifier(schema)
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
+                    " version integer PRIMARY KEY, name text NOT NULL,"
+                    " applied_at timestamptz NOT NULL DEFAULT now())"
+                ).format(ident)
+            )
+            have = current_version(conn, schema)
+            if have > len(migrations):
+                raise SchemaError(
+                    f"schema {schema!r} is at version {have}, newer than this code knows "
+                    f"({len(migrations)}): upgrade perdure before running it on this database"
+                )
+            for migration in migrations[have:]:
+                with conn.transaction():
+                    conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+                    conn.execute(migration.sql.encode())
+                    conn.execute(
+                        sql.SQL(
+                            "INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)"
+                        ).format(ident),
+                        (migration.version, migration.name),
+                    )
+                applied.append(migration.version)
+                log.info(
+                    "applied migration %04d_%s to schema %s",
+                    migration.version,
+                    migration.name,
+                    schema,
+                )
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    return applied
+
+
+def ensure_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    """Raise SchemaError unless ``schema`` is at exactly this code's version."""
+    have = current_version(conn, schema)
+    want = len(available())
+    if have < want:
+        raise SchemaError(
+            f"schema {schema!r} is at version {have} but this code needs {want}: "
+            "run `perdure migrate` (or App(..., migrate=True))"
+        )
+    if have > want:
+        raise SchemaError(
+            f"schema {schema!r} is at version {have}, newer than this code knows ({want}): "
+            "upgrade perdure"
+        )

@@ -1,0 +1,143 @@
+"""Turn result rows (dicts) into perdure's data types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from perdure.types import HistoryEvent, Run, RunStatus, Step, StepStatus, WorkerInfo, WorkflowInfo
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The lease a worker holds on a task: every write on it carries all three."""
+
+    task_id: int
+    worker_id: str
+    attempt: int
+
+    def params(self) -> dict[str, Any]:
+        """The fence as query parameters."""
+        return {"task_id": self.task_id, "worker_id": self.worker_id, "attempt": self.attempt}
+
+
+@dataclass(frozen=True)
+class ClaimedTask:
+    """A task this worker just claimed, with what is needed to execute it."""
+
+    fence: Fence
+    run_id: str
+    kind: str
+    workflow: str
+    version: int
+    queue: str
+    input: Any
+    failures: int
+    lapses: int
+
+
+@dataclass(frozen=True)
+class StartResult:
+    """The answer of ``run_insert``: the run, and whether this call created it."""
+
+    run_id: str
+    workflow: str
+    created: bool
+
+
+def run(r: Row) -> Run:
+    """A ``runs`` row as a Run."""
+    return Run(
+        id=str(r["id"]),
+        workflow=r["workflow"],
+        version=r["version"],
+        queue=r["queue"],
+        key=r["key"],
+        status=RunStatus(r["status"]),
+        input=r["input"],
+        output=r["output"],
+        error=r["error"],
+        worker_id=r["worker_id"],
+        created_at=r["created_at"],
+        started_at=r["started_at"],
+        completed_at=r["completed_at"],
+        updated_at=r["updated_at"],
+        parent_run_id=str(r["parent_run_id"]) if r.get("parent_run_id") else None,
+        steps_completed=r.get("steps_completed"),
+    )
+
+
+def step(r: Row) -> Step:
+    """A ``steps`` row as a Step."""
+    return Step(
+        position=r["position"],
+        name=r["name"],
+        kind=r["kind"],
+        status=StepStatus(r["status"]),
+        attempts=r["attempts"],
+        output=r["output"],
+        error=r["error"],
+        worker_id=r["worker_id"],
+        started_at=r["started_at"],
+        completed_at=r["completed_at"],
+    )
+
+
+def history(r: Row) -> HistoryEvent:
+    """A ``history`` row as a HistoryEvent."""
+    return HistoryEvent(
+        id=r["id"],
+        at=r["at"],
+        event=r["event"],
+        step_position=r["step_position"],
+        step_name=r["step_name"],
+        attempt=r["attempt"],
+        worker_id=r["worker_id"],
+        detail=r["detail"],
+    )
+
+
+def worker(r: Row) -> WorkerInfo:
+    """A ``workers`` row (with its held count) as a WorkerInfo."""
+    return WorkerInfo(
+        id=r["id"],
+        host=r["host"],
+        pid=r["pid"],
+        queues=list(r["queues"]),
+        workflows=list(r["workflows"]),
+        concurrency=r["concurrency"],
+        status=r["status"],
+        started_at=r["started_at"],
+        heartbeat_at=r["heartbeat_at"],
+        stopped_at=r["stopped_at"],
+        held=int(r["held"]),
+    )
+
+
+def workflow(r: Row) -> WorkflowInfo:
+    """A ``workflows`` row (with counts) as a WorkflowInfo."""
+    return WorkflowInfo(
+        name=r["name"],
+        version=r["version"],
+        queue=r["queue"],
+        kind=r["kind"],
+        updated_at=r["updated_at"],
+        counts={k: int(v) for k, v in (r["counts"] or {}).items()},
+    )
+
+
+def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
+    """A ``task_claim`` row as a ClaimedTask."""
+    return ClaimedTask(
+        fence=Fence(task_id=int(r["id"]), worker_id=worker_id, attempt=int(r["attempt"])),
+        run_id=str(r["run_id"]),
+        kind=r["kind"],
+        workflow=r["workflow"],
+        version=r["version"],
+        queue=r["queue"],
+        input=r["input"],
+        failures=int(r["failures"]),
+        lapses=int(r["lapses"]),
+    )

@@ -1,0 +1,152 @@
+-- Named queries on runs. {schema} is the quoted schema name and {now} the
+-- clock: coalesce(%(now)s, now()), so a test clock can stand in for the server's.
+
+-- name: run_insert
+-- Start a run: the run row, its first task and its history entry in one
+-- statement. ON CONFLICT makes a repeated key return the existing run; the
+-- second SELECT finds it. Under a concurrent insert of the same key, this
+-- statement's snapshot may predate the winner's commit and return no row: the
+-- caller then runs it again, and the fresh snapshot sees the winner.
+WITH inserted AS (
+    INSERT INTO {schema}.runs (id, workflow, version, queue, key, status, input, parent_run_id,
+                               created_at, updated_at)
+    VALUES (%(run_id)s, %(workflow)s, %(version)s, %(queue)s, %(key)s, 'queued', %(input)s::jsonb,
+            %(parent_run_id)s, {now}, {now})
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id, workflow, status, created_at
+), task AS (
+    INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, priority, status,
+                                available_at, created_at)
+    SELECT id, 'run', %(queue)s, %(workflow)s, %(version)s, %(priority)s, 'ready',
+           {now} + make_interval(secs => %(delay_seconds)s), {now}
+    FROM inserted
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, detail)
+    SELECT id, {now}, 'run_created', jsonb_build_object('workflow', %(workflow)s, 'version', %(version)s,
+                                                       'queue', %(queue)s, 'key', %(key)s)
+    FROM inserted
+)
+SELECT id, workflow, status, created_at, true AS created FROM inserted
+UNION ALL
+SELECT id, workflow, status, created_at, false AS created
+FROM {schema}.runs
+WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM inserted);
+
+-- name: run_get
+-- One run by id.
+SELECT * FROM {schema}.runs WHERE id = %(run_id)s;
+
+-- name: run_get_by_key
+-- One run by its caller-given key.
+SELECT * FROM {schema}.runs WHERE key = %(key)s;
+
+-- name: run_status
+-- The fields a waiting caller polls: status, output and error of one run.
+SELECT status, output, error FROM {schema}.runs WHERE id = %(run_id)s;
+
+-- name: run_list
+-- Runs newest first, filtered; each filter is skipped when its parameter is
+-- NULL. The (status, created_at) and (workflow, created_at) indexes serve the
+-- filtered forms, created_at DESC the unfiltered one.
+SELECT r.*,
+       (SELECT count(*) FROM {schema}.steps s WHERE s.run_id = r.id AND s.status = 'completed')
+           AS steps_completed
+FROM {schema}.runs r
+WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
+  AND (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s)
+  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
+  AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s)
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT %(limit)s;
+
+-- name: run_complete
+-- Finish a run with its output. Fenced: the task row must still be held by
+-- this worker at this attempt, else nothing changes and the caller gets
+-- LeaseLost. Deleting the task, setting the run's output and the history entry
+-- commit together.
+WITH lease AS (
+    DELETE FROM {schema}.tasks
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed'
+    RETURNING run_id
+), finished AS (
+    UPDATE {schema}.runs r
+    SET status = 'completed', output = %(output)s::jsonb, error = NULL,
+        completed_at = {now}, updated_at = {now}
+    FROM lease
+    WHERE r.id = lease.run_id
+    RETURNING r.id
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id)
+    SELECT id, {now}, 'run_completed', %(attempt)s, %(worker_id)s FROM finished
+)
+SELECT count(*) AS changed FROM finished;
+
+-- name: run_fail
+-- Dead-letter a run: status failed with its error and traceback, task
+-- deleted, history written. Fenced like run_complete.
+WITH lease AS (
+    DELETE FROM {schema}.tasks
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed'
+    RETURNING run_id
+), failed AS (
+    UPDATE {schema}.runs r
+    SET status = 'failed', error = %(error)s::jsonb, completed_at = {now}, updated_at = {now}
+    FROM lease
+    WHERE r.id = lease.run_id
+    RETURNING r.id
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
+    SELECT id, {now}, 'run_failed', %(attempt)s, %(worker_id)s, %(error)s::jsonb FROM failed
+)
+SELECT count(*) AS changed FROM failed;
+
+-- name: run_retry
+-- Revive a failed or cancelled run: it is queued again with a fresh task, and
+-- the checkpoints of steps that did not complete are cleared so they run
+-- again with fresh attempts. Completed steps stay memoized, so the run resumes
+-- at the step that failed.
+WITH revived AS (
+    UPDATE {schema}.runs
+    SET status = 'queued', error = NULL, output = NULL, completed_at = NULL, updated_at = {now}
+    WHERE id = %(run_id)s AND status IN ('failed', 'cancelled')
+    RETURNING id, workflow, version, queue
+), cleared AS (
+    DELETE FROM {schema}.steps s USING revived
+    WHERE s.run_id = revived.id AND s.status <> 'completed'
+    RETURNING s.position
+), task AS (
+    INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, status, available_at,
+                                created_at)
+    SELECT id, 'run', queue, workflow, version, 'ready', {now}, {now} FROM revived
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, detail)
+    SELECT id, {now}, 'run_retried',
+           jsonb_build_object('cleared_steps', (SELECT count(*) FROM cleared))
+    FROM revived
+)
+SELECT id FROM revived;
+
+-- name: run_cancel
+-- Cancel a run that has not finished: its tasks are deleted, so a worker
+-- holding one is fenced out at its next write. Returns the run's status
+-- before the call, so cancelling twice is recognised as a no-op.
+WITH target AS (
+    SELECT id, status FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE
+), cancelled AS (
+    UPDATE {schema}.runs r
+    SET status = 'cancelled', completed_at = {now}, updated_at = {now},
+        error = jsonb_build_object('type', 'Cancelled', 'message', %(reason)s::text)
+    FROM target
+    WHERE r.id = target.id AND target.status NOT IN ('completed', 'failed', 'cancelled')
+    RETURNING r.id
+), dropped AS (
+    DELETE FROM {schema}.tasks t USING cancelled WHERE t.run_id = cancelled.id RETURNING t.id
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, detail)
+    SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', %(reason)s::text)
+    FROM cancelled
+)
+SELECT target.status AS previous_status, (SELECT count(*) FROM cancelled) AS changed
+FROM target;

@@ -1,0 +1,144 @@
+-- Named queries on tasks: claim, heartbeat, release, rescue.
+
+-- name: task_claim
+-- Claim up to %(limit)s ready tasks of the given queues and workflow versions.
+-- SKIP LOCKED lets many workers claim at once without waiting on each other;
+-- the partial index tasks_ready_idx holds only ready rows, so the cost does
+-- not grow with finished work. Bumping attempt makes it the fencing token of
+-- this claim. The run turns 'running' and the claim is logged, in the same
+-- statement. Checkpoints are read by the caller in a separate statement: this
+-- statement's snapshot may predate the last checkpoint of a task released a
+-- moment ago by another worker.
+WITH candidates AS (
+    SELECT id
+    FROM {schema}.tasks
+    WHERE status = 'ready'
+      AND queue = ANY(%(queues)s)
+      AND available_at <= {now}
+      -- Only the workflow versions this worker has code for; the rest wait,
+      -- visible, for a worker that has them.
+      AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[], %(versions)s::integer[]))
+    ORDER BY priority DESC, available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.tasks t
+    SET status = 'claimed', worker_id = %(worker_id)s, attempt = t.attempt + 1,
+        claimed_at = {now}, lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
+    FROM candidates c
+    WHERE t.id = c.id
+    RETURNING t.id, t.run_id, t.kind, t.step_position, t.step_name, t.attempt, t.failures,
+              t.lapses, t.workflow, t.version, t.queue
+), started AS (
+    UPDATE {schema}.runs r
+    SET status = 'running', started_at = coalesce(r.started_at, {now}),
+        worker_id = %(worker_id)s, updated_at = {now}
+    FROM claimed c
+    WHERE r.id = c.run_id
+    RETURNING r.id, r.input
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id)
+    SELECT run_id, {now}, 'run_claimed', attempt, %(worker_id)s FROM claimed
+)
+SELECT c.*, s.input
+FROM claimed c JOIN started s ON s.id = c.run_id;
+
+-- name: task_next_due
+-- Seconds until the earliest ready task of these queues becomes due (NULL if
+-- none): the idle worker sleeps exactly that long instead of polling.
+SELECT extract(epoch FROM min(available_at) - {now})::float8 AS seconds
+FROM {schema}.tasks
+WHERE status = 'ready' AND queue = ANY(%(queues)s)
+  AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[], %(versions)s::integer[]));
+
+-- name: task_heartbeat
+-- Extend the leases of every task this worker holds and mark it alive.
+-- Returns the ids still held; a task missing from the answer was taken away.
+WITH alive AS (
+    UPDATE {schema}.workers SET heartbeat_at = {now}, status = 'running'
+    WHERE id = %(worker_id)s
+    RETURNING id
+), extended AS (
+    UPDATE {schema}.tasks
+    SET lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
+    WHERE worker_id = %(worker_id)s AND status = 'claimed'
+    RETURNING id
+)
+SELECT id FROM extended;
+
+-- name: task_release
+-- Give a held task back: due after %(delay_seconds)s, with the body's failure
+-- counted when %(failed)s. Used for workflow retries with backoff and for a
+-- graceful shutdown. Fenced on (worker_id, attempt).
+WITH released AS (
+    UPDATE {schema}.tasks
+    SET status = 'ready', worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL,
+        available_at = {now} + make_interval(secs => %(delay_seconds)s),
+        failures = failures + CASE WHEN %(failed)s THEN 1 ELSE 0 END
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed'
+    RETURNING run_id, available_at
+), queued AS (
+    UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
+    FROM released WHERE r.id = released.run_id
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
+    SELECT run_id, {now}, %(event)s, %(attempt)s, %(worker_id)s,
+           jsonb_build_object('available_at', available_at) || coalesce(%(detail)s::jsonb, '{}')
+    FROM released
+)
+SELECT count(*) AS changed FROM released;
+
+-- name: task_rescue
+-- The reaper: tasks whose lease expired go back to ready (their worker died
+-- or stalled), and a task whose leases lapsed %(max_lapses)s times is
+-- dead-lettered with its run, so a run that kills every worker cannot cycle
+-- forever. SKIP LOCKED: a task whose owner is mid-checkpoint holds its row
+-- lock, and is skipped rather than waited for.
+WITH expired AS (
+    SELECT id, run_id, worker_id, attempt, lapses + 1 AS lapses
+    FROM {schema}.tasks
+    WHERE status = 'claimed' AND lease_expires_at < {now}
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), revived AS (
+    UPDATE {schema}.tasks t
+    SET status = 'ready', worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL,
+        lapses = e.lapses, available_at = {now}
+    FROM expired e
+    WHERE t.id = e.id AND e.lapses < %(max_lapses)s
+    RETURNING t.run_id
+), requeued AS (
+    UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
+    FROM revived WHERE r.id = revived.run_id
+), dead AS (
+    DELETE FROM {schema}.tasks t USING expired e
+    WHERE t.id = e.id AND e.lapses >= %(max_lapses)s
+    RETURNING t.run_id, e.lapses
+), dead_runs AS (
+    UPDATE {schema}.runs r
+    SET status = 'failed', completed_at = {now}, updated_at = {now},
+        error = jsonb_build_object(
+            'type', 'LeaseExpired',
+            'message', format('the lease on this run expired %%s times: its workers died or '
+                              'stalled while running it', dead.lapses))
+    FROM dead WHERE r.id = dead.run_id
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
+    SELECT e.run_id, {now},
+           CASE WHEN e.lapses >= %(max_lapses)s THEN 'run_failed' ELSE 'lease_expired' END,
+           e.attempt, e.worker_id, jsonb_build_object('lapses', e.lapses)
+    FROM expired e
+)
+SELECT (SELECT count(*) FROM revived) AS revived, (SELECT count(*) FROM dead) AS dead;
+
+-- name: task_lock_fenced
+-- Lock the held task row inside a ctx.transaction step before the user's SQL
+-- runs: if the lease is gone the step does not start, and while the lock is
+-- held the reaper skips this task, so the checkpoint commits with the user's
+-- writes or not at all.
+SELECT run_id FROM {schema}.tasks
+WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+  AND status = 'claimed'
+FOR UPDATE;

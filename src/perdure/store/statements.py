@@ -1,0 +1,353 @@
+"""Typed statements over the named queries: the store's whole vocabulary.
+
+:class:`Statements` turns a call such as ``run_insert(...)`` into a
+:class:`Statement`: the rendered query, its parameters (always with the clock's
+``now``) and a decoder for its rows. It does no I/O, so the same statement runs
+on the worker's async pool, on a caller's async connection or on a caller's
+sync connection (transactional start, ``ctx.transaction``) with one definition.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from psycopg import sql
+
+from perdure.clock import Clock
+from perdure.errors import ConfigurationError
+from perdure.store import rows
+from perdure.store.queries import render
+from perdure.store.rows import ClaimedTask, Fence, StartResult
+from perdure.types import HistoryEvent, Run, Step, WorkerInfo, WorkflowInfo
+
+T = TypeVar("T")
+Row = dict[str, Any]
+
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+
+
+def validate_schema(name: object) -> str:
+    """Return ``name`` if it is a usable schema name, else raise ConfigurationError.
+
+    Lower-case identifiers only, at most 48 characters, so that the schema
+    needs no quoting in psql and its notification channel name stays under
+    PostgreSQL's 63-byte identifier limit.
+    """
+    if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
+        raise ConfigurationError(
+            f"invalid schema name {name!r}: use 1-48 lower-case letters, digits or "
+            "underscores, starting with a letter or underscore"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Statement(Generic[T]):
+    """One query ready to execute: text, parameters and how to read its rows."""
+
+    name: str
+    query: str
+    params: dict[str, Any]
+    decode: Callable[[list[Row]], T]
+
+
+def _first(decode: Callable[[Row], T]) -> Callable[[list[Row]], T | None]:
+    return lambda found: decode(found[0]) if found else None
+
+
+def _count(column: str) -> Callable[[list[Row]], int]:
+    return lambda found: int(found[0][column]) if found else 0
+
+
+class Statements:
+    """Builds every statement perdure issues, for one schema and one clock."""
+
+    def __init__(self, schema: str, clock: Clock) -> None:
+        """Render the named queries for ``schema``; take times from ``clock``."""
+        self.schema = validate_schema(schema)
+        self.clock = clock
+        self.channel = f"{schema}_wakeup"
+        self._queries = render(sql.Identifier(schema).as_string(None))
+
+    def _stmt(
+        self, query_name: str, decode: Callable[[list[Row]], T], **params: Any
+    ) -> Statement[T]:
+        params["now"] = self.clock.sql_now()
+        return Statement(query_name, self._queries[query_name], params, decode)
+
+    @property
+    def names(self) -> list[str]:
+        """The names of every query this object can build."""
+        return sorted(self._queries)
+
+    # Runs -------------------------------------------------------------------
+
+    def run_insert(
+        self,
+        *,
+        run_id: str,
+        workflow: str,
+        version: int,
+        queue: str,
+        key: str | None,
+        input_json: str,
+        priority: int = 0,
+        delay_seconds: float = 0.0,
+        parent_run_id: str | None = None,
+    ) -> Statement[StartResult | None]:
+        """Create a run with its first task, or find the run that has ``key``."""
+        return self._stmt(
+            "run_insert",
+            _first(lambda r: StartResult(str(r["id"]), r["workflow"], bool(r["created"]))),
+            run_id=run_id,
+            workflow=workflow,
+            version=version,
+            queue=queue,
+            key=key,
+            input=input_json,
+            priority=priority,
+            delay_seconds=delay_seconds,
+            parent_run_id=parent_run_id,
+        )
+
+    def run_get(self, run_id: str) -> Statement[Run | None]:
+        """One run by id."""
+        return self._stmt("run_get", _first(rows.run), run_id=run_id)
+
+    def run_get_by_key(self, key: str) -> Statement[Run | None]:
+        """One run by its key."""
+        return self._stmt("run_get_by_key", _first(rows.run), key=key)
+
+    def run_status(self, run_id: str) -> Statement[Row | None]:
+        """Status, output and error of one run."""
+        return self._stmt("run_status", _first(dict), run_id=run_id)
+
+    def run_list(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        since: datetime | None = None,
+        before: datetime | None = None,
+        limit: int = 50,
+    ) -> Statement[list[Run]]:
+        """Runs newest first, filtered."""
+        return self._stmt(
+            "run_list",
+            lambda found: [rows.run(r) for r in found],
+            status=status,
+            workflow=workflow,
+            since=since,
+            before=before,
+            limit=limit,
+        )
+
+    def run_complete(self, fence: Fence, output_json: str) -> Statement[int]:
+        """Finish a run (fenced); 0 means the lease was lost."""
+        return self._stmt("run_complete", _count("changed"), output=output_json, **fence.params())
+
+    def run_fail(self, fence: Fence, error_json: str) -> Statement[int]:
+        """Dead-letter a run (fenced); 0 means the lease was lost."""
+        return self._stmt("run_fail", _count("changed"), error=error_json, **fence.params())
+
+    def run_retry(self, run_id: str) -> Statement[bool]:
+        """Queue a failed or cancelled run again; False if it was in neither state."""
+        return self._stmt("run_retry", lambda found: bool(found), run_id=run_id)
+
+    def run_cancel(self, run_id: str, reason: str) -> Statement[Row | None]:
+        """Cancel an unfinished run; the row tells the previous status."""
+        return self._stmt("run_cancel", _first(dict), run_id=run_id, reason=reason)
+
+    # Tasks ------------------------------------------------------------------
+
+    def task_claim(
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        names: Sequence[str],
+        versions: Sequence[int],
+        limit: int,
+        lease_seconds: float,
+    ) -> Statement[list[ClaimedTask]]:
+        """Claim up to ``limit`` due tasks."""
+        return self._stmt(
+            "task_claim",
+            lambda found: [rows.claimed_task(r, worker_id) for r in found],
+            worker_id=worker_id,
+            queues=list(queues),
+            names=list(names),
+            versions=list(versions),
+            limit=limit,
+            lease_seconds=lease_seconds,
+        )
+
+    def task_next_due(
+        self, queues: Sequence[str], names: Sequence[str], versions: Sequence[int]
+    ) -> Statement[float | None]:
+        """Seconds until the next ready task is due, or None."""
+        return self._stmt(
+            "task_next_due",
+            lambda found: found[0]["seconds"] if found else None,
+            queues=list(queues),
+            names=list(names),
+            versions=list(versions),
+        )
+
+    def task_heartbeat(self, worker_id: str, lease_seconds: float) -> Statement[set[int]]:
+        """Extend every lease this worker holds; the ids it still holds."""
+        return self._stmt(
+            "task_heartbeat",
+            lambda found: {int(r["id"]) for r in found},
+            worker_id=worker_id,
+            lease_seconds=lease_seconds,
+        )
+
+    def task_release(
+        self,
+        fence: Fence,
+        *,
+        delay_seconds: float,
+        failed: bool,
+        event: str,
+        detail_json: str | None = None,
+    ) -> Statement[int]:
+        """Give a held task back, due after ``delay_seconds`` (fenced)."""
+        return self._stmt(
+            "task_release",
+            _count("changed"),
+            delay_seconds=delay_seconds,
+            failed=failed,
+            event=event,
+            detail=detail_json,
+            **fence.params(),
+        )
+
+    def task_rescue(self, *, limit: int, max_lapses: int) -> Statement[tuple[int, int]]:
+        """Revive tasks with expired leases; (revived, dead-lettered)."""
+        return self._stmt(
+            "task_rescue",
+            lambda found: (int(found[0]["revived"]), int(found[0]["dead"])) if found else (0, 0),
+            limit=limit,
+            max_lapses=max_lapses,
+        )
+
+    def task_lock_fenced(self, fence: Fence) -> Statement[bool]:
+        """Lock a held task row for a transaction step; False if the lease is gone."""
+        return self._stmt("task_lock_fenced", lambda found: bool(found), **fence.params())
+
+    # Steps and history -------------------------------------------------------
+
+    def step_list(self, run_id: str) -> Statement[list[Step]]:
+        """The checkpoints of a run in position order."""
+        return self._stmt("step_list", lambda found: [rows.step(r) for r in found], run_id=run_id)
+
+    def step_checkpoint(
+        self,
+        fence: Fence,
+        *,
+        lease_seconds: float,
+        position: int,
+        name: str,
+        kind: str,
+        status: str,
+        attempts: int,
+        output_json: str | None,
+        error_json: str | None,
+        started_at: datetime,
+        event: str,
+        detail_json: str | None = None,
+    ) -> Statement[tuple[int, int]]:
+        """Record a step outcome and extend the lease; (leased, written)."""
+        return self._stmt(
+            "step_checkpoint",
+            lambda found: (int(found[0]["leased"]), int(found[0]["written"])),
+            lease_seconds=lease_seconds,
+            position=position,
+            name=name,
+            kind=kind,
+            status=status,
+            attempts=attempts,
+            output=output_json,
+            error=error_json,
+            started_at=started_at,
+            event=event,
+            detail=detail_json,
+            **fence.params(),
+        )
+
+    def history_list(self, run_id: str) -> Statement[list[HistoryEvent]]:
+        """A run's history, oldest first."""
+        return self._stmt(
+            "history_list", lambda found: [rows.history(r) for r in found], run_id=run_id
+        )
+
+    # Workers and the workflow registry ---------------------------------------
+
+    def worker_register(
+        self,
+        *,
+        worker_id: str,
+        host: str,
+        pid: int,
+        queues: Sequence[str],
+        workflows: Sequence[str],
+        concurrency: int,
+    ) -> Statement[None]:
+        """Announce a worker."""
+        return self._stmt(
+            "worker_register",
+            lambda found: None,
+            worker_id=worker_id,
+            host=host,
+            pid=pid,
+            queues=list(queues),
+            workflows=list(workflows),
+            concurrency=concurrency,
+        )
+
+    def worker_stop(self, worker_id: str) -> Statement[None]:
+        """Mark a worker stopped."""
+        return self._stmt("worker_stop", lambda found: None, worker_id=worker_id)
+
+    def worker_mark_lost(self, stale_seconds: float) -> Statement[None]:
+        """Mark workers with stale heartbeats as lost."""
+        return self._stmt("worker_mark_lost", lambda found: None, stale_seconds=stale_seconds)
+
+    def worker_list(self, limit: int = 100) -> Statement[list[WorkerInfo]]:
+        """Workers, most recently seen first."""
+        return self._stmt("worker_list", lambda found: [rows.worker(r) for r in found], limit=limit)
+
+    def workflow_upsert(
+        self,
+        *,
+        name: str,
+        version: int,
+        queue: str,
+        kind: str,
+        definition_json: str,
+        fingerprint: str | None,
+    ) -> Statement[None]:
+        """Record a workflow definition in the registry."""
+        return self._stmt(
+            "workflow_upsert",
+            lambda found: None,
+            name=name,
+            version=version,
+            queue=queue,
+            kind=kind,
+            definition=definition_json,
+            fingerprint=fingerprint,
+        )
+
+    def workflow_lookup(self, name: str, version: int | None) -> Statement[Row | None]:
+        """A registered workflow version (the newest when ``version`` is None)."""
+        return self._stmt("workflow_lookup", _first(dict), name=name, version=version)
+
+    def workflow_list(self) -> Statement[list[WorkflowInfo]]:
+        """Every registered workflow version with run counts."""
+        return self._stmt("workflow_list", lambda found: [rows.workflow(r) for r in found])

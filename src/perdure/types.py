@@ -1,0 +1,121 @@
+"""Plain data types that perdure returns: runs, steps, history events, statuses."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class RunStatus(enum.StrEnum):
+    """Where a run is in its life. The first four are live, the last three final."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        """True for completed, failed and cancelled: the run will not move again by itself."""
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class StepStatus(enum.StrEnum):
+    """A step checkpoint's state: final (completed, failed) or between attempts (retrying)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    RETRYING = "retrying"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One execution of a workflow, as recorded in the ``runs`` table."""
+
+    id: str
+    workflow: str
+    version: int
+    queue: str
+    key: str | None
+    status: RunStatus
+    input: Any
+    output: Any
+    error: dict[str, Any] | None
+    worker_id: str | None
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    updated_at: datetime
+    parent_run_id: str | None = None
+    steps_completed: int | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step checkpoint of a run."""
+
+    position: int
+    name: str
+    kind: str
+    status: StepStatus
+    attempts: int
+    output: Any
+    error: dict[str, Any] | None
+    worker_id: str | None
+    started_at: datetime
+    completed_at: datetime | None
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from the last attempt's start to its checkpoint, if it finished."""
+        if self.completed_at is None:
+            return None
+        return (self.completed_at - self.started_at).total_seconds()
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One entry of a run's append-only history."""
+
+    id: int
+    at: datetime
+    event: str
+    step_position: int | None
+    step_name: str | None
+    attempt: int | None
+    worker_id: str | None
+    detail: dict[str, Any] | None = field(default=None)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker process as recorded in the ``workers`` table."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    workflows: list[str]
+    concurrency: int
+    status: str
+    started_at: datetime
+    heartbeat_at: datetime
+    stopped_at: datetime | None
+    held: int
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    """A registered workflow version with its run counts by status."""
+
+    name: str
+    version: int
+    queue: str
+    kind: str
+    updated_at: datetime
+    counts: dict[str, int]
