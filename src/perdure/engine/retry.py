@@ -48,7 +48,7 @@ class RetryPolicy:
 
     def is_retryable(self, exc: BaseException) -> bool:
         """False for PermanentError and the policy's ``non_retryable`` types."""
-        return not isinstance(exc, PermanentError | self.non_retryable)
+        return not isinstance(exc, (PermanentError, *self.non_retryable))
 
     def should_retry(self, exc: BaseException, attempt: int) -> bool:
         """True if failed attempt number ``attempt`` may be followed by another."""

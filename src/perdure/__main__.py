@@ -1,0 +1,7 @@
+"""``python -m perdure`` runs the command line."""
+
+from __future__ import annotations
+
+from perdure.cli.main import main
+
+main()

@@ -1,0 +1,3 @@
+"""The ``perdure`` command line: one module per noun."""
+
+from __future__ import annotations

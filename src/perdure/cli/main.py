@@ -1,0 +1,108 @@
+"""The ``perdure`` command group and what every command shares.
+
+Global options: ``--database-url`` (or ``PERDURE_DATABASE_URL``; default: the
+embedded server) and ``--schema`` (or ``PERDURE_SCHEMA``; default ``perdure``).
+Commands that take an application (``perdure worker myapp:app``) import it
+and point it at the database and schema given here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+
+import click
+
+from perdure.api.app import App
+from perdure.errors import PerdureError
+
+
+@dataclass
+class CliState:
+    """The global options, shared by every subcommand through ``click.Context.obj``."""
+
+    url: str | None
+    schema: str | None
+
+    def app(self, target: str | None = None) -> App:
+        """The App named by ``target`` (``module:attr``), or a bare App, configured."""
+        if target is None:
+            return App(self.url, schema=self.schema)
+        app = load_app(target)
+        app.configure(url=self.url, schema=self.schema)
+        return app
+
+
+def load_app(target: str) -> App:
+    """Import ``module:attr`` (``attr`` defaults to ``app``) and return the App there."""
+    module_name, _, attr = target.partition(":")
+    if not module_name:
+        raise click.BadParameter(f"{target!r} is not of the form module:app", param_hint="APP")
+    if os.getcwd() not in sys.path:
+        # Like `python -m`, find the user's module in the current folder.
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from exc
+    found = getattr(module, attr or "app", None)
+    if not isinstance(found, App):
+        raise click.BadParameter(
+            f"{module_name}:{attr or 'app'} is not a perdure.App", param_hint="APP"
+        )
+    return found
+
+
+class PerdureGroup(click.Group):
+    """A click group that prints perdure errors as one clear line and exits 1."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; a PerdureError becomes ``Error: <message>`` and exit code 1."""
+        try:
+            return super().invoke(ctx)
+        except PerdureError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+@click.group(cls=PerdureGroup)
+@click.option(
+    "--database-url",
+    envvar="PERDURE_DATABASE_URL",
+    default=None,
+    help="PostgreSQL URL (default: PERDURE_DATABASE_URL, else the embedded server).",
+)
+@click.option(
+    "--schema",
+    envvar="PERDURE_SCHEMA",
+    default=None,
+    help="Schema holding perdure's tables (default: perdure).",
+)
+@click.version_option(package_name="perdure")
+@click.pass_context
+def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> None:
+    """perdure: durable workflows on PostgreSQL."""
+    ctx.obj = CliState(database_url, schema)
+
+
+def _register() -> None:
+    from perdure.cli import demo, embedded, migrate, runs, worker, workflows
+
+    for command in (
+        demo.demo,
+        embedded.embedded,
+        migrate.migrate,
+        runs.runs,
+        worker.worker,
+        workflows.workflows,
+    ):
+        cli.add_command(command)
+
+
+_register()
+
+
+def main() -> None:
+    """Entry point of the ``perdure`` console script."""
+    cli(prog_name="perdure")

@@ -1,0 +1,1 @@
+"""Workflow applications that the tests run in worker subprocesses."""

@@ -1,0 +1,126 @@
+"""Test helpers: waiting with a deadline, and worker subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def wait_until(
+    predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.02, what: str = ""
+) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+@dataclass
+class WorkerProcess:
+    """A ``perdure worker`` running as a real subprocess."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @classmethod
+    def start(
+        cls, target: str, url: str, schema: str, args: list[str], env: dict[str, str]
+    ) -> WorkerProcess:
+        """Run ``python -m perdure worker target args`` against ``url``/``schema``."""
+        log_path = Path(f"/tmp/perdure-worker-{schema}-{time.monotonic_ns()}.log")
+        full_env = dict(os.environ)
+        full_env.update(env)
+        full_env["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), full_env.get("PYTHONPATH", "")])
+        full_env["PERDURE_DATABASE_URL"] = url
+        full_env["PERDURE_SCHEMA"] = schema
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "perdure", "worker", target, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+            )
+        return cls(proc, log_path)
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id."""
+        return self.proc.pid
+
+    def output(self) -> str:
+        """Everything the worker printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the worker."""
+        os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the worker (if alive) and reap it."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        """Wait for the worker to exit; its exit code."""
+        return self.proc.wait(timeout=timeout)
+
+
+class BackgroundWorker:
+    """An in-process worker running on its own thread and event loop."""
+
+    def __init__(self, app: object, **options: object) -> None:
+        """Start a worker of ``app`` with ``options`` (see perdure.WorkerOptions)."""
+        import asyncio
+        import threading
+
+        self.events: list[tuple[str, dict[str, object]]] = []
+        self.worker = app.worker(**options)  # type: ignore[attr-defined]
+        self.worker.on_event = lambda event, fields: self.events.append((event, fields))
+        self.loop = asyncio.new_event_loop()
+        self.error: BaseException | None = None
+
+        def serve() -> None:
+            try:
+                self.loop.run_until_complete(self.worker.run())
+            except BaseException as exc:  # surfaced by stop()
+                self.error = exc
+            finally:
+                self.loop.close()
+
+        self.thread = threading.Thread(target=serve, name="test-worker", daemon=True)
+        self.thread.start()
+
+    def count(self, event: str) -> int:
+        """How many times the worker emitted ``event``."""
+        return sum(1 for name, _ in list(self.events) if name == event)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop gracefully and wait for the thread; re-raise a crash of the worker."""
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.worker.request_stop)
+            self.thread.join(timeout)
+        assert not self.thread.is_alive(), "worker did not stop in time"
+        if self.error is not None:
+            raise self.error
+
+    def __enter__(self) -> BackgroundWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
