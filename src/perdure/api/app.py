@@ -88,7 +88,9 @@ class App:
     ) -> None:
         """Create an App; nothing connects until the first call that needs the database."""
         self._url = url
-        self.schema = validate_schema(schema or os.environ.get("PERDURE_SCHEMA") or "perdure")
+        if schema is None:
+            schema = os.environ.get("PERDURE_SCHEMA") or "perdure"
+        self.schema = validate_schema(schema)
         self.clock = clock or Clock()
         self.auto_migrate = auto_migrate
         if not isinstance(max_payload_bytes, int) or max_payload_bytes < 1024:
@@ -99,6 +101,7 @@ class App:
         self.q = Statements(self.schema, self.clock)
         self._portal = Portal()
         self._store: AsyncStore | None = None
+        self._store_lock: asyncio.Lock | None = None
         self._schema_ready = False
         self._lock = threading.Lock()
 
@@ -146,9 +149,15 @@ class App:
             self._schema_ready = True
 
     async def _get_store(self) -> AsyncStore:
-        if self._store is None:
-            await asyncio.to_thread(self.ensure_schema)
+        if self._store is not None:
+            return self._store
+        # Only the portal loop runs this, so one asyncio lock (made on first
+        # use, on that loop) keeps concurrent first calls from opening two pools.
+        if self._store_lock is None:
+            self._store_lock = asyncio.Lock()
+        async with self._store_lock:
             if self._store is None:
+                await asyncio.to_thread(self.ensure_schema)
                 store = AsyncStore(
                     self.url, self.q, min_size=1, max_size=self.pool_size, name="perdure-app"
                 )
@@ -177,7 +186,7 @@ class App:
         """
 
         def register(fn: F) -> F:
-            wf_name = name or fn.__name__
+            wf_name = fn.__name__ if name is None else name
             self.registry.add(
                 WorkflowDef(wf_name, version, queue or wf_name, fn, retry or DEFAULT_WORKFLOW_RETRY)
             )

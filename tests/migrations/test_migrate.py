@@ -1,0 +1,82 @@
+"""Migrations: applied in order, once, under a lock; a newer schema is refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import psycopg
+import pytest
+
+from perdure.errors import SchemaError
+from perdure.store import migrate
+
+
+def _tables(db: psycopg.Connection[Any], schema: str) -> list[str]:
+    rows = db.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+        (schema,),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_applying_twice_is_a_no_op(pg_url: str, schema: str, db: psycopg.Connection[Any]) -> None:
+    first = migrate.migrate(pg_url, schema)
+    assert first == [m.version for m in migrate.available()]
+    tables = _tables(db, schema)
+    assert {"runs", "steps", "tasks", "workers", "workflows", "history"} <= set(tables)
+    assert migrate.migrate(pg_url, schema) == []
+    assert _tables(db, schema) == tables
+
+
+def test_two_processes_migrating_at_once_make_one_schema(
+    pg_url: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    code = (
+        "import sys; from perdure.store import migrate; "
+        "print(migrate.migrate(sys.argv[1], sys.argv[2]))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, pg_url, schema],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    applied = sorted((out.strip() for out, _ in outputs), key=len)
+    everything = str([m.version for m in migrate.available()])
+    assert applied == ["[]", "[]", everything]
+    count = db.execute(f"SELECT count(*) FROM {schema}.schema_migrations").fetchone()
+    assert count == (len(migrate.available()),)
+
+
+def test_a_schema_newer_than_the_code_is_refused(
+    pg_url: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    migrate.migrate(pg_url, schema)
+    db.execute(f"INSERT INTO {schema}.schema_migrations (version, name) VALUES (999, 'future')")
+    with pytest.raises(SchemaError, match="newer than this code"):
+        migrate.migrate(pg_url, schema)
+    with psycopg.connect(pg_url) as conn, pytest.raises(SchemaError, match="upgrade perdure"):
+        migrate.ensure_current(conn, schema)
+
+
+def test_an_unmigrated_schema_is_refused_when_auto_migrate_is_off(pg_url: str, schema: str) -> None:
+    import perdure
+
+    app = perdure.App(pg_url, schema=schema, auto_migrate=False)
+
+    @app.workflow("w")
+    async def w(ctx: perdure.Context) -> None:
+        return None
+
+    try:
+        with pytest.raises(SchemaError, match="run `perdure migrate`"):
+            app.start("w")
+    finally:
+        app.close()
