@@ -49,8 +49,13 @@ def test_async_and_sync_workflows_complete_and_record_every_step(app: perdure.Ap
         (1, "charge", "completed", 1),
     ]
     events = [e.event for e in app.history(first.id)]
-    assert events == ["run_created", "run_claimed", "step_completed", "step_completed",
-                      "run_completed"]
+    assert events == [
+        "run_created",
+        "run_claimed",
+        "step_completed",
+        "step_completed",
+        "run_completed",
+    ]
     assert first.status() == perdure.RunStatus.COMPLETED
 
 
@@ -210,7 +215,9 @@ def test_transaction_step_commits_its_writes_exactly_once(
     with BackgroundWorker(app, **FAST):
         assert handle.result(timeout=20) == 5
     assert db.execute("SELECT id, total FROM orders ORDER BY id").fetchall() == [
-        (5, 10), (1005, 20)]
+        (5, 10),
+        (1005, 20),
+    ]
     assert [s.kind for s in app.steps(handle.id)] == ["transaction", "transaction"]
 
 

@@ -357,6 +357,7 @@ class Execution:
                 error_json=error_json,
                 started_at=started,
                 event=event,
+                detail_json=error_json,
             )
         )
         if not leased:

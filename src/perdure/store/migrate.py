@@ -134,7 +134,7 @@ def ensure_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) ->
     if have < want:
         raise SchemaError(
             f"schema {schema!r} is at version {have} but this code needs {want}: "
-            "run `perdure migrate` (or App(..., migrate=True))"
+            "run `perdure migrate` (or use App(..., auto_migrate=True))"
         )
     if have > want:
         raise SchemaError(

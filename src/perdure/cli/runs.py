@@ -1,0 +1,274 @@
+"""``perdure runs``: list, show, retry and cancel runs."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from perdure.cli import render
+from perdure.types import HistoryEvent, Run, RunStatus, Step
+
+if TYPE_CHECKING:
+    from perdure.cli.main import CliState
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_since(value: str, now: datetime | None = None) -> datetime:
+    """A point in time from ``30m``, ``2h``, ``7d`` (ago) or an ISO timestamp (naive is UTC)."""
+    match = _DURATION.match(value)
+    if match:
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
+        return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+    parsed = datetime.fromisoformat(value.strip())
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _since_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """Parse ``--since`` with :func:`parse_since`, or fail saying what is accepted."""
+    if value is None:
+        return None
+    try:
+        return parse_since(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither a duration such as 30m, 2h or 7d "
+            "nor an ISO timestamp such as 2024-05-01T12:00:00+02:00",
+            ctx,
+            param,
+        ) from None
+
+
+@click.group()
+def runs() -> None:
+    """Inspect runs and act on them (by id or by key)."""
+
+
+@runs.command("list")
+@click.option(
+    "--status", type=click.Choice([s.value for s in RunStatus]), help="Only runs in this status."
+)
+@click.option("--workflow", help="Only runs of this workflow.")
+@click.option(
+    "--since",
+    metavar="DURATION|ISO",
+    callback=_since_option,
+    help="Only runs created since: 30m, 2h, 7d or an ISO timestamp (naive means UTC).",
+)
+@click.option(
+    "--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="At most N runs."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+@click.pass_obj
+def list_runs(
+    state: CliState,
+    status: str | None,
+    workflow: str | None,
+    since: datetime | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List runs, newest first."""
+    with state.app() as app:
+        found = app.list_runs(status=status, workflow=workflow, since=since, limit=limit)
+    if as_json:
+        render.echo_json(found)
+        return
+    out = render.console()
+    if not found:
+        out.print("no runs match", style="dim")
+        return
+    out.print(runs_table(found))
+    if len(found) == limit:
+        out.print(f"showing the newest {limit}; use --limit to see more", style="dim")
+
+
+def runs_table(found: list[Run]) -> Table:
+    """The runs as a table; each run's key is on the line under its id."""
+    table = render.table()
+    table.add_column("run (key)", no_wrap=True)
+    table.add_column("workflow", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("created", no_wrap=True)
+    table.add_column("took", justify="right", no_wrap=True)
+    table.add_column("steps", justify="right", no_wrap=True)
+    table.add_column("worker", overflow="ellipsis")
+    now = datetime.now(UTC)
+    for run in found:
+        ident = render.text(run.id)
+        if run.key is not None:
+            ident.append("\n")
+            key = run.key if len(run.key) <= len(run.id) else run.key[: len(run.id) - 1] + "…"
+            ident.append(key, style="dim")
+        table.add_row(
+            ident,
+            render.text(f"{run.workflow}@{run.version}"),
+            render.status_text(run.status),
+            render.text(render.format_time_short(run.created_at, now)),
+            render.text(render.format_duration(run_duration(run, now))),
+            render.text(run.steps_completed),
+            render.text(run.worker_id),
+        )
+    return table
+
+
+def run_duration(run: Run, now: datetime | None = None) -> float | None:
+    """How long the run has taken: start to finish, or start to now while it is live."""
+    if run.status.is_final:
+        return render.elapsed(run.started_at, run.completed_at or run.updated_at)
+    return render.elapsed(run.started_at, None, now)
+
+
+@runs.command("show")
+@click.argument("ref", metavar="ID_OR_KEY")
+@click.option("--history", "with_history", is_flag=True, help="Also show the run's history.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.pass_obj
+def show(state: CliState, ref: str, with_history: bool, as_json: bool) -> None:
+    """Show one run: its record, its steps and, with --history, what happened to it."""
+    with state.app() as app:
+        run = app.get_run(ref)
+        steps = app.steps(run.id)
+        events = app.history(run.id) if with_history else None
+    if as_json:
+        document: dict[str, Any] = {"run": run, "steps": steps}
+        if events is not None:
+            document["history"] = events
+        render.echo_json(document)
+        return
+    out = render.console()
+    out.print(run_header(run))
+    if run.error:
+        out.print()
+        out.print(error_block(run.error))
+    out.print()
+    out.print(steps_table(steps) if steps else Text("no steps recorded", style="dim"))
+    if events is not None:
+        out.print()
+        out.print(history_table(events) if events else Text("no history", style="dim"))
+
+
+def run_header(run: Run) -> Table:
+    """The run's record as ``label  value`` lines."""
+    rows: list[tuple[str, Text | str]] = [
+        ("id", render.text(run.id)),
+        ("workflow", render.text(f"{run.workflow} (version {run.version})")),
+        ("queue", render.text(run.queue)),
+        ("key", render.text(run.key)),
+        ("status", render.status_text(run.status)),
+    ]
+    if run.parent_run_id:
+        rows.append(("parent", render.text(run.parent_run_id)))
+    rows += [
+        ("created", render.text(render.format_time(run.created_at))),
+        ("started", render.text(render.format_time(run.started_at))),
+        ("completed", render.text(render.format_time(run.completed_at))),
+        ("duration", render.text(render.format_duration(run_duration(run)))),
+        ("worker", render.text(run.worker_id)),
+        ("input", render.text(render.dumps(run.input))),
+        ("output", render.text(None if run.output is None else render.dumps(run.output))),
+    ]
+    return render.key_values(rows)
+
+
+def error_block(error: dict[str, Any]) -> Group:
+    """The run's error: type and message, then its traceback in full."""
+    head = Text("error  ", style="bold")
+    head.append(str(error.get("type", "Error")), style="bold red")
+    message = str(error.get("message", ""))
+    if message:
+        head.append(f": {message}")
+    parts: list[Any] = [head]
+    traceback = error.get("traceback")
+    if traceback:
+        parts.append(Text(str(traceback).rstrip("\n"), style="red"))
+    for name, value in error.items():
+        if name not in ("type", "message", "traceback"):
+            parts.append(Text(f"{name}: {render.compact(value, 200)}", style="dim"))
+    return Group(*parts)
+
+
+def steps_table(steps: list[Step]) -> Table:
+    """The run's steps: position, name, kind, status, attempts, duration, worker, error."""
+    table = render.table(title="steps")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("name", overflow="fold")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("attempts", justify="right", no_wrap=True)
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("worker", overflow="ellipsis", max_width=22)
+    table.add_column("error", overflow="fold")
+    for step in steps:
+        table.add_row(
+            render.text(step.position),
+            render.text(step.name),
+            render.text(step.kind),
+            render.status_text(step.status),
+            render.text(step.attempts),
+            render.text(render.format_duration(step.duration)),
+            render.text(step.worker_id),
+            render.text(render.error_summary(step.error), style="red"),
+        )
+    return table
+
+
+def history_table(events: list[HistoryEvent]) -> Table:
+    """The run's history: time, event, step, attempt, worker, detail."""
+    table = render.table(title="history")
+    table.add_column("at", no_wrap=True)
+    table.add_column("event", no_wrap=True)
+    table.add_column("step", overflow="fold")
+    table.add_column("attempt", justify="right", no_wrap=True)
+    table.add_column("worker", overflow="ellipsis", max_width=22)
+    table.add_column("detail", overflow="fold")
+    for event in events:
+        step = None
+        if event.step_position is not None:
+            step = f"{event.step_position} {event.step_name or ''}".strip()
+        table.add_row(
+            render.text(render.format_time_precise(event.at)),
+            render.text(event.event),
+            render.text(step),
+            render.text(event.attempt),
+            render.text(event.worker_id),
+            render.text(history_detail(event.detail)),
+        )
+    return table
+
+
+def history_detail(detail: dict[str, Any] | None) -> str | None:
+    """A history event's detail on one line; an error shows as ``Type: message``."""
+    if not detail:
+        return None
+    if "type" in detail and "message" in detail:
+        return render.error_summary(detail)
+    return render.compact(detail)
+
+
+@runs.command("retry")
+@click.argument("ref", metavar="ID_OR_KEY")
+@click.pass_obj
+def retry(state: CliState, ref: str) -> None:
+    """Queue a failed or cancelled run again; it resumes at the step that failed."""
+    with state.app() as app:
+        handle = app.retry(ref)
+    click.echo(f"run {handle.id} queued again; it resumes at its failed step")
+
+
+@runs.command("cancel")
+@click.argument("ref", metavar="ID_OR_KEY")
+@click.option("--reason", default=None, help="Why, recorded in the run's history.")
+@click.pass_obj
+def cancel(state: CliState, ref: str, reason: str | None) -> None:
+    """Cancel an unfinished run (cancelling a cancelled run again changes nothing)."""
+    with state.app() as app:
+        run = app.cancel(ref) if reason is None else app.cancel(ref, reason)
+    click.echo(f"run {run.id} is {run.status.value}")

@@ -1,0 +1,135 @@
+"""``perdure worker APP``: serve an application's workflows until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from typing import TYPE_CHECKING
+
+import click
+
+from perdure.api.app import App
+from perdure.cli.render import safe_url
+
+if TYPE_CHECKING:
+    from perdure.cli.main import CliState
+
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def default_worker_id() -> str:
+    """A worker id unique on this machine: ``host-pid-random``."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def describe_database(app: App, embedded_server: bool) -> str:
+    """Where the worker's data is, for its start-up line (the password is hidden)."""
+    where = f"schema {app.schema} on {safe_url(app.url)}"
+    if not embedded_server:
+        return where
+    from perdure.store import embedded
+
+    return f"{where} (embedded PostgreSQL: {embedded.removal_hint(embedded.default_data_dir())})"
+
+
+def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: bool) -> str:
+    """One line saying which worker serves which workflows and queues, on which database."""
+    workflows = ", ".join(f"{name}@{version}" for name, version in sorted(app.registry.all()))
+    return (
+        f"perdure worker {worker_id} serving workflows {workflows} "
+        f"on queues {', '.join(queues)}; database: {describe_database(app, embedded_server)}"
+    )
+
+
+@click.command()
+@click.argument("target", metavar="APP")
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Runs executed at once.",
+)
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    help="Queue to serve (repeatable; default: every queue of the app's workflows).",
+)
+@click.option(
+    "--lease-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="How long a claimed task stays held without a heartbeat.",
+)
+@click.option(
+    "--poll-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Fallback polling interval when no notification arrives.",
+)
+@click.option(
+    "--shutdown-seconds",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="On SIGINT/SIGTERM, how long in-flight runs may finish before they are handed back.",
+)
+@click.option("--worker-id", default=None, help="This worker's id (default: host-pid-random).")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="info",
+    show_default=True,
+    help="Logging level.",
+)
+@click.pass_obj
+def worker(
+    state: CliState,
+    target: str,
+    concurrency: int,
+    queues: tuple[str, ...],
+    lease_seconds: float,
+    poll_seconds: float,
+    shutdown_seconds: float,
+    worker_id: str | None,
+    log_level: str,
+) -> None:
+    """Run a worker for the workflows of APP (module:attr, e.g. myapp:app).
+
+    The worker claims runs from its queues until SIGINT or SIGTERM, then stops
+    claiming and lets in-flight runs finish for up to --shutdown-seconds; a
+    second signal stops at once and hands unfinished runs back to the queue.
+    """
+    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
+    app = load(state, target)
+    with app:
+        worker_id = worker_id or default_worker_id()
+        served = sorted(set(queues) or {d.queue for d in app.registry.all().values()})
+        # Resolving the URL starts the embedded server when no database was given.
+        embedded_server = state.url is None
+        click.echo(startup_line(app, worker_id, served, embedded_server), err=True)
+        app.run_worker(
+            concurrency=concurrency,
+            queues=list(queues) or None,
+            lease_seconds=lease_seconds,
+            poll_seconds=poll_seconds,
+            shutdown_seconds=shutdown_seconds,
+            worker_id=worker_id,
+        )
+    logging.getLogger("perdure.worker").info("worker %s stopped", worker_id)
+
+
+def load(state: CliState, target: str) -> App:
+    """The App named by ``target``, refusing one that defines no workflow."""
+    app = state.app(target)
+    if not app.registry.all():
+        raise click.BadParameter(f"{target} defines no workflow; a worker would have no work")
+    return app
