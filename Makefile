@@ -1,0 +1,26 @@
+# perdure developer tasks. `make help` lists them.
+.DEFAULT_GOAL := help
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+help: ## List the tasks
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(BIN)/pytest:
+	python3 -m venv $(VENV) && $(BIN)/pip install -e ".[dev]"
+
+install: $(BIN)/pytest ## Create .venv with perdure and its dev dependencies
+
+test: install ## Run the whole test suite (what CI runs)
+	$(BIN)/pytest
+
+lint: install ## ruff lint and format check
+	$(BIN)/ruff check src tests && $(BIN)/ruff format --check src tests
+
+typecheck: install ## mypy --strict over the package
+	$(BIN)/mypy
+
+demo: install ## Run the demo on the embedded PostgreSQL
+	$(BIN)/perdure demo
+
+.PHONY: help install test lint typecheck demo
