@@ -26,6 +26,10 @@ class Clock:
         """True when time only moves when a test moves it."""
         return False
 
+    def wall_now(self) -> datetime:
+        """The time to stamp on records made in Python (a step's start)."""
+        return self.sql_now() or datetime.now(UTC)
+
 
 class VirtualClock(Clock):
     """A clock that stands still until :meth:`advance` moves it."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
+import threading
 import uuid
 from typing import TYPE_CHECKING
 
@@ -125,6 +127,27 @@ def worker(
             worker_id=worker_id,
         )
     logging.getLogger("perdure.worker").info("worker %s stopped", worker_id)
+    exit_now_if_steps_are_stuck()
+
+
+def exit_now_if_steps_are_stuck() -> None:
+    """Exit at once if abandoned step threads would keep the process alive.
+
+    A plain ``def`` step cannot be interrupted from outside its thread. When a
+    shutdown hands such a run back to the queue, its thread may still be
+    running; Python would wait for it at exit. Its task was already released
+    (another worker resumes the run), so nothing is lost by exiting now.
+    """
+    stuck = [t for t in threading.enumerate() if t.name.startswith("perdure-step") and t.is_alive()]
+    if stuck:
+        logging.getLogger("perdure.worker").warning(
+            "%d abandoned step thread(s) still running; exiting without waiting for them",
+            len(stuck),
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def load(state: CliState, target: str) -> App:

@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from psycopg_pool import ConnectionPool
@@ -160,7 +160,7 @@ class Execution:
         if recorded is not None and recorded.status != StepStatus.RETRYING:
             return self._replayed(recorded)
         attempt = (recorded.attempts if recorded is not None else 0) + 1
-        started = datetime.now(UTC)
+        started = self.env.store.q.clock.wall_now()
         self.env.emit("step_started", run_id=self.task.run_id, step=name, attempt=attempt)
         try:
             result = await self._call(fn, args, kwargs)
@@ -189,7 +189,7 @@ class Execution:
         if recorded is not None and recorded.status != StepStatus.RETRYING:
             return self._replayed(recorded)
         attempt = (recorded.attempts if recorded is not None else 0) + 1
-        started = datetime.now(UTC)
+        started = self.env.store.q.clock.wall_now()
         q = self.env.store.q
         what = f"the output of transaction step {name!r}"
 

@@ -215,6 +215,7 @@ class Worker:
                     if len(claimed) == want:
                         continue
                     timeout = opts.poll_seconds
+                    self._emit("worker_idle", {"free": free - len(claimed)})
                     due = await store.execute(self.q.task_next_due(self.queues, names, versions))
                     if due is not None:
                         timeout = min(timeout, max(due, 0.0))

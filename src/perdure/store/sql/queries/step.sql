@@ -25,7 +25,11 @@ WITH lease AS (
                                 worker_id, started_at, completed_at)
     SELECT run_id, %(position)s, %(name)s, %(kind)s, %(status)s, %(attempts)s, %(output)s::jsonb,
            %(error)s::jsonb, %(worker_id)s, %(started_at)s,
-           CASE WHEN %(status)s = 'retrying' THEN NULL ELSE {now} END
+           -- clock_timestamp(), not now(): in a ctx.transaction step the
+           -- transaction began before the user's SQL ran, and the step's
+           -- duration must include that work.
+           CASE WHEN %(status)s = 'retrying' THEN NULL
+                ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END
     FROM lease
     ON CONFLICT (run_id, position) DO UPDATE
     SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, output = EXCLUDED.output,
