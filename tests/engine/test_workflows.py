@@ -324,3 +324,34 @@ def test_cancelling_a_waiting_caller_leaves_the_app_usable(app: perdure.App) -> 
         assert await handle.status_async() == perdure.RunStatus.QUEUED
 
     asyncio.run(main())
+
+
+def test_sync_workflow_transaction_step_runs_on_a_sync_connection(
+    app: perdure.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    db.execute("CREATE TABLE audit (what text)")
+
+    def write(conn: psycopg.Connection[Any], what: str) -> str:
+        assert isinstance(conn, psycopg.Connection)
+        conn.execute(f"INSERT INTO {schema}.audit VALUES (%s)", (what,))
+        return what
+
+    @app.workflow("audited")
+    def audited(ctx: perdure.SyncContext, what: str) -> str:
+        return ctx.transaction("write", write, what)
+
+    handle = app.start("audited", "hello")
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=20) == "hello"
+    assert db.execute("SELECT what FROM audit").fetchall() == [("hello",)]
+
+
+def test_a_workflow_without_input_and_a_start_by_function(app: perdure.App) -> None:
+    @app.workflow()
+    async def tick(ctx: perdure.Context) -> int:
+        return await ctx.step("one", lambda: 1)
+
+    handle = app.start(tick)
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=20) == 1
+    assert handle.get().workflow == "tick"
