@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -281,21 +281,16 @@ class App:
         An unknown workflow or a non-JSON input is refused before anything is
         written.
         """
-        if conn is None:
-            return self._portal.call(self._start(workflow, input, key, version, delay, priority))
-        name, resolved = self._local(workflow, version)
-        self.ensure_schema()
-        if resolved is None:
-            row = execute_sync(conn, self.q.workflow_lookup(name, version))
-            if row is None:
-                raise UnknownWorkflow(name, version)
-            resolved = (row["name"], row["version"], row["queue"])
-        stmt = self._insert_statement(resolved, input, key, delay, priority)
-        for _ in range(5):
-            result = execute_sync(conn, stmt)
-            if result is not None:
-                return self._checked(result, name, key)
-        raise RunNotFound(key or "")
+        run = self._run
+        if conn is not None:
+            caller = conn
+
+            # The portal thread drives the caller's sync connection while the
+            # caller's thread waits for the answer: one connection, one user.
+            async def run(stmt: Statement[T]) -> T:
+                return execute_sync(caller, stmt)
+
+        return self._portal.call(self._start(run, workflow, input, key, version, delay, priority))
 
     async def start_async(
         self,
@@ -311,24 +306,19 @@ class App:
         """Start a run from async code; see :meth:`start`."""
         if conn is None:
             return await self._portal.run(
-                self._start(workflow, input, key, version, delay, priority)
+                self._start(self._run, workflow, input, key, version, delay, priority)
             )
-        name, resolved = self._local(workflow, version)
-        await asyncio.to_thread(self.ensure_schema)
-        if resolved is None:
-            row = await execute_async(conn, self.q.workflow_lookup(name, version))
-            if row is None:
-                raise UnknownWorkflow(name, version)
-            resolved = (row["name"], row["version"], row["queue"])
-        stmt = self._insert_statement(resolved, input, key, delay, priority)
-        for _ in range(5):
-            result = await execute_async(conn, stmt)
-            if result is not None:
-                return self._checked(result, name, key)
-        raise RunNotFound(key or "")
+        caller = conn
+
+        # The caller's async connection belongs to the caller's loop: run there.
+        async def run(stmt: Statement[T]) -> T:
+            return await execute_async(caller, stmt)
+
+        return await self._start(run, workflow, input, key, version, delay, priority)
 
     async def _start(
         self,
+        run: Callable[[Statement[Any]], Awaitable[Any]],
         workflow: str | Callable[..., Any],
         input: Any,
         key: str | None,
@@ -337,8 +327,10 @@ class App:
         priority: int,
     ) -> RunHandle:
         name, resolved = self._local(workflow, version)
+        if not self._schema_ready:
+            await asyncio.to_thread(self.ensure_schema)
         if resolved is None:
-            row = await self._run(self.q.workflow_lookup(name, version))
+            row = await run(self.q.workflow_lookup(name, version))
             if row is None:
                 raise UnknownWorkflow(name, version)
             resolved = (row["name"], row["version"], row["queue"])
@@ -346,7 +338,7 @@ class App:
         # A concurrent start with the same key can leave this statement's
         # snapshot without either row (see run_insert); a new statement sees it.
         for _ in range(5):
-            result = await self._run(stmt)
+            result = await run(stmt)
             if result is not None:
                 return self._checked(result, name, key)
         raise RunNotFound(key or "")

@@ -34,6 +34,7 @@ from perdure.errors import (
     StepFailed,
 )
 from perdure.store.rows import ClaimedTask
+from perdure.store.statements import Statement
 from perdure.store.store import AsyncStore, execute_async, execute_sync
 from perdure.types import Step, StepStatus
 
@@ -81,6 +82,17 @@ class ExecutionEnv:
                 open=True,
             )
         return self.sync_pool
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One attempt at one step: where it is, which try it is, when it began."""
+
+    position: int
+    name: str
+    kind: str
+    number: int
+    started: datetime
 
 
 class _LeaseGone(Exception):
@@ -147,6 +159,46 @@ class Execution:
 
     # Steps -------------------------------------------------------------------
 
+    async def _run_step(
+        self,
+        name: str,
+        kind: str,
+        retry: RetryPolicy | None,
+        body: Callable[[_Attempt], Awaitable[tuple[str | None, Any]]],
+    ) -> Any:
+        """Replay step ``name`` from its checkpoint, or run ``body`` and record it.
+
+        ``body`` returns ``(output_json, decoded)``; when ``output_json`` is None
+        the body wrote its checkpoint itself (a transaction step). A failure of
+        the body is the step's failure; a failure to checkpoint is not.
+        """
+        position, recorded = self._next(name)
+        if recorded is not None and recorded.status != StepStatus.RETRYING:
+            return self._replayed(recorded)
+        attempt = _Attempt(
+            position,
+            name,
+            kind,
+            (recorded.attempts if recorded is not None else 0) + 1,
+            self.env.store.q.clock.wall_now(),
+        )
+        self.env.emit("step_started", run_id=self.task.run_id, step=name, attempt=attempt.number)
+        try:
+            text, decoded = await body(attempt)
+        except _LeaseGone:
+            self.lost = True
+            self.check_alive()
+            raise AssertionError("unreachable") from None
+        except (Suspend, Abandon, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            await self._failed(attempt, exc, retry)
+            raise AssertionError("unreachable") from exc
+        if text is not None:
+            await self._checkpoint(attempt, "completed", text, None)
+        self.executed.append(name)
+        return decoded
+
     async def step(
         self,
         name: str,
@@ -156,25 +208,14 @@ class Execution:
         retry: RetryPolicy | None,
     ) -> Any:
         """Run a plain step once per run (at least once across crashes)."""
-        position, recorded = self._next(name)
-        if recorded is not None and recorded.status != StepStatus.RETRYING:
-            return self._replayed(recorded)
-        attempt = (recorded.attempts if recorded is not None else 0) + 1
-        started = self.env.store.q.clock.wall_now()
-        self.env.emit("step_started", run_id=self.task.run_id, step=name, attempt=attempt)
-        try:
+
+        async def body(attempt: _Attempt) -> tuple[str | None, Any]:
             result = await self._call(fn, args, kwargs)
-            text, decoded = serialization.roundtrip(
+            return serialization.roundtrip(
                 result, f"the output of step {name!r}", self.env.max_payload_bytes
             )
-        except (Suspend, Abandon, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            await self._failed(position, name, "step", attempt, exc, retry, started)
-            raise AssertionError("unreachable") from exc
-        await self._checkpoint(position, name, "step", "completed", attempt, text, None, started)
-        self.executed.append(name)
-        return decoded
+
+        return await self._run_step(name, "step", retry, body)
 
     async def transaction(
         self,
@@ -185,30 +226,10 @@ class Execution:
         retry: RetryPolicy | None,
     ) -> Any:
         """Run ``fn(conn, ...)`` and write its checkpoint in one database transaction."""
-        position, recorded = self._next(name)
-        if recorded is not None and recorded.status != StepStatus.RETRYING:
-            return self._replayed(recorded)
-        attempt = (recorded.attempts if recorded is not None else 0) + 1
-        started = self.env.store.q.clock.wall_now()
-        q = self.env.store.q
         what = f"the output of transaction step {name!r}"
 
-        def checkpoint(text: str) -> Any:
-            return q.step_checkpoint(
-                self.task.fence,
-                lease_seconds=self.env.lease_seconds,
-                position=position,
-                name=name,
-                kind="transaction",
-                status="completed",
-                attempts=attempt,
-                output_json=text,
-                error_json=None,
-                started_at=started,
-                event="step_completed",
-            )
-
-        try:
+        async def body(attempt: _Attempt) -> tuple[str | None, Any]:
+            checkpoint = functools.partial(self._checkpoint_statement, attempt, "completed")
             if inspect.iscoroutinefunction(fn):
                 decoded = await self._transaction_async(fn, args, kwargs, what, checkpoint)
             else:
@@ -216,17 +237,9 @@ class Execution:
                     self.env.threads,
                     functools.partial(self._transaction_sync, fn, args, kwargs, what, checkpoint),
                 )
-        except _LeaseGone:
-            self.lost = True
-            self.check_alive()
-            raise AssertionError("unreachable") from None
-        except (Suspend, Abandon, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            await self._failed(position, name, "transaction", attempt, exc, retry, started)
-            raise AssertionError("unreachable") from exc
-        self.executed.append(name)
-        return decoded
+            return None, decoded
+
+        return await self._run_step(name, "transaction", retry, body)
 
     async def _transaction_async(
         self,
@@ -280,86 +293,67 @@ class Execution:
             result = await result
         return result
 
-    async def _failed(
-        self,
-        position: int,
-        name: str,
-        kind: str,
-        attempt: int,
-        exc: Exception,
-        retry: RetryPolicy | None,
-        started: datetime,
-    ) -> None:
+    async def _failed(self, attempt: _Attempt, exc: Exception, retry: RetryPolicy | None) -> None:
         """Record a failed attempt: schedule the retry (Suspend) or fail the step for good."""
         policy = retry or DEFAULT_STEP_RETRY
         record = serialization.error_record(exc, traceback.format_exc())
         error_text = serialization.error_json(record)
-        retryable = not isinstance(exc, SerializationError) and policy.should_retry(exc, attempt)
-        if retryable:
-            delay = policy.delay(attempt)
-            await self._checkpoint(
-                position,
-                name,
-                kind,
-                "retrying",
-                attempt,
-                None,
-                error_text,
-                started,
-                event="step_retry_scheduled",
-            )
+        if not isinstance(exc, SerializationError) and policy.should_retry(exc, attempt.number):
+            delay = policy.delay(attempt.number)
+            await self._checkpoint(attempt, "retrying", None, error_text)
             released = await self.env.store.execute(
                 self.env.store.q.task_release(
                     self.task.fence,
                     delay_seconds=delay,
                     failed=False,
                     event="run_retry_scheduled",
-                    detail_json=serialization.error_json({"step": name, "delay": delay}),
+                    detail_json=serialization.error_json({"step": attempt.name, "delay": delay}),
                 )
             )
             if not released:
                 self.lost = True
                 self.check_alive()
             self.env.emit(
-                "step_retry", run_id=self.task.run_id, step=name, attempt=attempt, delay=delay
+                "step_retry",
+                run_id=self.task.run_id,
+                step=attempt.name,
+                attempt=attempt.number,
+                delay=delay,
             )
             raise Suspend()
-        await self._checkpoint(
-            position, name, kind, "failed", attempt, None, error_text, started, event="step_failed"
-        )
+        await self._checkpoint(attempt, "failed", None, error_text)
         raise StepFailed(
-            name, record["type"], record["message"], attempt, record.get("traceback")
+            attempt.name, record["type"], record["message"], attempt.number, record.get("traceback")
         ) from exc
 
-    async def _checkpoint(
-        self,
-        position: int,
-        name: str,
-        kind: str,
-        status: str,
-        attempts: int,
-        output_json: str | None,
-        error_json: str | None,
-        started: datetime,
-        event: str = "step_completed",
-    ) -> None:
-        q = self.env.store.q
-        leased, written = await self.env.store.execute(
-            q.step_checkpoint(
-                self.task.fence,
-                lease_seconds=self.env.lease_seconds,
-                position=position,
-                name=name,
-                kind=kind,
-                status=status,
-                attempts=attempts,
-                output_json=output_json,
-                error_json=error_json,
-                started_at=started,
-                event=event,
-                detail_json=error_json,
-            )
+    def _checkpoint_statement(
+        self, attempt: _Attempt, status: str, output_json: str | None, error_json: str | None = None
+    ) -> Statement[tuple[int, int]]:
+        events = {
+            "completed": "step_completed",
+            "failed": "step_failed",
+            "retrying": "step_retry_scheduled",
+        }
+        return self.env.store.q.step_checkpoint(
+            self.task.fence,
+            lease_seconds=self.env.lease_seconds,
+            position=attempt.position,
+            name=attempt.name,
+            kind=attempt.kind,
+            status=status,
+            attempts=attempt.number,
+            output_json=output_json,
+            error_json=error_json,
+            started_at=attempt.started,
+            event=events[status],
+            detail_json=error_json,
         )
+
+    async def _checkpoint(
+        self, attempt: _Attempt, status: str, output_json: str | None, error_json: str | None
+    ) -> None:
+        statement = self._checkpoint_statement(attempt, status, output_json, error_json)
+        leased, written = await self.env.store.execute(statement)
         if not leased:
             self.lost = True
             self.check_alive()
@@ -367,8 +361,12 @@ class Execution:
             # The lease is ours but the position already holds a final
             # checkpoint: the history this replay started from was stale. Hand
             # the task back so that it is replayed from the real history.
-            raise Abandon(f"run {self.task.run_id} position {position} was already checkpointed")
-        self.env.emit("step_checkpointed", run_id=self.task.run_id, step=name, status=status)
+            raise Abandon(
+                f"run {self.task.run_id} position {attempt.position} was already checkpointed"
+            )
+        self.env.emit(
+            "step_checkpointed", run_id=self.task.run_id, step=attempt.name, status=status
+        )
 
 
 # Terminal outcomes of a run ---------------------------------------------------------
