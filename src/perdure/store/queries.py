@@ -27,7 +27,8 @@ class QueryFileError(ValueError):
 def parse(text: str) -> dict[str, str]:
     """Split the text of one query file into ``{name: statement}``.
 
-    Comment lines between a header and the statement are dropped; the text
+    Whole-line comments after a header are dropped (they document the file,
+    not the statement sent to the server); the text
     before the first header is the file's preamble and is ignored.
     """
     found: dict[str, str] = {}
@@ -35,7 +36,9 @@ def parse(text: str) -> dict[str, str]:
     for index, match in enumerate(headers):
         end = headers[index + 1].start() if index + 1 < len(headers) else len(text)
         body_lines = [
-            line for line in text[match.end() : end].splitlines() if not line.startswith("--")
+            line
+            for line in text[match.end() : end].splitlines()
+            if not line.lstrip().startswith("--")
         ]
         body = "\n".join(body_lines).strip().rstrip(";").strip()
         name = match.group(1)
