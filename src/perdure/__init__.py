@@ -10,11 +10,14 @@ from perdure.api.app import App
 from perdure.api.context import Context, SyncContext
 from perdure.api.handle import RunHandle
 from perdure.clock import Clock, VirtualClock
+from perdure.engine.control import Snooze
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import (
+    Cancelled,
     ConfigurationError,
     DatabaseUnavailable,
+    EventTimeout,
     InvalidRunState,
     LeaseLost,
     NonDeterminismError,
@@ -27,6 +30,7 @@ from perdure.errors import (
     RunNotFound,
     SchemaError,
     SerializationError,
+    SignalTimeout,
     StepFailed,
     UnknownWorkflow,
     WorkflowDefinitionError,
@@ -37,10 +41,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "Cancelled",
     "Clock",
     "ConfigurationError",
     "Context",
     "DatabaseUnavailable",
+    "EventTimeout",
     "HistoryEvent",
     "InvalidRunState",
     "LeaseLost",
@@ -58,6 +64,8 @@ __all__ = [
     "RunStatus",
     "SchemaError",
     "SerializationError",
+    "SignalTimeout",
+    "Snooze",
     "Step",
     "StepFailed",
     "StepStatus",

@@ -172,3 +172,40 @@ class ResultTimeout(PerdureError, TimeoutError):
 
 class DatabaseUnavailable(PerdureError, ConnectionError):
     """perdure could not reach the PostgreSQL server."""
+
+
+class Cancelled(PerdureError):
+    """The run was cancelled: raised into workflow code at its next ctx call.
+
+    Catch it to clean up (outside perdure: the run takes no further step); it
+    is raised again at every later ctx call, and the run stays cancelled.
+    """
+
+    def __init__(self, run_id: str, reason: str | None = None) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        super().__init__(f"run {run_id} was cancelled" + (f": {reason}" if reason else ""))
+
+
+class SignalTimeout(PerdureError, TimeoutError):
+    """A wait for a signal reached its timeout before the signal arrived."""
+
+    def __init__(self, run_id: str, name: str, timeout: float | None) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.timeout = timeout
+        super().__init__(
+            f"run {run_id} waited {timeout:g} s for signal {name!r} in vain"
+            if timeout is not None
+            else f"run {run_id} waited for signal {name!r} in vain"
+        )
+
+
+class EventTimeout(PerdureError, TimeoutError):
+    """A caller waited for a run's event and the run did not publish it in time."""
+
+    def __init__(self, run_id: str, key: str, timeout: float) -> None:
+        self.run_id = run_id
+        self.key = key
+        self.timeout = timeout
+        super().__init__(f"run {run_id} did not publish event {key!r} within {timeout:g} s")

@@ -31,6 +31,8 @@ class StepStatus(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     RETRYING = "retrying"
+    WAITING = "waiting"
+    TIMED_OUT = "timed_out"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Run:
     updated_at: datetime
     parent_run_id: str | None = None
     steps_completed: int | None = None
+    waiting_for: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class Step:
     worker_id: str | None
     started_at: datetime
     completed_at: datetime | None
+    wake_at: datetime | None = None
 
     @property
     def duration(self) -> float | None:

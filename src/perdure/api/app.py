@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from perdure.api.handle import RunHandle
+from perdure.api.messaging import MessagingMixin
 from perdure.api.portal import Portal
 from perdure.api.registry import Registry, WorkflowDef, validate_name
 from perdure.clock import Clock
@@ -67,7 +68,7 @@ def _seconds(value: float | timedelta | None, what: str) -> float:
     return float(seconds)
 
 
-class App:
+class App(MessagingMixin):
     """A perdure application: the workflows it defines and the database they run on.
 
     The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an

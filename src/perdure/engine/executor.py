@@ -24,9 +24,10 @@ from typing import Any, Protocol
 from psycopg_pool import ConnectionPool
 
 from perdure.engine import serialization
-from perdure.engine.control import Abandon, Suspend
+from perdure.engine.control import Abandon, Snooze, Suspend
 from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from perdure.errors import (
+    Cancelled,
     LeaseLost,
     NonDeterminismError,
     PermanentError,
@@ -111,6 +112,11 @@ class Execution:
     position: int = 0
     lost: bool = False
     fatal: BaseException | None = None
+    #: The run's status as of the last checkpoint: 'cancelled' or 'paused'
+    #: stops the workflow at its next ctx call.
+    run_status: str = "running"
+    #: Values written to each stream so far in this execution (replay included).
+    stream_seq: dict[str, int] = field(default_factory=dict)
     executed: list[str] = field(default_factory=list)
 
     # Replay ------------------------------------------------------------------
@@ -127,13 +133,40 @@ class Execution:
             )
         if self.fatal is not None:
             raise self.fatal
+        if self.run_status == "cancelled":
+            raise Cancelled(self.task.run_id)
 
-    def _next(self, name: str) -> tuple[int, Step | None]:
+    async def gate(self) -> None:
+        """Run before every ctx call: stop if lost or cancelled, park if paused."""
+        self.check_alive()
+        if self.run_status == "paused":
+            await self.release(0.0, event="run_paused_at_step", paused=True)
+
+    async def release(
+        self, delay: float, *, event: str, detail_json: str | None = None, paused: bool = False
+    ) -> None:
+        """Hand the task back, due after ``delay`` s, and stop executing (Suspend)."""
+        released = await self.env.store.execute(
+            self.env.store.q.task_release(
+                self.task.fence,
+                delay_seconds=delay,
+                failed=False,
+                event=event,
+                detail_json=detail_json,
+                paused=paused,
+            )
+        )
+        if not released:
+            self.lost = True
+            self.check_alive()
+        raise Suspend()
+
+    def _next(self, name: str, kind: str = "step") -> tuple[int, Step | None]:
         self.check_alive()
         position = self.position
         self.position += 1
         recorded = self.steps.get(position)
-        if recorded is not None and recorded.name != name:
+        if recorded is not None and (recorded.name != name or recorded.kind != kind):
             self.fatal = NonDeterminismError(
                 run_id=self.task.run_id,
                 workflow=self.spec.name,
@@ -172,7 +205,8 @@ class Execution:
         the body wrote its checkpoint itself (a transaction step). A failure of
         the body is the step's failure; a failure to checkpoint is not.
         """
-        position, recorded = self._next(name)
+        await self.gate()
+        position, recorded = self._next(name, kind)
         if recorded is not None and recorded.status != StepStatus.RETRYING:
             return self._replayed(recorded)
         attempt = _Attempt(
@@ -191,6 +225,9 @@ class Execution:
             raise AssertionError("unreachable") from None
         except (Suspend, Abandon, asyncio.CancelledError):
             raise
+        except Snooze as snooze:
+            await self._snooze(attempt, snooze)
+            raise AssertionError("unreachable") from None
         except Exception as exc:
             await self._failed(attempt, exc, retry)
             raise AssertionError("unreachable") from exc
@@ -211,6 +248,8 @@ class Execution:
 
         async def body(attempt: _Attempt) -> tuple[str | None, Any]:
             result = await self._call(fn, args, kwargs)
+            if isinstance(result, Snooze):
+                raise result
             return serialization.roundtrip(
                 result, f"the output of step {name!r}", self.env.max_payload_bytes
             )
@@ -255,7 +294,8 @@ class Execution:
                 raise _LeaseGone()
             result = await fn(conn, *args, **kwargs)
             text, decoded = serialization.roundtrip(result, what, self.env.max_payload_bytes)
-            leased, written = await execute_async(conn, checkpoint(text))
+            leased, written, run_status = await execute_async(conn, checkpoint(text))
+            self.run_status = run_status or self.run_status
             if not (leased and written):
                 raise _LeaseGone()
         return decoded
@@ -274,7 +314,8 @@ class Execution:
                 raise _LeaseGone()
             result = fn(conn, *args, **kwargs)
             text, decoded = serialization.roundtrip(result, what, self.env.max_payload_bytes)
-            leased, written = execute_sync(conn, checkpoint(text))
+            leased, written, run_status = execute_sync(conn, checkpoint(text))
+            self.run_status = run_status or self.run_status
             if not (leased and written):
                 raise _LeaseGone()
         return decoded
@@ -293,6 +334,22 @@ class Execution:
             result = await result
         return result
 
+    async def _snooze(self, attempt: _Attempt, snooze: Snooze) -> None:
+        """Park the run until the snooze ends; the attempt does not count as a failure."""
+        detail = serialization.error_json(
+            {"step": attempt.name, "reason": snooze.reason, "delay": snooze.delay}
+        )
+        if attempt.number > 1:
+            # Keep the count of real failed attempts: this one does not add to it.
+            earlier = _Attempt(
+                attempt.position, attempt.name, attempt.kind, attempt.number - 1, attempt.started
+            )
+            await self._checkpoint(earlier, "retrying", None, None)
+        self.env.emit(
+            "step_snoozed", run_id=self.task.run_id, step=attempt.name, delay=snooze.delay
+        )
+        await self.release(snooze.delay, event="step_snoozed", detail_json=detail)
+
     async def _failed(self, attempt: _Attempt, exc: Exception, retry: RetryPolicy | None) -> None:
         """Record a failed attempt: schedule the retry (Suspend) or fail the step for good."""
         policy = retry or DEFAULT_STEP_RETRY
@@ -301,18 +358,6 @@ class Execution:
         if not isinstance(exc, SerializationError) and policy.should_retry(exc, attempt.number):
             delay = policy.delay(attempt.number)
             await self._checkpoint(attempt, "retrying", None, error_text)
-            released = await self.env.store.execute(
-                self.env.store.q.task_release(
-                    self.task.fence,
-                    delay_seconds=delay,
-                    failed=False,
-                    event="run_retry_scheduled",
-                    detail_json=serialization.error_json({"step": attempt.name, "delay": delay}),
-                )
-            )
-            if not released:
-                self.lost = True
-                self.check_alive()
             self.env.emit(
                 "step_retry",
                 run_id=self.task.run_id,
@@ -320,19 +365,29 @@ class Execution:
                 attempt=attempt.number,
                 delay=delay,
             )
-            raise Suspend()
+            await self.release(
+                delay,
+                event="run_retry_scheduled",
+                detail_json=serialization.error_json({"step": attempt.name, "delay": delay}),
+            )
         await self._checkpoint(attempt, "failed", None, error_text)
         raise StepFailed(
             attempt.name, record["type"], record["message"], attempt.number, record.get("traceback")
         ) from exc
 
     def _checkpoint_statement(
-        self, attempt: _Attempt, status: str, output_json: str | None, error_json: str | None = None
-    ) -> Statement[tuple[int, int]]:
+        self,
+        attempt: _Attempt,
+        status: str,
+        output_json: str | None,
+        error_json: str | None = None,
+        **publish: Any,
+    ) -> Statement[tuple[int, int, str | None]]:
         events = {
             "completed": "step_completed",
             "failed": "step_failed",
             "retrying": "step_retry_scheduled",
+            "timed_out": "signal_timed_out",
         }
         return self.env.store.q.step_checkpoint(
             self.task.fence,
@@ -347,13 +402,21 @@ class Execution:
             started_at=attempt.started,
             event=events[status],
             detail_json=error_json,
+            **publish,
         )
 
     async def _checkpoint(
-        self, attempt: _Attempt, status: str, output_json: str | None, error_json: str | None
+        self,
+        attempt: _Attempt,
+        status: str,
+        output_json: str | None,
+        error_json: str | None,
+        **publish: Any,
     ) -> None:
-        statement = self._checkpoint_statement(attempt, status, output_json, error_json)
-        leased, written = await self.env.store.execute(statement)
+        statement = self._checkpoint_statement(attempt, status, output_json, error_json, **publish)
+        leased, written, run_status = await self.env.store.execute(statement)
+        if run_status:
+            self.run_status = run_status
         if not leased:
             self.lost = True
             self.check_alive()
@@ -377,6 +440,10 @@ _PERMANENT = (PermanentError, StepFailed, NonDeterminismError, SerializationErro
 async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
     """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
     store, q, fence = env.store, env.store.q, task.fence
+    if task.finished:
+        # Cancelled or paused while we claimed it: let go without running.
+        await store.execute(q.task_settle(fence))
+        return "settled"
     steps = await store.execute(q.step_list(task.run_id))
     execution = Execution(
         task, spec, env, {s.position: s for s in steps}, asyncio.get_running_loop()
@@ -400,6 +467,9 @@ async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> s
         )
         return "released"
     except Exception as exc:
+        if execution.run_status == "cancelled":
+            await store.execute(q.task_settle(fence))
+            return "cancelled"
         return await _handle_failure(task, spec, env, execution, exc)
     try:
         text = serialization.dumps(
@@ -407,9 +477,12 @@ async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> s
         )
     except SerializationError as exc:
         return await _fail(task, env, exc)
-    if not await store.execute(q.run_complete(fence, text)):
+    leased, changed = await store.execute(q.run_complete(fence, text))
+    if not leased:
         env.emit("lease_lost", run_id=task.run_id, task_id=fence.task_id)
         return "abandoned"
+    if not changed:
+        return "cancelled"
     env.emit("run_completed", run_id=task.run_id)
     return "completed"
 
@@ -447,11 +520,14 @@ async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> str
     for attr in ("step", "position", "recorded", "requested"):
         if hasattr(exc, attr):
             record[attr] = getattr(exc, attr)
-    if not await env.store.execute(
+    leased, changed = await env.store.execute(
         env.store.q.run_fail(task.fence, serialization.error_json(record))
-    ):
+    )
+    if not leased:
         env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
         return "abandoned"
+    if not changed:
+        return "cancelled"
     env.emit("run_failed", run_id=task.run_id, error=record["type"])
     return "failed"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from perdure.types import HistoryEvent, Run, RunStatus, Step, StepStatus, WorkerInfo, WorkflowInfo
@@ -36,6 +37,10 @@ class ClaimedTask:
     input: Any
     failures: int
     lapses: int
+    #: True when the run was cancelled or paused while the task was claimed.
+    finished: bool = False
+    #: The database clock at the claim: what waits compare their wake time with.
+    db_now: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ def run(r: Row) -> Run:
         updated_at=r["updated_at"],
         parent_run_id=str(r["parent_run_id"]) if r.get("parent_run_id") else None,
         steps_completed=r.get("steps_completed"),
+        waiting_for=r.get("waiting_for"),
     )
 
 
@@ -82,6 +88,7 @@ def step(r: Row) -> Step:
         worker_id=r["worker_id"],
         started_at=r["started_at"],
         completed_at=r["completed_at"],
+        wake_at=r.get("wake_at"),
     )
 
 
@@ -140,4 +147,6 @@ def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
         input=r["input"],
         failures=int(r["failures"]),
         lapses=int(r["lapses"]),
+        finished=bool(r.get("finished")),
+        db_now=r.get("db_now"),
     )

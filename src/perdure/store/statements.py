@@ -63,6 +63,10 @@ def _count(column: str) -> Callable[[list[Row]], int]:
     return lambda found: int(found[0][column]) if found else 0
 
 
+def _pair(a: str, b: str) -> Callable[[list[Row]], tuple[int, int]]:
+    return lambda found: (int(found[0][a]), int(found[0][b])) if found else (0, 0)
+
+
 class Statements:
     """Builds every statement perdure issues, for one schema and one clock."""
 
@@ -146,13 +150,49 @@ class Statements:
             limit=limit,
         )
 
-    def run_complete(self, fence: Fence, output_json: str) -> Statement[int]:
-        """Finish a run (fenced); 0 means the lease was lost."""
-        return self._stmt("run_complete", _count("changed"), output=output_json, **fence.params())
+    def run_complete(self, fence: Fence, output_json: str) -> Statement[tuple[int, int]]:
+        """Finish a run (fenced); (leased, changed): a cancelled run stays cancelled."""
+        return self._stmt(
+            "run_complete", _pair("leased", "changed"), output=output_json, **fence.params()
+        )
 
-    def run_fail(self, fence: Fence, error_json: str) -> Statement[int]:
-        """Dead-letter a run (fenced); 0 means the lease was lost."""
-        return self._stmt("run_fail", _count("changed"), error=error_json, **fence.params())
+    def run_fail(self, fence: Fence, error_json: str) -> Statement[tuple[int, int]]:
+        """Dead-letter a run (fenced); (leased, changed)."""
+        return self._stmt(
+            "run_fail", _pair("leased", "changed"), error=error_json, **fence.params()
+        )
+
+    def run_pause(self, run_id: str) -> Statement[Row | None]:
+        """Pause an unfinished run; the row tells the previous status and if it changed."""
+        return self._stmt("run_pause", _first(dict), run_id=run_id)
+
+    def run_resume(self, run_id: str) -> Statement[Row | None]:
+        """Resume a paused run or wake a sleeping one."""
+        return self._stmt("run_resume", _first(dict), run_id=run_id)
+
+    def run_lock(self, run_id: str) -> Statement[str | None]:
+        """Lock a run's row in the current transaction; its status."""
+        return self._stmt(
+            "run_lock", lambda found: found[0]["status"] if found else None, run_id=run_id
+        )
+
+    def run_signal(self, run: str, name: str, payload_json: str, key: str | None) -> Statement[int]:
+        """Send a signal to a run (by id or key) through send_signal; the signal's id."""
+        return self._stmt(
+            "run_signal", _count("id"), run=run, name=name, payload=payload_json, key=key
+        )
+
+    def signal_list(self, run_id: str) -> Statement[list[Row]]:
+        """The signals a run received."""
+        return self._stmt("signal_list", lambda found: found, run_id=run_id)
+
+    def event_get(self, run_id: str, key: str) -> Statement[Row | None]:
+        """The latest value of a run's event ``key``."""
+        return self._stmt("event_get", _first(dict), run_id=run_id, key=key)
+
+    def stream_read(self, run_id: str, key: str, after: int) -> Statement[list[Row]]:
+        """Stream values after ``after``, with the run's status on every row."""
+        return self._stmt("stream_read", lambda found: found, run_id=run_id, key=key, after=after)
 
     def run_retry(self, run_id: str) -> Statement[bool]:
         """Queue a failed or cancelled run again; False if it was in neither state."""
@@ -215,13 +255,15 @@ class Statements:
         failed: bool,
         event: str,
         detail_json: str | None = None,
+        paused: bool = False,
     ) -> Statement[int]:
-        """Give a held task back, due after ``delay_seconds`` (fenced)."""
+        """Give a held task back, due after ``delay_seconds`` (fenced); paused if asked."""
         return self._stmt(
             "task_release",
             _count("changed"),
             delay_seconds=delay_seconds,
             failed=failed,
+            paused=paused,
             event=event,
             detail=detail_json,
             **fence.params(),
@@ -234,6 +276,14 @@ class Statements:
             lambda found: (int(found[0]["revived"]), int(found[0]["dead"])) if found else (0, 0),
             limit=limit,
             max_lapses=max_lapses,
+        )
+
+    def task_settle(self, fence: Fence) -> Statement[str | None]:
+        """Let go of a held task whose run stopped running; the run's status."""
+        return self._stmt(
+            "task_settle",
+            lambda found: found[0]["run_status"] if found else None,
+            **fence.params(),
         )
 
     def task_lock_fenced(self, fence: Fence) -> Statement[bool]:
@@ -261,11 +311,25 @@ class Statements:
         started_at: datetime,
         event: str,
         detail_json: str | None = None,
-    ) -> Statement[tuple[int, int]]:
-        """Record a step outcome and extend the lease; (leased, written)."""
+        event_key: str | None = None,
+        stream_seq: int | None = None,
+        stream_closed: bool = False,
+    ) -> Statement[tuple[int, int, str | None]]:
+        """Record a step outcome and extend the lease; (leased, written, run status).
+
+        For kind 'event' the output is also published as event ``event_key``;
+        for kind 'stream' it is appended to stream ``event_key`` at ``stream_seq``.
+        """
         return self._stmt(
             "step_checkpoint",
-            lambda found: (int(found[0]["leased"]), int(found[0]["written"])),
+            lambda found: (
+                int(found[0]["leased"]),
+                int(found[0]["written"]),
+                found[0]["run_status"],
+            ),
+            event_key=event_key,
+            stream_seq=stream_seq,
+            stream_closed=stream_closed,
             lease_seconds=lease_seconds,
             position=position,
             name=name,
@@ -277,6 +341,43 @@ class Statements:
             started_at=started_at,
             event=event,
             detail=detail_json,
+            **fence.params(),
+        )
+
+    def step_wait(
+        self,
+        fence: Fence,
+        *,
+        position: int,
+        name: str,
+        kind: str,
+        waiting_for_json: str,
+        wake_at: datetime | None = None,
+        seconds: float | None = None,
+    ) -> Statement[tuple[int, datetime | None]]:
+        """Park the run at a durable wait until ``wake_at`` (or now + ``seconds``)."""
+        return self._stmt(
+            "step_wait",
+            lambda found: (int(found[0]["leased"]), found[0]["wake_at"]),
+            position=position,
+            name=name,
+            kind=kind,
+            waiting_for=waiting_for_json,
+            wake_at=wake_at,
+            seconds=seconds,
+            **fence.params(),
+        )
+
+    def signal_take(
+        self, fence: Fence, *, position: int, name: str, step_name: str
+    ) -> Statement[Row]:
+        """Consume the oldest pending signal ``name`` into the wait at ``position``."""
+        return self._stmt(
+            "signal_take",
+            lambda found: found[0],
+            position=position,
+            name=name,
+            step_name=step_name,
             **fence.params(),
         )
 

@@ -74,13 +74,14 @@ WITH lease AS (
     SET status = 'completed', output = %(output)s::jsonb, error = NULL,
         completed_at = {now}, updated_at = {now}
     FROM lease
-    WHERE r.id = lease.run_id
+    -- A run cancelled while its last step ran stays cancelled.
+    WHERE r.id = lease.run_id AND r.status IN ('running', 'paused')
     RETURNING r.id
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id)
     SELECT id, {now}, 'run_completed', %(attempt)s, %(worker_id)s FROM finished
 )
-SELECT count(*) AS changed FROM finished;
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM finished) AS changed;
 
 -- name: run_fail
 -- Dead-letter a run: status failed with its error and traceback, task
@@ -94,13 +95,13 @@ WITH lease AS (
     UPDATE {schema}.runs r
     SET status = 'failed', error = %(error)s::jsonb, completed_at = {now}, updated_at = {now}
     FROM lease
-    WHERE r.id = lease.run_id
+    WHERE r.id = lease.run_id AND r.status IN ('running', 'paused')
     RETURNING r.id
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
     SELECT id, {now}, 'run_failed', %(attempt)s, %(worker_id)s, %(error)s::jsonb FROM failed
 )
-SELECT count(*) AS changed FROM failed;
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM failed) AS changed;
 
 -- name: run_retry
 -- Revive a failed or cancelled run: it is queued again with a fresh task, and
@@ -129,20 +130,27 @@ WITH revived AS (
 SELECT id FROM revived;
 
 -- name: run_cancel
--- Cancel a run that has not finished: its tasks are deleted, so a worker
--- holding one is fenced out at its next write. Returns the run's status
--- before the call, so cancelling twice is recognised as a no-op.
+-- Cancel a run that has not finished. Its waiting or queued task is deleted;
+-- a task a worker holds is left to that worker, which sees the cancellation
+-- at its next ctx call (a step in flight finishes, its successor never
+-- starts). SKIP LOCKED: a task being claimed this instant is let go by its
+-- claimer once this commits. Returns the status before the call, so
+-- cancelling twice is recognised as a no-op.
 WITH target AS (
     SELECT id, status FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE
 ), cancelled AS (
     UPDATE {schema}.runs r
-    SET status = 'cancelled', completed_at = {now}, updated_at = {now},
+    SET status = 'cancelled', completed_at = {now}, updated_at = {now}, waiting_for = NULL,
+        cancel_reason = %(reason)s::text,
         error = jsonb_build_object('type', 'Cancelled', 'message', %(reason)s::text)
     FROM target
     WHERE r.id = target.id AND target.status NOT IN ('completed', 'failed', 'cancelled')
     RETURNING r.id
 ), dropped AS (
-    DELETE FROM {schema}.tasks t USING cancelled WHERE t.run_id = cancelled.id RETURNING t.id
+    DELETE FROM {schema}.tasks
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN cancelled c ON t.run_id = c.id
+                 WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
+    RETURNING id
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, detail)
     SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', %(reason)s::text)
@@ -150,3 +158,59 @@ WITH target AS (
 )
 SELECT target.status AS previous_status, (SELECT count(*) FROM cancelled) AS changed
 FROM target;
+
+-- name: run_pause
+-- Pause an unfinished run: its task is not claimed until run_resume. A run
+-- being executed now pauses at its next ctx call.
+WITH target AS (
+    SELECT id, status FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE
+), paused AS (
+    UPDATE {schema}.runs r SET status = 'paused', updated_at = {now}
+    FROM target
+    WHERE r.id = target.id AND target.status IN ('queued', 'running', 'waiting')
+    RETURNING r.id
+), parked AS (
+    UPDATE {schema}.tasks SET status = 'paused'
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN paused p ON t.run_id = p.id
+                 WHERE t.status = 'ready' FOR UPDATE OF t SKIP LOCKED)
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event) SELECT id, {now}, 'run_paused' FROM paused
+)
+SELECT target.status AS previous_status, (SELECT count(*) FROM paused) AS changed FROM target;
+
+-- name: run_resume
+-- Resume a paused run, or wake a sleeping one early: its task is due now,
+-- and a durable sleep in progress counts as finished.
+WITH target AS (
+    SELECT id, status, waiting_for FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE
+), resumed AS (
+    UPDATE {schema}.runs r
+    SET status = CASE WHEN target.status = 'paused' THEN 'queued' ELSE r.status END,
+        updated_at = {now}
+    FROM target
+    WHERE r.id = target.id
+      AND (target.status = 'paused'
+           OR (target.status = 'waiting' AND target.waiting_for ? 'sleep'))
+    RETURNING r.id
+), woken AS (
+    UPDATE {schema}.tasks SET status = 'ready', available_at = {now}
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN resumed r ON t.run_id = r.id
+                 WHERE t.status IN ('paused', 'ready') FOR UPDATE OF t SKIP LOCKED)
+), slept AS (
+    UPDATE {schema}.steps s SET status = 'completed', completed_at = {now}
+    FROM resumed
+    WHERE s.run_id = resumed.id AND s.status = 'waiting' AND s.kind = 'sleep'
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event) SELECT id, {now}, 'run_resumed' FROM resumed
+)
+SELECT target.status AS previous_status, (SELECT count(*) FROM resumed) AS changed FROM target;
+
+-- name: run_lock
+-- Lock a run's row for the rest of the transaction: a wait for a signal
+-- takes it before looking for the signal, as send_signal does before
+-- writing one, so a signal is never missed between the two.
+SELECT status FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE;
+
+-- name: run_signal
+-- Send a signal through the send_signal function (see migration 0002).
+SELECT {schema}.send_signal(%(run)s, %(name)s, %(payload)s::jsonb, %(key)s, %(now)s) AS id;

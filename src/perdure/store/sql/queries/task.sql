@@ -30,18 +30,20 @@ WITH candidates AS (
     RETURNING t.id, t.run_id, t.kind, t.step_position, t.step_name, t.attempt, t.failures,
               t.lapses, t.workflow, t.version, t.queue
 ), started AS (
+    -- A run cancelled or paused while its task was being claimed is not
+    -- started: the claimer gets it back with finished = true and lets go.
     UPDATE {schema}.runs r
-    SET status = 'running', started_at = coalesce(r.started_at, {now}),
+    SET status = 'running', started_at = coalesce(r.started_at, {now}), waiting_for = NULL,
         worker_id = %(worker_id)s, updated_at = {now}
     FROM claimed c
-    WHERE r.id = c.run_id
+    WHERE r.id = c.run_id AND r.status NOT IN ('completed', 'failed', 'cancelled', 'paused')
     RETURNING r.id, r.input
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id)
     SELECT run_id, {now}, 'run_claimed', attempt, %(worker_id)s FROM claimed
 )
-SELECT c.*, s.input
-FROM claimed c JOIN started s ON s.id = c.run_id;
+SELECT c.*, s.input, s.id IS NULL AS finished, {now} AS db_now
+FROM claimed c LEFT JOIN started s ON s.id = c.run_id;
 
 -- name: task_next_due
 -- Seconds until the earliest ready task of these queues becomes due (NULL if
@@ -72,7 +74,8 @@ SELECT id FROM extended;
 -- graceful shutdown. Fenced on (worker_id, attempt).
 WITH released AS (
     UPDATE {schema}.tasks
-    SET status = 'ready', worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL,
+    SET status = CASE WHEN %(paused)s THEN 'paused' ELSE 'ready' END, worker_id = NULL,
+        lease_expires_at = NULL, claimed_at = NULL,
         available_at = {now} + make_interval(secs => %(delay_seconds)s),
         failures = failures + CASE WHEN %(failed)s THEN 1 ELSE 0 END
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
@@ -80,7 +83,7 @@ WITH released AS (
     RETURNING run_id, available_at
 ), queued AS (
     UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
-    FROM released WHERE r.id = released.run_id
+    FROM released WHERE r.id = released.run_id AND r.status = 'running'
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
     SELECT run_id, {now}, %(event)s, %(attempt)s, %(worker_id)s,
@@ -111,7 +114,7 @@ WITH expired AS (
     RETURNING t.run_id
 ), requeued AS (
     UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
-    FROM revived WHERE r.id = revived.run_id
+    FROM revived WHERE r.id = revived.run_id AND r.status = 'running'
 ), dead AS (
     DELETE FROM {schema}.tasks t USING expired e
     WHERE t.id = e.id AND e.lapses >= %(max_lapses)s
@@ -123,7 +126,7 @@ WITH expired AS (
             'type', 'LeaseExpired',
             'message', format('the lease on this run expired %%s times: its workers died or '
                               'stalled while running it', dead.lapses))
-    FROM dead WHERE r.id = dead.run_id
+    FROM dead WHERE r.id = dead.run_id AND r.status NOT IN ('completed', 'failed', 'cancelled')
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
     SELECT e.run_id, {now},
@@ -142,3 +145,28 @@ SELECT run_id FROM {schema}.tasks
 WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
   AND status = 'claimed'
 FOR UPDATE;
+
+-- name: task_settle
+-- Settle a held task whose run is not running any more (cancelled, paused or
+-- finished while the task was claimed): a finished run's task is deleted, a
+-- paused run's task is parked, any other is handed back ready. Fenced; read
+-- with a fresh snapshot, so it sees the change that made the claim skip the run.
+WITH run AS (
+    SELECT r.status FROM {schema}.runs r JOIN {schema}.tasks t ON t.run_id = r.id
+    WHERE t.id = %(task_id)s
+), parked AS (
+    UPDATE {schema}.tasks
+    SET status = CASE WHEN (SELECT status FROM run) = 'paused' THEN 'paused' ELSE 'ready' END,
+        worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL, available_at = {now}
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed'
+      AND (SELECT status FROM run) NOT IN ('completed', 'failed', 'cancelled')
+    RETURNING id
+), dropped AS (
+    DELETE FROM {schema}.tasks
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed'
+      AND (SELECT status FROM run) IN ('completed', 'failed', 'cancelled')
+    RETURNING id
+)
+SELECT (SELECT status FROM run) AS run_status;

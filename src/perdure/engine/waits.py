@@ -1,0 +1,152 @@
+"""Durable waits and publications: sleeps, signals, events and streams.
+
+A wait is a checkpoint like a step. Its first execution writes it in status
+'waiting' with a wake time and hands the task back due at that time, so the
+run holds no worker slot, thread or connection while it waits. When the task
+is claimed again the workflow replays to the wait, which then completes (the
+time has come, the signal is there), times out, or parks again.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from perdure.engine import serialization
+from perdure.engine.control import Suspend
+from perdure.engine.executor import Execution, _Attempt
+from perdure.errors import SignalTimeout
+from perdure.store.store import execute_async
+from perdure.types import Step, StepStatus
+
+#: A wait with no timeout parks for a century; a signal wakes it long before.
+FOREVER_SECONDS = 100 * 365 * 86400.0
+
+
+async def _park(
+    ex: Execution,
+    position: int,
+    name: str,
+    kind: str,
+    waiting_for: dict[str, Any],
+    *,
+    wake_at: datetime | None = None,
+    seconds: float | None = None,
+    conn: Any = None,
+) -> None:
+    q = ex.env.store.q
+    stmt = q.step_wait(
+        ex.task.fence,
+        position=position,
+        name=name,
+        kind=kind,
+        waiting_for_json=json.dumps(waiting_for),
+        wake_at=wake_at,
+        seconds=seconds,
+    )
+    if conn is not None:
+        leased, _ = await execute_async(conn, stmt)
+    else:
+        leased, _ = await ex.env.store.execute(stmt)
+    if not leased:
+        ex.lost = True
+        ex.check_alive()
+    ex.env.emit("run_waiting", run_id=ex.task.run_id, step=name, waiting_for=waiting_for)
+
+
+def _due(ex: Execution, recorded: Step) -> bool:
+    now = ex.task.db_now
+    return recorded.wake_at is not None and now is not None and now >= recorded.wake_at
+
+
+async def sleep(
+    ex: Execution, *, seconds: float | None = None, until: datetime | None = None
+) -> None:
+    """Wait durably for ``seconds`` or until the aware datetime ``until``."""
+    await ex.gate()
+    position, recorded = ex._next("sleep", "sleep")
+    if recorded is not None and recorded.status == StepStatus.COMPLETED:
+        return
+    if recorded is not None and _due(ex, recorded):
+        attempt = _Attempt(position, "sleep", "sleep", 1, recorded.started_at)
+        await ex._checkpoint(attempt, "completed", "null", None)
+        return
+    if recorded is not None:
+        # Claimed before its time without being woken: wait for the same time.
+        until, seconds = recorded.wake_at, None
+    await _park(ex, position, "sleep", "sleep", {"sleep": True}, wake_at=until, seconds=seconds)
+    raise Suspend()
+
+
+async def wait_for_signal(ex: Execution, name: str, timeout: float | None) -> Any:
+    """Return the payload of the next signal ``name``; SignalTimeout after ``timeout`` s."""
+    await ex.gate()
+    step_name = f"signal:{name}"
+    position, recorded = ex._next(step_name, "signal")
+    if recorded is not None and recorded.status == StepStatus.COMPLETED:
+        return recorded.output
+    if recorded is not None and recorded.status == StepStatus.TIMED_OUT:
+        raise SignalTimeout(ex.task.run_id, name, timeout)
+    q, fence = ex.env.store.q, ex.task.fence
+    timed_out = False
+    async with ex.env.store.pool.connection() as conn, conn.transaction():
+        # The run's row lock orders this wait against send_signal: either the
+        # signal is committed and found below, or our 'waiting' state is
+        # committed first and the sender sees it and wakes the run.
+        await execute_async(conn, q.run_lock(ex.task.run_id))
+        row = await execute_async(
+            conn, q.signal_take(fence, position=position, name=name, step_name=step_name)
+        )
+        if not row["leased"]:
+            ex.lost = True
+            ex.check_alive()
+        if row["taken"]:
+            ex.env.emit("signal_consumed", run_id=ex.task.run_id, name=name)
+            return row["payload"]
+        if (
+            recorded is not None
+            and recorded.wake_at is not None
+            and row["db_now"] >= recorded.wake_at
+        ):
+            attempt = _Attempt(position, step_name, "signal", 1, recorded.started_at)
+            await execute_async(conn, ex._checkpoint_statement(attempt, "timed_out", None, None))
+            timed_out = True
+        else:
+            wake_at = recorded.wake_at if recorded is not None else None
+            await _park(
+                ex,
+                position,
+                step_name,
+                "signal",
+                {"signal": name},
+                wake_at=wake_at,
+                seconds=FOREVER_SECONDS if timeout is None else timeout,
+                conn=conn,
+            )
+    if timed_out:
+        raise SignalTimeout(ex.task.run_id, name, timeout)
+    raise Suspend()
+
+
+async def publish(ex: Execution, kind: str, key: str, value: Any, *, closed: bool = False) -> None:
+    """Publish an event value, or append to (or close) a stream, exactly once per position."""
+    await ex.gate()
+    if kind == "stream":
+        seq = ex.stream_seq.get(key, 0) + 1
+        ex.stream_seq[key] = seq
+    name = f"{kind}:{key}"
+    position, recorded = ex._next(name, kind)
+    if recorded is not None:
+        return
+    text = serialization.dumps(value, f"the value of {kind} {key!r}", ex.env.max_payload_bytes)
+    attempt = _Attempt(position, name, kind, 1, ex.env.store.q.clock.wall_now())
+    await ex._checkpoint(
+        attempt,
+        "completed",
+        text,
+        None,
+        event_key=key,
+        stream_seq=seq if kind == "stream" else None,
+        stream_closed=closed,
+    )
