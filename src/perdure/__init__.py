@@ -32,6 +32,7 @@ from perdure.errors import (
     SerializationError,
     SignalTimeout,
     StepFailed,
+    StepTimeout,
     UnknownWorkflow,
     WorkflowDefinitionError,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "Step",
     "StepFailed",
     "StepStatus",
+    "StepTimeout",
     "SyncContext",
     "UnknownWorkflow",
     "VirtualClock",

@@ -209,3 +209,12 @@ class EventTimeout(PerdureError, TimeoutError):
         self.key = key
         self.timeout = timeout
         super().__init__(f"run {run_id} did not publish event {key!r} within {timeout:g} s")
+
+
+class StepTimeout(PerdureError, TimeoutError):
+    """A step attempt ran longer than its timeout."""
+
+    def __init__(self, step: str, timeout: float) -> None:
+        self.step = step
+        self.timeout = timeout
+        super().__init__(f"step {step!r} did not finish within {timeout:g} s")

@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 import perdure
-from perdure.store import migrate
 from helpers import WorkerProcess, wait_until
 from perdure.cli.main import cli
 from perdure.cli.render import format_duration, safe_url
 from perdure.cli.runs import parse_since
+from perdure.store import migrate
 
 
 @pytest.fixture

@@ -36,8 +36,10 @@ def test_sleep_parks_the_run_without_a_worker_and_wakes_after(app: perdure.App) 
     assert calls == ["before", "after"]
     steps = app.steps(handle.id)
     assert [(s.name, s.kind, s.status) for s in steps] == [
-        ("before", "step", "completed"), ("sleep", "sleep", "completed"),
-        ("after", "step", "completed")]
+        ("before", "step", "completed"),
+        ("sleep", "sleep", "completed"),
+        ("after", "step", "completed"),
+    ]
     assert steps[1].duration is not None and steps[1].duration >= 0.5
 
 
@@ -66,8 +68,11 @@ def test_signal_sent_before_and_after_the_wait_and_duplicates(app: perdure.App) 
     early = app.signal(handle.id, "approve", {"by": "ada"}, key="sig-1")
     assert app.signal("approval:1", "approve", {"by": "ada"}, key="sig-1") == early
     with BackgroundWorker(app, **FAST):
-        wait_until(lambda: (handle.get().waiting_for or {}).get("signal") == "approve", 20,
-                   what="the second wait")
+        wait_until(
+            lambda: (handle.get().waiting_for or {}).get("signal") == "approve",
+            20,
+            what="the second wait",
+        )
         app.signal(handle.id, "approve", {"by": "grace"}, key="sig-2")
         assert handle.result(timeout=20) == [{"by": "ada"}, {"by": "grace"}]
     signals = app.signals(handle.id)
@@ -132,8 +137,9 @@ def test_signals_from_many_threads_race_with_the_wait_and_none_is_lost(
     handle = app.start("tally")
     with BackgroundWorker(app, **FAST):
         threads = [
-            threading.Thread(target=app.signal, args=(handle.id, "vote", 1),
-                             kwargs={"key": f"v{i}"})
+            threading.Thread(
+                target=app.signal, args=(handle.id, "vote", 1), kwargs={"key": f"v{i}"}
+            )
             for i in range(20)
         ]
         for thread in threads:

@@ -224,6 +224,7 @@ class App(MessagingMixin):
         key: str | None,
         delay: float | timedelta | None,
         priority: int,
+        timeout: float | timedelta | None = None,
     ) -> Statement[Any]:
         name, version, queue = resolved
         if key is not None and (
@@ -242,6 +243,7 @@ class App(MessagingMixin):
             input_json=text,
             priority=priority,
             delay_seconds=_seconds(delay, "delay"),
+            timeout_seconds=None if timeout is None else _seconds(timeout, "timeout"),
         )
 
     def _local(
@@ -272,6 +274,7 @@ class App(MessagingMixin):
         version: int | None = None,
         delay: float | timedelta | None = None,
         priority: int = 0,
+        timeout: float | timedelta | None = None,
         conn: psycopg.Connection[Any] | None = None,
     ) -> RunHandle:
         """Start a run of ``workflow`` with ``input``; return its handle.
@@ -280,7 +283,8 @@ class App(MessagingMixin):
         one. With ``conn`` (a psycopg connection in a transaction), the run is
         written in the caller's transaction: it exists only if that commits.
         An unknown workflow or a non-JSON input is refused before anything is
-        written.
+        written. ``delay`` makes the run due later; ``timeout`` cancels it
+        (reason "deadline") if it has not finished that long after the start.
         """
         run = self._run
         if conn is not None:
@@ -291,7 +295,9 @@ class App(MessagingMixin):
             async def run(stmt: Statement[T]) -> T:
                 return execute_sync(caller, stmt)
 
-        return self._portal.call(self._start(run, workflow, input, key, version, delay, priority))
+        return self._portal.call(
+            self._start(run, workflow, input, key, version, delay, priority, timeout)
+        )
 
     async def start_async(
         self,
@@ -302,12 +308,13 @@ class App(MessagingMixin):
         version: int | None = None,
         delay: float | timedelta | None = None,
         priority: int = 0,
+        timeout: float | timedelta | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> RunHandle:
         """Start a run from async code; see :meth:`start`."""
         if conn is None:
             return await self._portal.run(
-                self._start(self._run, workflow, input, key, version, delay, priority)
+                self._start(self._run, workflow, input, key, version, delay, priority, timeout)
             )
         caller = conn
 
@@ -315,7 +322,7 @@ class App(MessagingMixin):
         async def run(stmt: Statement[T]) -> T:
             return await execute_async(caller, stmt)
 
-        return await self._start(run, workflow, input, key, version, delay, priority)
+        return await self._start(run, workflow, input, key, version, delay, priority, timeout)
 
     async def _start(
         self,
@@ -326,6 +333,7 @@ class App(MessagingMixin):
         version: int | None,
         delay: float | timedelta | None,
         priority: int,
+        timeout: float | timedelta | None,
     ) -> RunHandle:
         name, resolved = self._local(workflow, version)
         if not self._schema_ready:
@@ -335,7 +343,7 @@ class App(MessagingMixin):
             if row is None:
                 raise UnknownWorkflow(name, version)
             resolved = (row["name"], row["version"], row["queue"])
-        stmt = self._insert_statement(resolved, input, key, delay, priority)
+        stmt = self._insert_statement(resolved, input, key, delay, priority, timeout)
         # A concurrent start with the same key can leave this statement's
         # snapshot without either row (see run_insert); a new statement sees it.
         for _ in range(5):

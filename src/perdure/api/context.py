@@ -110,6 +110,7 @@ class Context(_Base):
         /,
         *args: Any,
         retry: RetryPolicy | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -121,6 +122,7 @@ class Context(_Base):
         /,
         *args: Any,
         retry: RetryPolicy | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> T: ...
 
@@ -131,6 +133,7 @@ class Context(_Base):
         /,
         *args: Any,
         retry: RetryPolicy | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as the checkpointed step ``name``.
@@ -140,9 +143,12 @@ class Context(_Base):
         replay the recorded output is returned and ``fn`` is not called. An
         ordinary exception is retried per ``retry`` (default: 3 attempts with
         backoff); ``PermanentError`` or exhausted attempts raise
-        :class:`~perdure.StepFailed` into the workflow.
+        :class:`~perdure.StepFailed` into the workflow. ``timeout`` (seconds)
+        fails an attempt that runs longer with :class:`~perdure.StepTimeout`,
+        retried like any error (a plain ``def`` step's thread cannot be
+        stopped: it runs on, and its result is ignored).
         """
-        return await self._execution.step(name, fn, args, kwargs, retry)
+        return await self._execution.step(name, fn, args, kwargs, retry, timeout)
 
     @overload
     async def transaction(
@@ -223,11 +229,12 @@ class SyncContext(_Base):
         /,
         *args: Any,
         retry: RetryPolicy | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> T:
         """Run ``fn`` as the checkpointed step ``name``; see :meth:`Context.step`."""
         result: T = call_sync(
-            self._execution.loop, self._execution.step(name, fn, args, kwargs, retry)
+            self._execution.loop, self._execution.step(name, fn, args, kwargs, retry, timeout)
         )
         return result
 

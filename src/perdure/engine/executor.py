@@ -33,6 +33,7 @@ from perdure.errors import (
     PermanentError,
     SerializationError,
     StepFailed,
+    StepTimeout,
 )
 from perdure.store.rows import ClaimedTask
 from perdure.store.statements import Statement
@@ -243,11 +244,18 @@ class Execution:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         retry: RetryPolicy | None,
+        timeout: float | None = None,
     ) -> Any:
         """Run a plain step once per run (at least once across crashes)."""
 
         async def body(attempt: _Attempt) -> tuple[str | None, Any]:
-            result = await self._call(fn, args, kwargs)
+            if timeout is None:
+                result = await self._call(fn, args, kwargs)
+            else:
+                try:
+                    result = await asyncio.wait_for(self._call(fn, args, kwargs), timeout)
+                except TimeoutError:
+                    raise StepTimeout(name, timeout) from None
             if isinstance(result, Snooze):
                 raise result
             return serialization.roundtrip(

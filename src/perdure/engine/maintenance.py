@@ -40,7 +40,7 @@ async def heartbeat_loop(
 async def reaper_loop(
     store: AsyncStore, interval: float, max_lapses: int, stale_seconds: float
 ) -> None:
-    """Every ``interval`` s, make expired leases claimable and mark silent workers lost."""
+    """Every ``interval`` s: revive expired leases, enforce deadlines, mark silent workers."""
     while True:
         await asyncio.sleep(interval)
         try:
@@ -49,6 +49,9 @@ async def reaper_loop(
             )
             if revived or dead:
                 log.info("reaper revived %d task(s), dead-lettered %d", revived, dead)
+            expired = await store.execute(store.q.run_expire())
+            if expired:
+                log.info("cancelled %d run(s) past their deadline", expired)
             await store.execute(store.q.worker_mark_lost(stale_seconds))
         except Exception as exc:
             log.warning("reaper failed: %s", exc)

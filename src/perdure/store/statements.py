@@ -102,6 +102,7 @@ class Statements:
         priority: int = 0,
         delay_seconds: float = 0.0,
         parent_run_id: str | None = None,
+        timeout_seconds: float | None = None,
     ) -> Statement[StartResult | None]:
         """Create a run with its first task, or find the run that has ``key``."""
         return self._stmt(
@@ -116,6 +117,7 @@ class Statements:
             priority=priority,
             delay_seconds=delay_seconds,
             parent_run_id=parent_run_id,
+            timeout_seconds=timeout_seconds,
         )
 
     def run_get(self, run_id: str) -> Statement[Run | None]:
@@ -161,6 +163,10 @@ class Statements:
         return self._stmt(
             "run_fail", _pair("leased", "changed"), error=error_json, **fence.params()
         )
+
+    def run_expire(self, limit: int = 500) -> Statement[int]:
+        """Cancel up to ``limit`` runs past their deadline; how many."""
+        return self._stmt("run_expire", _count("cancelled"), limit=limit)
 
     def run_pause(self, run_id: str) -> Statement[Row | None]:
         """Pause an unfinished run; the row tells the previous status and if it changed."""

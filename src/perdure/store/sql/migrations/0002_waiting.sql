@@ -17,6 +17,10 @@ ALTER TABLE steps ADD COLUMN wake_at timestamptz;
 -- {"signal": "<name>", "until": ...}; NULL when it is not waiting.
 ALTER TABLE runs ADD COLUMN waiting_for jsonb;
 ALTER TABLE runs ADD COLUMN cancel_reason text;
+-- app.start(..., timeout=): past this time the run is cancelled ("deadline").
+ALTER TABLE runs ADD COLUMN deadline_at timestamptz;
+CREATE INDEX runs_deadline_at_idx ON runs (deadline_at)
+    WHERE deadline_at IS NOT NULL AND status IN ('queued', 'running', 'waiting', 'paused');
 
 ALTER TABLE tasks DROP CONSTRAINT tasks_status_check;
 ALTER TABLE tasks ADD CONSTRAINT tasks_status_check CHECK (status IN ('ready', 'claimed', 'paused'));

@@ -9,9 +9,10 @@
 -- caller then runs it again, and the fresh snapshot sees the winner.
 WITH inserted AS (
     INSERT INTO {schema}.runs (id, workflow, version, queue, key, status, input, parent_run_id,
-                               created_at, updated_at)
+                               created_at, updated_at, deadline_at)
     VALUES (%(run_id)s, %(workflow)s, %(version)s, %(queue)s, %(key)s, 'queued', %(input)s::jsonb,
-            %(parent_run_id)s, {now}, {now})
+            %(parent_run_id)s, {now}, {now},
+            {now} + make_interval(secs => %(timeout_seconds)s::float8))
     ON CONFLICT (key) DO NOTHING
     RETURNING id, workflow, status, created_at
 ), task AS (
@@ -214,3 +215,32 @@ SELECT status FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE;
 -- name: run_signal
 -- Send a signal through the send_signal function (see migration 0002).
 SELECT {schema}.send_signal(%(run)s, %(name)s, %(payload)s::jsonb, %(key)s, %(now)s) AS id;
+
+-- name: run_expire
+-- Cancel runs whose deadline passed, a batch at a time, with reason
+-- "deadline". The partial index runs_deadline_at_idx holds only unfinished
+-- runs that have a deadline. A task a worker holds is left to it: the worker
+-- sees the cancellation at its next ctx call.
+WITH expired AS (
+    SELECT id FROM {schema}.runs
+    WHERE deadline_at IS NOT NULL AND deadline_at < {now}
+      AND status IN ('queued', 'running', 'waiting', 'paused')
+    ORDER BY deadline_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    UPDATE {schema}.runs r
+    SET status = 'cancelled', completed_at = {now}, updated_at = {now}, waiting_for = NULL,
+        cancel_reason = 'deadline',
+        error = jsonb_build_object('type', 'Cancelled', 'message', 'deadline')
+    FROM expired WHERE r.id = expired.id
+    RETURNING r.id
+), dropped AS (
+    DELETE FROM {schema}.tasks
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN cancelled c ON t.run_id = c.id
+                 WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, detail)
+    SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', 'deadline') FROM cancelled
+)
+SELECT count(*) AS cancelled FROM cancelled;
