@@ -63,3 +63,20 @@ def three(ctx: perdure.SyncContext, n: int) -> int:
     b = ctx.step("b", _effect, ctx.run_id, "b")
     c = ctx.step("c", _effect, ctx.run_id, "c")
     return n + (a > 0) + (b > 0) + (c > 0)
+
+
+@app.workflow("sleepy")
+async def sleepy(ctx: perdure.Context, params: dict[str, Any]) -> dict[str, int]:
+    """before -> a durable sleep -> after."""
+    before = await ctx.step("before", _effect, ctx.run_id, "before")
+    await ctx.sleep(params["sleep"])
+    after = await ctx.step("after", _effect, ctx.run_id, "after")
+    return {"before": before, "after": after}
+
+
+@app.workflow("approve")
+async def approve(ctx: perdure.Context, params: dict[str, Any]) -> Any:
+    """Wait for an approval signal, then record it."""
+    decision = await ctx.wait_for_signal("approval")
+    await ctx.step("record", _effect, ctx.run_id, "record")
+    return decision

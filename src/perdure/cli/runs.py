@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -164,6 +165,8 @@ def run_header(run: Run) -> Table:
         ("key", render.text(run.key)),
         ("status", render.status_text(run.status)),
     ]
+    if run.waiting_for:
+        rows.append(("waiting for", render.text(render.dumps(run.waiting_for))))
     if run.parent_run_id:
         rows.append(("parent", render.text(run.parent_run_id)))
     rows += [
@@ -271,4 +274,41 @@ def cancel(state: CliState, ref: str, reason: str | None) -> None:
     """Cancel an unfinished run (cancelling a cancelled run again changes nothing)."""
     with state.app() as app:
         run = app.cancel(ref) if reason is None else app.cancel(ref, reason)
+    click.echo(f"run {run.id} is {run.status.value}")
+
+
+@runs.command("signal")
+@click.argument("ref", metavar="ID_OR_KEY")
+@click.argument("name")
+@click.option("--data", default="null", help="The payload, as JSON (default: null).")
+@click.option("--key", default=None, help="Idempotency key: the same key twice is one signal.")
+@click.pass_obj
+def signal(state: CliState, ref: str, name: str, data: str, key: str | None) -> None:
+    """Send signal NAME to a run, waking it if it waits for that signal."""
+    try:
+        payload = json.loads(data)
+    except ValueError as exc:
+        raise click.BadParameter(f"--data is not valid JSON: {exc}", param_hint="--data") from exc
+    with state.app() as app:
+        signal_id = app.signal(ref, name, payload, key=key)
+    click.echo(f"signal {name!r} recorded for run {ref} (signal id {signal_id})")
+
+
+@runs.command("pause")
+@click.argument("ref", metavar="ID_OR_KEY")
+@click.pass_obj
+def pause(state: CliState, ref: str) -> None:
+    """Pause a run: no worker claims it until it is resumed."""
+    with state.app() as app:
+        run = app.pause(ref)
+    click.echo(f"run {run.id} is {run.status.value}")
+
+
+@runs.command("resume")
+@click.argument("ref", metavar="ID_OR_KEY")
+@click.pass_obj
+def resume(state: CliState, ref: str) -> None:
+    """Resume a paused run, or wake a sleeping run now."""
+    with state.app() as app:
+        run = app.resume(ref)
     click.echo(f"run {run.id} is {run.status.value}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
 from perdure.store.store import AsyncStore
 
@@ -55,3 +56,19 @@ async def reaper_loop(
             await store.execute(store.q.worker_mark_lost(stale_seconds))
         except Exception as exc:
             log.warning("reaper failed: %s", exc)
+
+
+async def status_loop(
+    store: AsyncStore,
+    queues: list[str],
+    interval: float,
+    report: Callable[[int, datetime | None], None],
+) -> None:
+    """Every ``interval`` s, report how many runs wait for a time and the next wake-up."""
+    while True:
+        try:
+            waiting, next_wake = await store.execute(store.q.task_waiting_summary(queues))
+            report(waiting, next_wake)
+        except Exception as exc:
+            log.warning("status query failed: %s", exc)
+        await asyncio.sleep(interval)

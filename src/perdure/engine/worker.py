@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from perdure.engine import executor, maintenance
@@ -105,6 +106,9 @@ class Worker:
         self.running: dict[int, _Held] = {}
         self.counts: dict[str, int] = {}
         self._slot_freed = asyncio.Event()
+        #: Runs of this worker's queues waiting for a future time, and the next wake-up.
+        self.waiting = 0
+        self.next_wake: datetime | None = None
 
     def request_stop(self) -> None:
         """Stop claiming; finish in-flight work within ``shutdown_seconds``, release the rest."""
@@ -159,6 +163,9 @@ class Worker:
                         lambda: set(self.running),
                         self._lease_lost,
                     )
+                ),
+                asyncio.create_task(
+                    maintenance.status_loop(store, self.queues, 10.0, self._report_waiting)
                 ),
                 asyncio.create_task(
                     maintenance.reaper_loop(
@@ -263,6 +270,14 @@ class Worker:
             self._slot_freed.set()
             self._emit("task_done", {"run_id": task.run_id, "outcome": outcome})
         return outcome
+
+    def _report_waiting(self, waiting: int, next_wake: datetime | None) -> None:
+        """Log the number of waiting runs and the next wake-up when they change."""
+        if (waiting, next_wake) == (self.waiting, self.next_wake):
+            return
+        self.waiting, self.next_wake = waiting, next_wake
+        when = next_wake.astimezone().strftime("%Y-%m-%d %H:%M:%S") if next_wake else "-"
+        log.info("%d run(s) waiting in %s; next wake-up %s", waiting, ",".join(self.queues), when)
 
     def _lease_lost(self, task_id: int) -> None:
         held = self.running.get(task_id)

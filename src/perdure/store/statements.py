@@ -244,6 +244,14 @@ class Statements:
             versions=list(versions),
         )
 
+    def task_waiting_summary(self, queues: Sequence[str]) -> Statement[tuple[int, datetime | None]]:
+        """(tasks waiting for a future time, the earliest of those times)."""
+        return self._stmt(
+            "task_waiting_summary",
+            lambda found: (int(found[0]["waiting"]), found[0]["next_wake"]),
+            queues=list(queues),
+        )
+
     def task_heartbeat(self, worker_id: str, lease_seconds: float) -> Statement[set[int]]:
         """Extend every lease this worker holds; the ids it still holds."""
         return self._stmt(

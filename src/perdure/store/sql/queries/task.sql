@@ -53,6 +53,14 @@ FROM {schema}.tasks
 WHERE status = 'ready' AND queue = ANY(%(queues)s)
   AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[], %(versions)s::integer[]));
 
+-- name: task_waiting_summary
+-- How many tasks of these queues wait for a future time (sleeps, signal
+-- timeouts, retry backoffs) and when the next one is due: what
+-- `perdure worker` reports. Served by the partial index of ready tasks.
+SELECT count(*) AS waiting, min(available_at) AS next_wake
+FROM {schema}.tasks
+WHERE status = 'ready' AND queue = ANY(%(queues)s) AND available_at > {now};
+
 -- name: task_heartbeat
 -- Extend the leases of every task this worker holds and mark it alive.
 -- Returns the ids still held; a task missing from the answer was taken away.
