@@ -42,7 +42,7 @@ def test_a_sleep_survives_its_only_worker_and_resumes_after_the_wake_time(
     assert time.monotonic() - started < 10
     assert output == {"before": first.pid, "after": second.pid}
     assert _ledger(db) == {"before": 1, "after": 1}
-    sleep = [s for s in app.steps(handle.id) if s.kind == "sleep"][0]
+    sleep = next(s for s in app.steps(handle.id) if s.kind == "sleep")
     assert sleep.status == "completed" and sleep.duration is not None and sleep.duration >= 2
 
 
