@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING
 
@@ -138,6 +139,12 @@ def exit_now_if_steps_are_stuck() -> None:
     running; Python would wait for it at exit. Its task was already released
     (another worker resumes the run), so nothing is lost by exiting now.
     """
+    # Idle pool threads exit within moments of the pool's shutdown; give
+    # them that moment so that only threads still inside a step count.
+    deadline = time.monotonic() + 2.0
+    for thread in threading.enumerate():
+        if thread.name.startswith("perdure-step"):
+            thread.join(max(0.0, deadline - time.monotonic()))
     stuck = [t for t in threading.enumerate() if t.name.startswith("perdure-step") and t.is_alive()]
     if stuck:
         logging.getLogger("perdure.worker").warning(
