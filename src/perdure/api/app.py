@@ -529,6 +529,17 @@ class App(MessagingMixin):
 
         asyncio.run(main())
 
+    def run_until_complete(self, run: RunHandle | str, **options: Any) -> Any:
+        """Execute due work in this process until ``run`` finishes or nothing is due.
+
+        The same code path as a worker (perdure.testing.drain); returns the
+        run's result, or raises ResultTimeout if it still waits (a timer not
+        yet due, a signal not yet sent).
+        """
+        from perdure.testing import run_until_complete
+
+        return run_until_complete(self, run, **options)
+
     def close(self) -> None:
         """Close the App's connections and its private loop."""
         store, self._store = self._store, None

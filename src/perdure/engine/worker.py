@@ -46,6 +46,9 @@ class WorkerOptions:
     claim_batch: int = 16
     shutdown_seconds: float = 30.0
     worker_id: str | None = None
+    #: Stop once nothing is running and nothing is due now: the inline mode of
+    #: perdure.testing.drain and App.run_until_complete (same code path).
+    exit_when_idle: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -226,6 +229,8 @@ class Worker:
                     due = await store.execute(self.q.task_next_due(self.queues, names, versions))
                     if due is not None:
                         timeout = min(timeout, max(due, 0.0))
+                    if opts.exit_when_idle and not self.running and (due is None or due > 0):
+                        return
                 backoff = 0.0
             except Exception as exc:
                 # The database went away or refused us: back off (bounded, so a

@@ -1,0 +1,84 @@
+"""Testing helpers for perdure users: run due work inline, on a real PostgreSQL.
+
+``drain(app)`` runs every task that is due now in the calling process, with
+the worker's own code path (a :class:`~perdure.Worker` in ``exit_when_idle``
+mode), and returns when nothing is due. With ``App(clock=VirtualClock())``,
+``clock.advance(days=7)`` followed by ``drain(app)`` finishes a week-long
+``ctx.sleep`` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from perdure.api.app import App
+from perdure.api.handle import RunHandle
+from perdure.errors import ResultTimeout
+from perdure.types import Step
+
+__all__ = ["assert_step_ran", "drain", "drain_async", "run_until_complete", "step_names"]
+
+_INLINE = {"poll_seconds": 0.02, "lease_seconds": 60.0, "concurrency": 8}
+
+
+async def drain_async(app: App, **options: Any) -> dict[str, int]:
+    """Run all work due now, inline, until none is due; counts of what happened."""
+    worker = app.worker(exit_when_idle=True, **{**_INLINE, **options})
+    await worker.run()
+    return dict(worker.counts)
+
+
+def drain(app: App, **options: Any) -> dict[str, int]:
+    """Run all work due now, inline (sync); see :func:`drain_async`.
+
+    Safe to call from a test that has an event loop running: the work runs on
+    a thread of its own.
+    """
+    result: dict[str, int] = {}
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.update(asyncio.run(drain_async(app, **options)))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, name="perdure-drain")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result
+
+
+def run_until_complete(app: App, run: RunHandle | str, **options: Any) -> Any:
+    """Drain ``app`` and return the run's result (ResultTimeout if it still waits)."""
+    handle = run if isinstance(run, RunHandle) else app.handle(run)
+    drain(app, **options)
+    try:
+        return handle.result(timeout=0)
+    except ResultTimeout as exc:
+        raise ResultTimeout(exc.run_id, 0, exc.status) from None
+
+
+def step_names(app: App, run: RunHandle | str) -> list[str]:
+    """The names of a run's recorded steps, in position order."""
+    ref = run.id if isinstance(run, RunHandle) else run
+    return [s.name for s in app.steps(ref)]
+
+
+def assert_step_ran(app: App, run: RunHandle | str, name: str, *, times: int = 1) -> Step:
+    """Assert step ``name`` of ``run`` completed after exactly ``times`` attempt(s)."""
+    ref = run.id if isinstance(run, RunHandle) else run
+    steps = app.steps(ref)
+    found = [s for s in steps if s.name == name]
+    recorded = ", ".join(f"{s.name}({s.status}, {s.attempts} attempt(s))" for s in steps) or "none"
+    assert found, f"run {ref} has no step {name!r}; recorded steps: {recorded}"
+    step = found[0]
+    assert step.status == "completed" and step.attempts == times, (
+        f"step {name!r} of run {ref}: expected completed after {times} attempt(s), "
+        f"found {step.status} after {step.attempts}; recorded steps: {recorded}"
+    )
+    return step
