@@ -80,3 +80,64 @@ def test_assert_step_ran_explains_what_was_recorded(app: perdure.App) -> None:
         testing.assert_step_ran(app, handle, "missing")
     with pytest.raises(AssertionError, match="expected completed after 2 attempt"):
         testing.assert_step_ran(app, handle, "only", times=2)
+
+
+def test_crash_after_a_checkpoint_then_recovery_skips_the_committed_step(
+    make_app: Any,
+) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    charged: list[int] = []
+
+    @app.workflow("order")
+    async def order(ctx: perdure.Context, n: int) -> str:
+        await ctx.step("charge_card", lambda: charged.append(n) or "ch_1")
+        return await ctx.step("ship", lambda: "shipped")
+
+    handle = app.start("order", 7)
+    with testing.crash_after(step="charge_card") as fault:
+        testing.drain(app, lease_seconds=30)
+    assert fault.hits == 1 and handle.status() == "running"
+    assert testing.step_names(app, handle) == ["charge_card"]
+    clock.advance(seconds=31)  # the dead worker's lease lapses
+    assert app.run_until_complete(handle) == "shipped"
+    assert charged == [7]
+    assert "lease_expired" in [e.event for e in app.history(handle.id)]
+
+
+def test_crash_before_the_checkpoint_runs_the_step_again(make_app: Any) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    calls: list[int] = []
+
+    @app.workflow("twice")
+    async def twice(ctx: perdure.Context) -> int:
+        return await ctx.step("effect", lambda: calls.append(1) or len(calls))
+
+    handle = app.start("twice")
+    with testing.crash_after(step="effect", before=True):
+        testing.drain(app, lease_seconds=30)
+    assert testing.step_names(app, handle) == []
+    clock.advance(seconds=31)
+    assert app.run_until_complete(handle) == 2
+    assert len(calls) == 2
+
+
+def test_fail_step_forces_retries_with_their_counts(make_app: Any) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    policy = perdure.RetryPolicy(max_attempts=4, initial_delay=10, jitter=0)
+
+    @app.workflow("resilient")
+    async def resilient(ctx: perdure.Context) -> str:
+        return await ctx.step("call_api", lambda: "ok", retry=policy)
+
+    handle = app.start("resilient")
+    with testing.fail_step("call_api", times=2) as fault:
+        testing.drain(app)
+        clock.advance(seconds=10)
+        testing.drain(app)
+        clock.advance(seconds=20)
+        assert app.run_until_complete(handle) == "ok"
+    assert fault.hits == 2
+    testing.assert_step_ran(app, handle, "call_api", times=3)

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from psycopg_pool import ConnectionPool
 
-from perdure.engine import serialization
+from perdure.engine import faults, serialization
 from perdure.engine.control import Abandon, Snooze, Suspend
 from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from perdure.errors import (
@@ -219,6 +219,7 @@ class Execution:
         )
         self.env.emit("step_started", run_id=self.task.run_id, step=name, attempt=attempt.number)
         try:
+            faults.hit("before_step", name)
             text, decoded = await body(attempt)
         except _LeaseGone:
             self.lost = True
@@ -232,8 +233,10 @@ class Execution:
         except Exception as exc:
             await self._failed(attempt, exc, retry)
             raise AssertionError("unreachable") from exc
+        faults.hit("before_checkpoint", name)
         if text is not None:
             await self._checkpoint(attempt, "completed", text, None)
+        faults.hit("after_checkpoint", name)
         self.executed.append(name)
         return decoded
 
@@ -464,6 +467,10 @@ async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> s
         execution.check_alive()
     except Suspend:
         return "suspended"
+    except faults.SimulatedCrash:
+        # A test's simulated death: no further write; the lease must lapse.
+        env.emit("simulated_crash", run_id=task.run_id)
+        return "crashed"
     except Abandon as signal:
         if execution.lost:
             log.warning("%s", signal.args[0] if signal.args else "lease lost")

@@ -207,6 +207,10 @@ class Worker:
             free = opts.concurrency - len(self.running)
             timeout: float | None = None
             try:
+                if opts.exit_when_idle:
+                    # Inline mode has no reaper schedule: revive lapsed
+                    # leases (a test's simulated crash) before each claim.
+                    await store.execute(self.q.task_rescue(limit=500, max_lapses=opts.max_lapses))
                 if free > 0:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()

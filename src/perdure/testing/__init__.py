@@ -11,14 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from perdure.api.app import App
 from perdure.api.handle import RunHandle
+from perdure.engine import faults
 from perdure.errors import ResultTimeout
 from perdure.types import Step
 
-__all__ = ["assert_step_ran", "drain", "drain_async", "run_until_complete", "step_names"]
+__all__ = [
+    "assert_step_ran",
+    "crash_after",
+    "drain",
+    "drain_async",
+    "fail_step",
+    "run_until_complete",
+    "step_names",
+]
 
 _INLINE = {"poll_seconds": 0.02, "lease_seconds": 60.0, "concurrency": 8}
 
@@ -82,3 +93,42 @@ def assert_step_ran(app: App, run: RunHandle | str, name: str, *, times: int = 1
         f"found {step.status} after {step.attempts}; recorded steps: {recorded}"
     )
     return step
+
+
+@contextmanager
+def crash_after(step: str, *, before: bool = False, times: int = 1) -> Iterator[faults.Fault]:
+    """Make the executing worker die right after step ``step``'s checkpoint commits.
+
+    With ``before=True`` it dies right before the checkpoint instead, so the
+    step ran but its outcome was never recorded. The dead worker writes
+    nothing more: its lease must lapse before another drain resumes the run
+    (advance a VirtualClock past the lease, or wait it out).
+    """
+    fault = faults.Fault(step, "before_checkpoint" if before else "after_checkpoint", times=times)
+    faults.install(fault)
+    try:
+        yield fault
+    finally:
+        faults.remove(fault)
+
+
+@contextmanager
+def fail_step(
+    step: str, *, times: int = 1, error: BaseException | None = None
+) -> Iterator[faults.Fault]:
+    """Make the next ``times`` attempts of step ``step`` raise ``error`` before running.
+
+    The default error is a ConnectionError, which the step's retry policy
+    retries like any transient failure.
+    """
+    fault = faults.Fault(
+        step,
+        "before_step",
+        error=error or ConnectionError(f"injected failure of {step!r}"),
+        times=times,
+    )
+    faults.install(fault)
+    try:
+        yield fault
+    finally:
+        faults.remove(fault)
