@@ -87,10 +87,11 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
 
 
 def _register() -> None:
-    from perdure.cli import demo, embedded, migrate, runs, worker, workflows
+    from perdure.cli import demo, embedded, migrate, replay, runs, worker, workflows
 
     for command in (
         demo.demo,
+        replay.check_replay_command,
         embedded.embedded,
         migrate.migrate,
         runs.runs,

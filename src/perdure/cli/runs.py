@@ -312,3 +312,37 @@ def resume(state: CliState, ref: str) -> None:
     with state.app() as app:
         run = app.resume(ref)
     click.echo(f"run {run.id} is {run.status.value}")
+
+
+@runs.command("export")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(
+        ["queued", "running", "waiting", "paused", "completed", "failed", "cancelled"]
+    ),
+    help="Runs of this status (repeatable; default: every unfinished status).",
+)
+@click.option("--limit", default=1000, show_default=True, help="At most this many per status.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default="-",
+    help="File to write (default: stdout).",
+)
+@click.pass_obj
+def export(state: CliState, statuses: tuple[str, ...], limit: int, output: str) -> None:
+    """Write runs with their recorded steps as JSON, for `perdure check-replay --from`."""
+    from perdure.testing.replay import IN_FLIGHT, export_runs
+
+    with state.app() as app:
+        exported = export_runs(app, statuses=statuses or IN_FLIGHT, limit=limit)
+    text = json.dumps(exported, indent=2, default=str)
+    if output == "-":
+        click.echo(text)
+    else:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        click.echo(f"exported {len(exported)} run(s) to {output}", err=True)

@@ -97,6 +97,10 @@ class _Attempt:
     started: datetime
 
 
+class ReplayEnd(BaseException):
+    """A replay-only execution reached the end of the recorded history."""
+
+
 class _LeaseGone(Exception):
     """Raised inside a transaction step to roll it back when the fence fails."""
 
@@ -116,6 +120,8 @@ class Execution:
     #: The run's status as of the last checkpoint: 'cancelled' or 'paused'
     #: stops the workflow at its next ctx call.
     run_status: str = "running"
+    #: Replay against recorded history only (check-replay): never run a step.
+    replay_only: bool = False
     #: Values written to each stream so far in this execution (replay included).
     stream_seq: dict[str, int] = field(default_factory=dict)
     executed: list[str] = field(default_factory=list)
@@ -136,6 +142,11 @@ class Execution:
             raise self.fatal
         if self.run_status == "cancelled":
             raise Cancelled(self.task.run_id)
+
+    def end_of_history(self) -> None:
+        """Stop here when only replaying (check-replay): the code got past the history."""
+        if self.replay_only:
+            raise ReplayEnd(self.position)
 
     async def gate(self) -> None:
         """Run before every ctx call: stop if lost or cancelled, park if paused."""
@@ -210,6 +221,7 @@ class Execution:
         position, recorded = self._next(name, kind)
         if recorded is not None and recorded.status != StepStatus.RETRYING:
             return self._replayed(recorded)
+        self.end_of_history()
         attempt = _Attempt(
             position,
             name,

@@ -68,6 +68,7 @@ async def sleep(
     position, recorded = ex._next("sleep", "sleep")
     if recorded is not None and recorded.status == StepStatus.COMPLETED:
         return
+    ex.end_of_history()
     if recorded is not None and _due(ex, recorded):
         attempt = _Attempt(position, "sleep", "sleep", 1, recorded.started_at)
         await ex._checkpoint(attempt, "completed", "null", None)
@@ -88,6 +89,7 @@ async def wait_for_signal(ex: Execution, name: str, timeout: float | None) -> An
         return recorded.output
     if recorded is not None and recorded.status == StepStatus.TIMED_OUT:
         raise SignalTimeout(ex.task.run_id, name, timeout)
+    ex.end_of_history()
     q, fence = ex.env.store.q, ex.task.fence
     timed_out = False
     async with ex.env.store.pool.connection() as conn, conn.transaction():
@@ -139,6 +141,7 @@ async def publish(ex: Execution, kind: str, key: str, value: Any, *, closed: boo
     position, recorded = ex._next(name, kind)
     if recorded is not None:
         return
+    ex.end_of_history()
     text = serialization.dumps(value, f"the value of {kind} {key!r}", ex.env.max_payload_bytes)
     attempt = _Attempt(position, name, kind, 1, ex.env.store.q.clock.wall_now())
     await ex._checkpoint(

@@ -22,10 +22,13 @@ from perdure.errors import ResultTimeout
 from perdure.types import Step
 
 __all__ = [
+    "assert_replays",
     "assert_step_ran",
+    "check_replay",
     "crash_after",
     "drain",
     "drain_async",
+    "export_runs",
     "fail_step",
     "run_until_complete",
     "step_names",
@@ -132,3 +135,6 @@ def fail_step(
         yield fault
     finally:
         faults.remove(fault)
+
+
+from perdure.testing.replay import assert_replays, check_replay, export_runs  # noqa: E402

@@ -1,0 +1,123 @@
+"""The deploy-safety check: do in-flight runs still replay against this code?
+
+``check_replay(app)`` reads the recorded steps of the unfinished runs of the
+App's workflows (or of runs exported with ``perdure runs export``) and replays
+each against the App's code without side effects. ``perdure check-replay
+myapp:app`` runs it from the command line and exits 1 if any run diverges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from perdure.api.app import App
+from perdure.engine.replay import ReplayReport, replay_run
+from perdure.types import Step, StepStatus
+
+IN_FLIGHT = ("queued", "running", "waiting", "paused")
+
+
+def export_runs(
+    app: App, *, statuses: Iterable[str] = IN_FLIGHT, limit: int = 1000
+) -> list[dict[str, Any]]:
+    """The recorded runs (input and steps) of the given statuses, as JSON-ready dicts."""
+    exported = []
+    for status in statuses:
+        for run in app.list_runs(status=status, limit=limit):
+            exported.append(
+                {
+                    "id": run.id,
+                    "workflow": run.workflow,
+                    "version": run.version,
+                    "input": run.input,
+                    "status": run.status.value,
+                    "steps": [_step_dict(s) for s in app.steps(run.id)],
+                }
+            )
+    return exported
+
+
+def _step_dict(step: Step) -> dict[str, Any]:
+    return {
+        "position": step.position,
+        "name": step.name,
+        "kind": step.kind,
+        "status": step.status.value,
+        "attempts": step.attempts,
+        "output": step.output,
+        "error": step.error,
+        "started_at": step.started_at.isoformat(),
+        "wake_at": step.wake_at.isoformat() if step.wake_at else None,
+    }
+
+
+def _step(data: dict[str, Any]) -> Step:
+    return Step(
+        position=int(data["position"]),
+        name=str(data["name"]),
+        kind=str(data.get("kind", "step")),
+        status=StepStatus(data["status"]),
+        attempts=int(data.get("attempts", 1)),
+        output=data.get("output"),
+        error=data.get("error"),
+        worker_id=None,
+        started_at=datetime.fromisoformat(data["started_at"])
+        if data.get("started_at")
+        else datetime.now(UTC),
+        completed_at=None,
+        wake_at=datetime.fromisoformat(data["wake_at"]) if data.get("wake_at") else None,
+    )
+
+
+def load_export(path: str | Path) -> list[dict[str, Any]]:
+    """Read a file written by ``perdure runs export``."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise ValueError(f"{path} is not a perdure runs export (a JSON list of runs)")
+    return data
+
+
+def check_replay(app: App, runs: list[dict[str, Any]] | None = None) -> list[ReplayReport]:
+    """Replay ``runs`` (default: the App's in-flight runs) against the App's code."""
+    recorded = export_runs(app) if runs is None else runs
+    return asyncio.run(_check(app, recorded))
+
+
+async def _check(app: App, runs: list[dict[str, Any]]) -> list[ReplayReport]:
+    reports = []
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="perdure-replay") as threads:
+        for run in runs:
+            spec = app.registry.get(run["workflow"], int(run["version"]))
+            if spec is None:
+                reports.append(
+                    ReplayReport(
+                        run["id"],
+                        run["workflow"],
+                        int(run["version"]),
+                        ok=False,
+                        replayed=0,
+                        error=f"no code for workflow {run['workflow']!r} v{run['version']}",
+                    )
+                )
+                continue
+            steps = sorted((_step(s) for s in run["steps"]), key=lambda s: s.position)
+            reports.append(
+                await replay_run(
+                    spec, app.q, threads, run_id=run["id"], input=run["input"], steps=steps
+                )
+            )
+    return reports
+
+
+def assert_replays(app: App, runs: list[dict[str, Any]] | None = None) -> list[ReplayReport]:
+    """Assert every run replays against the App's code; the reports otherwise."""
+    reports = check_replay(app, runs)
+    bad = [r.describe() for r in reports if not r.ok]
+    assert not bad, "runs that would not replay after this deploy:\n  " + "\n  ".join(bad)
+    return reports
