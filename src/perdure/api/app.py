@@ -9,6 +9,7 @@ caller's own psycopg connection instead, inside the caller's transaction.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import secrets
@@ -164,6 +165,9 @@ class App(MessagingMixin):
                 )
                 await store.open()
                 self._store = store
+                # Close the pool at exit if the program did not: its tasks
+                # would otherwise be destroyed pending, with a warning each.
+                atexit.register(self.close)
         return self._store
 
     async def _run(self, stmt: Statement[T]) -> T:
@@ -543,6 +547,7 @@ class App(MessagingMixin):
     def close(self) -> None:
         """Close the App's connections and its private loop."""
         store, self._store = self._store, None
+        atexit.unregister(self.close)
         if store is not None:
             try:
                 self._portal.call(store.close())
