@@ -272,8 +272,13 @@ def retry(state: CliState, ref: str) -> None:
 @click.pass_obj
 def cancel(state: CliState, ref: str, reason: str | None) -> None:
     """Cancel an unfinished run (cancelling a cancelled run again changes nothing)."""
+    _steer(state, "cancel", ref, *(() if reason is None else (reason,)))
+
+
+def _steer(state: CliState, operation: str, ref: str, *args: str) -> None:
+    """Cancel, pause or resume run ``ref`` and print the status it is left in."""
     with state.app() as app:
-        run = app.cancel(ref) if reason is None else app.cancel(ref, reason)
+        run = getattr(app, operation)(ref, *args)
     click.echo(f"run {run.id} is {run.status.value}")
 
 
@@ -299,9 +304,7 @@ def signal(state: CliState, ref: str, name: str, data: str, key: str | None) -> 
 @click.pass_obj
 def pause(state: CliState, ref: str) -> None:
     """Pause a run: no worker claims it until it is resumed."""
-    with state.app() as app:
-        run = app.pause(ref)
-    click.echo(f"run {run.id} is {run.status.value}")
+    _steer(state, "pause", ref)
 
 
 @runs.command("resume")
@@ -309,9 +312,7 @@ def pause(state: CliState, ref: str) -> None:
 @click.pass_obj
 def resume(state: CliState, ref: str) -> None:
     """Resume a paused run, or wake a sleeping run now."""
-    with state.app() as app:
-        run = app.resume(ref)
-    click.echo(f"run {run.id} is {run.status.value}")
+    _steer(state, "resume", ref)
 
 
 @runs.command("export")

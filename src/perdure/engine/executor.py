@@ -124,7 +124,6 @@ class Execution:
     replay_only: bool = False
     #: Values written to each stream so far in this execution (replay included).
     stream_seq: dict[str, int] = field(default_factory=dict)
-    executed: list[str] = field(default_factory=list)
 
     # Replay ------------------------------------------------------------------
 
@@ -249,7 +248,6 @@ class Execution:
         if text is not None:
             await self._checkpoint(attempt, "completed", text, None)
         faults.hit("after_checkpoint", name)
-        self.executed.append(name)
         return decoded
 
     async def step(

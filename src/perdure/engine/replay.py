@@ -11,6 +11,7 @@ recorded (the determinism guard would stop that run after the deploy).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -85,11 +86,10 @@ async def replay_run(
         replay_only=True,
     )
 
+    report = functools.partial(ReplayReport, run_id, spec.name, spec.version)
+
     def diverged(guard: NonDeterminismError) -> ReplayReport:
-        return ReplayReport(
-            run_id,
-            spec.name,
-            spec.version,
+        return report(
             ok=False,
             replayed=guard.position,
             position=guard.position,
@@ -107,26 +107,18 @@ async def replay_run(
         # A recorded history that ends in a failure the code raises again is
         # the same behaviour, not a divergence.
         if not isinstance(execution.fatal, NonDeterminismError) and execution.position < len(steps):
-            return ReplayReport(
-                run_id,
-                spec.name,
-                spec.version,
-                ok=False,
-                replayed=execution.position,
-                error=f"{type(exc).__name__}: {exc}",
+            return report(
+                ok=False, replayed=execution.position, error=f"{type(exc).__name__}: {exc}"
             )
     if isinstance(execution.fatal, NonDeterminismError):
         return diverged(execution.fatal)
     if execution.position < len(steps):
         # The code finished without asking for every recorded step: one was removed.
-        return ReplayReport(
-            run_id,
-            spec.name,
-            spec.version,
+        return report(
             ok=False,
             replayed=execution.position,
             position=execution.position,
             recorded=steps[execution.position].name,
             requested=None,
         )
-    return ReplayReport(run_id, spec.name, spec.version, ok=True, replayed=len(steps))
+    return report(ok=True, replayed=len(steps))

@@ -83,11 +83,6 @@ class Statements:
         params["now"] = self.clock.sql_now()
         return Statement(query_name, self._queries[query_name], params, decode)
 
-    @property
-    def names(self) -> list[str]:
-        """The names of every query this object can build."""
-        return sorted(self._queries)
-
     # Runs -------------------------------------------------------------------
 
     def run_insert(
