@@ -7,14 +7,18 @@ runs survive crashes and deploys and resume where they stopped.
 from __future__ import annotations
 
 from perdure.api.app import App
-from perdure.api.context import Context, SyncContext
+from perdure.api.context import ChildRun, Context, SyncChildRun, SyncContext
+from perdure.api.graph import Graph, GraphStep
 from perdure.api.handle import RunHandle
 from perdure.clock import Clock, VirtualClock
 from perdure.engine.control import Snooze
+from perdure.engine.graph import StepContext
+from perdure.engine.parallel import StepCall
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import (
     Cancelled,
+    ChildFailed,
     ConfigurationError,
     DatabaseUnavailable,
     EventTimeout,
@@ -43,11 +47,15 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "Cancelled",
+    "ChildFailed",
+    "ChildRun",
     "Clock",
     "ConfigurationError",
     "Context",
     "DatabaseUnavailable",
     "EventTimeout",
+    "Graph",
+    "GraphStep",
     "HistoryEvent",
     "InvalidRunState",
     "LeaseLost",
@@ -68,9 +76,12 @@ __all__ = [
     "SignalTimeout",
     "Snooze",
     "Step",
+    "StepCall",
+    "StepContext",
     "StepFailed",
     "StepStatus",
     "StepTimeout",
+    "SyncChildRun",
     "SyncContext",
     "UnknownWorkflow",
     "VirtualClock",

@@ -141,15 +141,44 @@ class StepFailed(PerdureError):
         )
 
 
-class RunFailed(PerdureError):
-    """The run failed; ``error`` holds the recorded error, with its traceback."""
+class ChildFailed(StepFailed):
+    """A child workflow awaited with ``child.result()`` did not complete.
 
-    def __init__(self, run_id: str, error: dict[str, Any] | None) -> None:
+    ``status`` is the child's final status (failed, cancelled, compensated or
+    compensation_failed) and ``child_run_id`` its id. A subclass of
+    StepFailed: uncaught, it fails the parent like a failed step.
+    """
+
+    def __init__(
+        self, step: str, child_run_id: str, status: str, error: dict[str, Any] | None
+    ) -> None:
+        self.child_run_id = child_run_id
+        self.status = status
+        error = error or {}
+        super().__init__(
+            step,
+            "ChildFailed",
+            f"child run {child_run_id} ended {status}: "
+            f"{error.get('type', 'Error')}: {error.get('message', '')}",
+            1,
+        )
+
+
+class RunFailed(PerdureError):
+    """The run failed; ``error`` holds the recorded error, with its traceback.
+
+    ``status`` tells a plain failure ('failed') from one whose compensations
+    ran ('compensated') or failed in turn ('compensation_failed').
+    """
+
+    def __init__(self, run_id: str, error: dict[str, Any] | None, status: str = "failed") -> None:
         self.run_id = run_id
         self.error = error or {}
+        self.status = status
         kind = self.error.get("type", "Error")
         message = self.error.get("message", "")
-        super().__init__(f"run {run_id} failed: {kind}: {message}")
+        how = "failed" if status == "failed" else f"failed ({status})"
+        super().__init__(f"run {run_id} {how}: {kind}: {message}")
 
 
 class RunCancelled(PerdureError):

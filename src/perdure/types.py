@@ -9,30 +9,63 @@ from typing import Any
 
 
 class RunStatus(enum.StrEnum):
-    """Where a run is in its life. The first four are live, the last three final."""
+    """Where a run is in its life: live (queued ... compensating) or final."""
 
     QUEUED = "queued"
     RUNNING = "running"
     WAITING = "waiting"
     PAUSED = "paused"
+    #: Failed for good; its compensations are running.
+    COMPENSATING = "compensating"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    #: Failed for good, and every compensation of its completed steps ran.
+    COMPENSATED = "compensated"
+    #: Failed for good, and a compensation failed too: needs a human.
+    COMPENSATION_FAILED = "compensation_failed"
 
     @property
     def is_final(self) -> bool:
-        """True for completed, failed and cancelled: the run will not move again by itself."""
-        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+        """True when the run will not move again by itself."""
+        return self in FINAL_STATUSES
+
+    @property
+    def is_failure(self) -> bool:
+        """True for the final statuses of a run that failed (compensated or not)."""
+        return self in (
+            RunStatus.FAILED,
+            RunStatus.COMPENSATED,
+            RunStatus.COMPENSATION_FAILED,
+        )
+
+
+FINAL_STATUSES = frozenset(
+    {
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.COMPENSATED,
+        RunStatus.COMPENSATION_FAILED,
+    }
+)
 
 
 class StepStatus(enum.StrEnum):
-    """A step checkpoint's state: final (completed, failed) or between attempts (retrying)."""
+    """A step checkpoint's state: final (completed, failed, skipped, cancelled, timed out)
+    or not yet (pending: queued as a parallel step; retrying: between attempts;
+    waiting: at a durable wait)."""
 
+    PENDING = "pending"
     COMPLETED = "completed"
     FAILED = "failed"
     RETRYING = "retrying"
     WAITING = "waiting"
     TIMED_OUT = "timed_out"
+    #: A graph step whose condition (or a dependency's) said no.
+    SKIPPED = "skipped"
+    #: A parallel step dropped before it started, because its run failed.
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True)

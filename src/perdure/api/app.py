@@ -12,7 +12,6 @@ import asyncio
 import atexit
 import logging
 import os
-import secrets
 import signal
 import threading
 import time
@@ -23,6 +22,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from perdure.api.graph import Graph
 from perdure.api.handle import RunHandle
 from perdure.api.messaging import MessagingMixin
 from perdure.api.portal import Portal
@@ -41,23 +41,16 @@ from perdure.errors import (
     RunNotFound,
     UnknownWorkflow,
 )
+from perdure.ids import new_run_id
 from perdure.store import migrate as migrations
-from perdure.store.statements import Statement, Statements, validate_schema
+from perdure.store.statement import Statement
+from perdure.store.statements import Statements, validate_schema
 from perdure.store.store import AsyncStore, execute_async, execute_sync
 from perdure.types import HistoryEvent, Run, RunStatus, Step, WorkerInfo, WorkflowInfo
 
 log = logging.getLogger("perdure")
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-
-
-def new_run_id() -> str:
-    """A time-ordered UUID (version 7 layout): new runs land at the right edge of the index."""
-    millis = time.time_ns() // 1_000_000
-    value = (millis & ((1 << 48) - 1)) << 80 | secrets.randbits(80)
-    value = (value & ~(0xF << 76)) | (0x7 << 76)
-    value = (value & ~(0x3 << 62)) | (0x2 << 62)
-    return str(uuid.UUID(int=value))
 
 
 def _seconds(value: float | timedelta | None, what: str) -> float:
@@ -199,6 +192,24 @@ class App(MessagingMixin):
 
         return register
 
+    def graph(
+        self,
+        name: str,
+        *,
+        version: int = 1,
+        queue: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Graph:
+        """A graph workflow (a DAG of steps); add steps with ``@graph.step(...)``.
+
+        ``queue`` defaults to the graph's name. Each step becomes a task of its
+        own as soon as its dependencies are done, so independent steps run in
+        parallel on any workers. See :class:`~perdure.Graph`.
+        """
+        graph = Graph(name, version, queue or name, retry or DEFAULT_WORKFLOW_RETRY)
+        self.registry.add(graph)
+        return graph
+
     def register(self) -> None:
         """Record this App's workflow definitions in the database's registry table."""
         self._portal.call(self._register())
@@ -206,15 +217,14 @@ class App(MessagingMixin):
     async def _register(self, store: AsyncStore | None = None) -> None:
         target = store or await self._get_store()
         for d in self.registry.all().values():
+            d.validate()
             await target.execute(
                 self.q.workflow_upsert(
                     name=d.name,
                     version=d.version,
                     queue=d.queue,
-                    kind="function",
-                    definition_json=serialization.dumps(
-                        {"takes_input": d.takes_input, "async": d.is_async}, "definition"
-                    ),
+                    kind=d.kind,
+                    definition_json=serialization.dumps(d.definition(), "definition"),
                     fingerprint=d.fingerprint,
                 )
             )
@@ -262,6 +272,8 @@ class App(MessagingMixin):
         if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
             raise ConfigurationError("version must be an integer")
         local = self.registry.get(workflow, version)
+        if local is not None:
+            local.validate()
         return workflow, (local.name, local.version, local.queue) if local else None
 
     def _checked(self, result: Any, name: str, key: str | None) -> RunHandle:
@@ -440,8 +452,8 @@ class App(MessagingMixin):
             status = RunStatus(row["status"])
             if status == RunStatus.COMPLETED:
                 return row["output"]
-            if status == RunStatus.FAILED:
-                raise RunFailed(run_id, row["error"])
+            if status.is_failure:
+                raise RunFailed(run_id, row["error"], status.value)
             if status == RunStatus.CANCELLED:
                 raise RunCancelled(run_id)
             if deadline is not None and time.monotonic() >= deadline:
@@ -497,6 +509,8 @@ class App(MessagingMixin):
         defs = self.registry.all()
         if not defs:
             raise ConfigurationError("this App defines no workflow; a worker would have no work")
+        for definition in defs.values():
+            definition.validate()
         self.ensure_schema()
         return Worker(
             self.url,

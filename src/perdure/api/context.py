@@ -7,14 +7,16 @@ same methods that block instead; both drive one engine execution.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from perdure.engine import waits
-from perdure.engine.executor import Execution, call_sync
+from perdure.engine import children, parallel, waits
+from perdure.engine.executor import Execution, Rollback, call_sync
+from perdure.engine.parallel import StepCall
 from perdure.engine.retry import RetryPolicy
-from perdure.errors import ConfigurationError
+from perdure.errors import ConfigurationError, UnknownWorkflow
+from perdure.ids import new_run_id
 
 T = TypeVar("T")
 
@@ -59,11 +61,111 @@ class _Base:
             raise ConfigurationError("sleep_until takes a timezone-aware datetime")
         return waits.sleep(self._execution, until=when)
 
+    def _call(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        retry: RetryPolicy | None,
+        timeout: float | None,
+    ) -> StepCall[Any]:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError("a step needs a non-empty name")
+        if not callable(fn):
+            raise ConfigurationError(f"step {name!r}: {fn!r} is not callable")
+        return StepCall(self._execution, name, fn, args, kwargs, retry, timeout)
+
+    def _map_calls(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        items: Iterable[Any],
+        retry: RetryPolicy | None,
+        timeout: float | None,
+    ) -> list[StepCall[Any]]:
+        return [
+            self._call(f"{name}[{index}]", fn, (item,), {}, retry, timeout)
+            for index, item in enumerate(items)
+        ]
+
+    def _workflow_name(self, workflow: str | Callable[..., Any]) -> str:
+        if isinstance(workflow, str):
+            return workflow
+        for (name, _), spec in self._execution.env.specs.items():
+            if getattr(spec, "fn", None) is workflow:
+                return name
+        raise UnknownWorkflow(getattr(workflow, "__name__", repr(workflow)))
+
+    def branch(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> StepCall[Any]:
+        """Describe step ``name`` without running it, for :meth:`gather`.
+
+        In an ``async def`` workflow ``ctx.step(...)`` does the same; in a plain
+        ``def`` workflow ``ctx.step`` runs at once, so parallel steps are
+        written ``ctx.gather(ctx.branch("a", f), ctx.branch("b", g))``.
+        """
+        return self._call(name, fn, args, kwargs, retry, timeout)
+
+    def on_rollback(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Register ``fn(*args, **kwargs)`` to undo what the run did so far (a saga).
+
+        If the run fails for good, every registered compensation runs, newest
+        first, each as a durable step ``compensate:<name>`` (retried per
+        ``retry``); the run ends 'compensated', or 'compensation_failed' if one
+        of them failed too. Register right after the step it undoes.
+        """
+        if not callable(fn):
+            raise ConfigurationError(f"on_rollback takes a callable, not {fn!r}")
+        label = str(name or getattr(fn, "__name__", None) or "rollback")
+        self._execution.rollbacks.append(Rollback(label, fn, args, kwargs, retry))
+
     def _wait(self, name: str, timeout: float | timedelta | None) -> Coroutine[Any, Any, Any]:
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         if seconds is not None and (not isinstance(seconds, int | float) or seconds < 0):
             raise ConfigurationError("timeout must be a non-negative number of seconds")
         return waits.wait_for_signal(self._execution, name, seconds)
+
+
+class ChildRun:
+    """A child run started by ``ctx.start_child`` in an ``async def`` workflow."""
+
+    def __init__(self, execution: Execution, run_id: str, workflow: str) -> None:
+        """A handle on child run ``run_id`` of ``workflow``."""
+        self._execution = execution
+        self.run_id = run_id
+        self.workflow = workflow
+
+    async def result(self) -> Any:
+        """Wait durably for the child to finish; its output, or ChildFailed."""
+        return await children.child_result(self._execution, self.run_id, self.workflow)
+
+
+class SyncChildRun(ChildRun):
+    """A child run started by ``ctx.start_child`` in a plain ``def`` workflow."""
+
+    def result(self) -> Any:
+        """Wait durably for the child to finish; its output, or ChildFailed."""
+        return call_sync(
+            self._execution.loop,
+            children.child_result(self._execution, self.run_id, self.workflow),
+        )
 
 
 class Context(_Base):
@@ -103,7 +205,7 @@ class Context(_Base):
         await waits.publish(self._execution, "stream", key, None, closed=True)
 
     @overload
-    async def step(
+    def step(
         self,
         name: str,
         fn: Callable[..., Awaitable[T]],
@@ -112,10 +214,10 @@ class Context(_Base):
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         **kwargs: Any,
-    ) -> T: ...
+    ) -> StepCall[T]: ...
 
     @overload
-    async def step(
+    def step(
         self,
         name: str,
         fn: Callable[..., T],
@@ -124,9 +226,9 @@ class Context(_Base):
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         **kwargs: Any,
-    ) -> T: ...
+    ) -> StepCall[T]: ...
 
-    async def step(
+    def step(
         self,
         name: str,
         fn: Callable[..., Any],
@@ -135,8 +237,8 @@ class Context(_Base):
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         **kwargs: Any,
-    ) -> Any:
-        """Run ``fn(*args, **kwargs)`` as the checkpointed step ``name``.
+    ) -> StepCall[Any]:
+        """Run ``fn(*args, **kwargs)`` as the checkpointed step ``name`` (``await`` it).
 
         The first time the run reaches this step, ``fn`` runs (a plain
         function on a worker thread) and its JSON output is recorded; on every
@@ -146,9 +248,64 @@ class Context(_Base):
         :class:`~perdure.StepFailed` into the workflow. ``timeout`` (seconds)
         fails an attempt that runs longer with :class:`~perdure.StepTimeout`,
         retried like any error (a plain ``def`` step's thread cannot be
-        stopped: it runs on, and its result is ignored).
+        stopped: it runs on, and its result is ignored). Pass several
+        un-awaited steps to :meth:`gather` to run them in parallel.
         """
-        return await self._execution.step(name, fn, args, kwargs, retry, timeout)
+        return self._call(name, fn, args, kwargs, retry, timeout)
+
+    async def gather(self, *calls: StepCall[Any], return_exceptions: bool = False) -> list[Any]:
+        """Run steps in parallel, on any workers; return their results in order.
+
+        ``a, b = await ctx.gather(ctx.step("a", f), ctx.step("b", g))``. Each
+        step becomes a task of its own that any worker may claim; the run
+        waits without holding a worker slot and resumes when all are done.
+        Fail-fast: the first step to fail for good raises its
+        :class:`~perdure.StepFailed` here at once (the others finish and are
+        recorded). With ``return_exceptions=True`` it waits for all and puts
+        StepFailed instances in place of the failed steps' results.
+        """
+        return await parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
+
+    async def map(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        items: Iterable[Any],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Run ``fn(item)`` for every item as parallel steps ``name[0]``, ``name[1]``, ...
+
+        The same as :meth:`gather` over one step per item, keyed by index.
+        """
+        return await self.gather(
+            *self._map_calls(name, fn, items, retry, timeout), return_exceptions=return_exceptions
+        )
+
+    async def start_child(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        key: str | None = None,
+        version: int | None = None,
+    ) -> ChildRun:
+        """Start a child run of ``workflow`` (once per run: replays return the same child).
+
+        The child's key is derived from this run and the call's position
+        unless ``key`` is given. ``await child.result()`` waits durably for it.
+        """
+        run_id = await children.start_child(
+            self._execution,
+            self._workflow_name(workflow),
+            input,
+            key=key,
+            version=version,
+            run_id=new_run_id(),
+        )
+        return ChildRun(self._execution, run_id, self._workflow_name(workflow))
 
     @overload
     async def transaction(
@@ -237,6 +394,44 @@ class SyncContext(_Base):
             self._execution.loop, self._execution.step(name, fn, args, kwargs, retry, timeout)
         )
         return result
+
+    def gather(self, *calls: StepCall[Any], return_exceptions: bool = False) -> list[Any]:
+        """Run ``ctx.branch(...)`` steps in parallel; see :meth:`Context.gather`."""
+        return self._block(
+            parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
+        )
+
+    def map(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        items: Iterable[Any],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Run ``fn(item)`` for every item in parallel; see :meth:`Context.map`."""
+        return self.gather(
+            *self._map_calls(name, fn, items, retry, timeout), return_exceptions=return_exceptions
+        )
+
+    def start_child(
+        self,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        key: str | None = None,
+        version: int | None = None,
+    ) -> SyncChildRun:
+        """Start a child run; see :meth:`Context.start_child`."""
+        name = self._workflow_name(workflow)
+        run_id = self._block(
+            children.start_child(
+                self._execution, name, input, key=key, version=version, run_id=new_run_id()
+            )
+        )
+        return SyncChildRun(self._execution, run_id, name)
 
     def transaction(
         self,

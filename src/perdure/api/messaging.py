@@ -13,7 +13,8 @@ from perdure.api.portal import Portal
 from perdure.api.registry import validate_name
 from perdure.engine import serialization
 from perdure.errors import ConfigurationError, EventTimeout, InvalidRunState, RunNotFound
-from perdure.store.statements import Statement, Statements
+from perdure.store.statement import Statement
+from perdure.store.statements import Statements
 from perdure.types import Run, RunStatus
 
 T = TypeVar("T")

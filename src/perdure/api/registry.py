@@ -8,7 +8,7 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from perdure.api.context import Context, SyncContext
 from perdure.engine.executor import Execution
@@ -37,6 +37,7 @@ class WorkflowDef:
     queue: str
     fn: Callable[..., Any]
     retry: RetryPolicy = field(default=DEFAULT_WORKFLOW_RETRY)
+    kind: str = "function"
 
     def __post_init__(self) -> None:
         validate_name("workflow", self.name)
@@ -63,6 +64,13 @@ class WorkflowDef:
             source = self.fn.__qualname__
         return hashlib.sha256(source.encode()).hexdigest()[:16]
 
+    def validate(self) -> None:
+        """Nothing more to check: a function workflow is checked when it is defined."""
+
+    def definition(self) -> dict[str, Any]:
+        """What the workflow registry records of a function workflow."""
+        return {"takes_input": self.takes_input, "async": self.is_async}
+
     async def invoke(self, execution: Execution, input: Any) -> Any:
         """Run the workflow body: on the loop if async, else on a worker thread."""
         args: tuple[Any, ...] = (input,) if self.takes_input else ()
@@ -74,31 +82,53 @@ class WorkflowDef:
         )
 
 
+class Definition(Protocol):
+    """A workflow of either shape, as the registry and the App see it."""
+
+    name: str
+    version: int
+    queue: str
+    kind: str
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the definition's code."""
+
+    def validate(self) -> None:
+        """Refuse a definition that cannot run (WorkflowDefinitionError)."""
+
+    def definition(self) -> dict[str, Any]:
+        """What the workflow registry table records of it."""
+
+
 class Registry:
     """The workflows one App defines, by name and version."""
 
     def __init__(self) -> None:
         """An empty registry."""
-        self._defs: dict[tuple[str, int], WorkflowDef] = {}
+        self._defs: dict[tuple[str, int], Any] = {}
 
-    def add(self, definition: WorkflowDef) -> None:
+    def add(self, definition: Any) -> None:
         """Register ``definition``; a second definition of one name and version is refused."""
         key = (definition.name, definition.version)
         existing = self._defs.get(key)
-        if existing is not None and existing.fn is not definition.fn:
+        same = existing is definition or (
+            existing is not None and getattr(existing, "fn", None) is getattr(definition, "fn", 1)
+        )
+        if existing is not None and not same:
             raise WorkflowDefinitionError(
                 f"workflow {definition.name!r} version {definition.version} is defined twice"
             )
         self._defs[key] = definition
 
-    def get(self, name: str, version: int | None = None) -> WorkflowDef | None:
+    def get(self, name: str, version: int | None = None) -> Any:
         """The definition of ``name`` at ``version``, or its newest version."""
         if version is not None:
             return self._defs.get((name, version))
         found = [d for (n, _), d in self._defs.items() if n == name]
         return max(found, key=lambda d: d.version) if found else None
 
-    def require(self, name: str, version: int | None = None) -> WorkflowDef:
+    def require(self, name: str, version: int | None = None) -> Any:
         """Like :meth:`get`, but raise UnknownWorkflow when missing."""
         found = self.get(name, version)
         if found is None:
@@ -107,9 +137,9 @@ class Registry:
 
     def by_function(self, fn: Callable[..., Any]) -> WorkflowDef | None:
         """The newest definition whose code is ``fn``."""
-        found = [d for d in self._defs.values() if d.fn is fn]
+        found = [d for d in self._defs.values() if getattr(d, "fn", None) is fn]
         return max(found, key=lambda d: d.version) if found else None
 
-    def all(self) -> dict[tuple[str, int], WorkflowDef]:
+    def all(self) -> dict[tuple[str, int], Any]:
         """Every definition, keyed by (name, version)."""
         return dict(self._defs)

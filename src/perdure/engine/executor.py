@@ -15,7 +15,7 @@ import functools
 import inspect
 import logging
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,13 +30,13 @@ from perdure.errors import (
     Cancelled,
     LeaseLost,
     NonDeterminismError,
-    PermanentError,
     SerializationError,
+    SignalTimeout,
     StepFailed,
     StepTimeout,
 )
 from perdure.store.rows import ClaimedTask
-from perdure.store.statements import Statement
+from perdure.store.statement import Statement
 from perdure.store.store import AsyncStore, execute_async, execute_sync
 from perdure.types import Step, StepStatus
 
@@ -67,6 +67,9 @@ class ExecutionEnv:
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     #: Tasks the heartbeat found taken away; their executions stop at the next ctx call.
     lost_tasks: set[int] = field(default_factory=set)
+    #: The workflows this worker has code for, by (name, version): child runs
+    #: of these start without a registry lookup.
+    specs: Mapping[tuple[str, int], WorkflowSpec] = field(default_factory=dict)
 
     def emit(self, event: str, **fields: Any) -> None:
         """Report an engine event to the worker's observer, if any."""
@@ -101,6 +104,21 @@ class ReplayEnd(BaseException):
     """A replay-only execution reached the end of the recorded history."""
 
 
+class BranchDone(BaseException):
+    """A parallel step's task executed its step: stop replaying the workflow."""
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """A compensation registered with ``ctx.on_rollback``: run if the run fails for good."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    retry: RetryPolicy | None
+
+
 class _LeaseGone(Exception):
     """Raised inside a transaction step to roll it back when the fence fails."""
 
@@ -124,6 +142,13 @@ class Execution:
     replay_only: bool = False
     #: Values written to each stream so far in this execution (replay included).
     stream_seq: dict[str, int] = field(default_factory=dict)
+    #: Set when executing one parallel step's task: the step's position.
+    branch_position: int | None = None
+    #: Compensations registered so far, in registration order.
+    rollbacks: list[Rollback] = field(default_factory=list)
+    #: Called in the transaction of a parallel step's final checkpoint, under
+    #: the run's row lock: a graph decides there what runs next.
+    on_branch_final: Callable[[Any], Awaitable[None]] | None = None
 
     # Replay ------------------------------------------------------------------
 
@@ -143,8 +168,8 @@ class Execution:
             raise Cancelled(self.task.run_id)
 
     def end_of_history(self) -> None:
-        """Stop here when only replaying (check-replay): the code got past the history."""
-        if self.replay_only:
+        """Stop where the history ends when only replaying (check-replay, a parallel step)."""
+        if self.replay_only or self.branch_position is not None:
             raise ReplayEnd(self.position)
 
     async def gate(self) -> None:
@@ -209,18 +234,24 @@ class Execution:
         kind: str,
         retry: RetryPolicy | None,
         body: Callable[[_Attempt], Awaitable[tuple[str | None, Any]]],
+        reserved: tuple[int, Step | None] | None = None,
     ) -> Any:
         """Replay step ``name`` from its checkpoint, or run ``body`` and record it.
 
         ``body`` returns ``(output_json, decoded)``; when ``output_json`` is None
         the body wrote its checkpoint itself (a transaction step). A failure of
         the body is the step's failure; a failure to checkpoint is not.
+        ``reserved`` is the position (and checkpoint) a gather already took.
         """
-        await self.gate()
-        position, recorded = self._next(name, kind)
-        if recorded is not None and recorded.status != StepStatus.RETRYING:
+        if reserved is None:
+            await self.gate()
+            position, recorded = self._next(name, kind)
+        else:
+            position, recorded = reserved
+        if recorded is not None and recorded.status not in _UNFINISHED:
             return self._replayed(recorded)
-        self.end_of_history()
+        if position != self.branch_position:
+            self.end_of_history()
         attempt = _Attempt(
             position,
             name,
@@ -258,6 +289,9 @@ class Execution:
         kwargs: dict[str, Any],
         retry: RetryPolicy | None,
         timeout: float | None = None,
+        *,
+        kind: str = "step",
+        reserved: tuple[int, Step | None] | None = None,
     ) -> Any:
         """Run a plain step once per run (at least once across crashes)."""
 
@@ -275,7 +309,7 @@ class Execution:
                 result, f"the output of step {name!r}", self.env.max_payload_bytes
             )
 
-        return await self._run_step(name, "step", retry, body)
+        return await self._run_step(name, kind, retry, body, reserved)
 
     async def transaction(
         self,
@@ -376,7 +410,8 @@ class Execution:
         policy = retry or DEFAULT_STEP_RETRY
         record = serialization.error_record(exc, traceback.format_exc())
         error_text = serialization.error_json(record)
-        if not isinstance(exc, SerializationError) and policy.should_retry(exc, attempt.number):
+        retryable = not isinstance(exc, SerializationError | SignalTimeout)
+        if retryable and policy.should_retry(exc, attempt.number):
             delay = policy.delay(attempt.number)
             await self._checkpoint(attempt, "retrying", None, error_text)
             self.env.emit(
@@ -410,6 +445,22 @@ class Execution:
             "retrying": "step_retry_scheduled",
             "timed_out": "signal_timed_out",
         }
+        if attempt.position == self.branch_position and status in ("completed", "failed"):
+            # A parallel step's final checkpoint also ends its task and may
+            # wake the run (at once on a failure: gathers fail fast).
+            return self.env.store.q.step_complete_parallel(
+                self.task.fence,
+                position=attempt.position,
+                name=attempt.name,
+                kind=attempt.kind,
+                status=status,
+                attempts=attempt.number,
+                output_json=output_json,
+                error_json=error_json,
+                started_at=attempt.started,
+                event=events[status],
+                wake=status == "failed",
+            )
         return self.env.store.q.step_checkpoint(
             self.task.fence,
             lease_seconds=self.env.lease_seconds,
@@ -432,10 +483,23 @@ class Execution:
         status: str,
         output_json: str | None,
         error_json: str | None,
+        conn: Any = None,
         **publish: Any,
     ) -> None:
+        """Write a checkpoint (on ``conn``, in its transaction, if given); stop if not ours."""
         statement = self._checkpoint_statement(attempt, status, output_json, error_json, **publish)
-        leased, written, run_status = await self.env.store.execute(statement)
+        if conn is not None:
+            leased, written, run_status = await execute_async(conn, statement)
+        elif statement.name == "step_complete_parallel":
+            # Under the run's row lock: sibling completions serialise, and the
+            # last one sees every other one's commit when it decides to wake.
+            async with self.env.store.pool.connection() as conn, conn.transaction():
+                await execute_async(conn, self.env.store.q.run_lock(self.task.run_id))
+                leased, written, run_status = await execute_async(conn, statement)
+                if leased and self.on_branch_final is not None:
+                    await self.on_branch_final(conn)
+        else:
+            leased, written, run_status = await self.env.store.execute(statement)
         if run_status:
             self.run_status = run_status
         if not leased:
@@ -453,108 +517,7 @@ class Execution:
         )
 
 
-# Terminal outcomes of a run ---------------------------------------------------------
-
-_PERMANENT = (PermanentError, StepFailed, NonDeterminismError, SerializationError)
-
-
-async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
-    """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
-    store, q, fence = env.store, env.store.q, task.fence
-    if task.finished:
-        # Cancelled or paused while we claimed it: let go without running.
-        await store.execute(q.task_settle(fence))
-        return "settled"
-    steps = await store.execute(q.step_list(task.run_id))
-    execution = Execution(
-        task, spec, env, {s.position: s for s in steps}, asyncio.get_running_loop()
-    )
-    env.emit("run_executing", run_id=task.run_id, attempt=fence.attempt)
-    try:
-        output = await spec.invoke(execution, task.input)
-        if execution.fatal is not None:
-            raise execution.fatal
-        execution.check_alive()
-    except Suspend:
-        return "suspended"
-    except faults.SimulatedCrash:
-        # A test's simulated death: no further write; the lease must lapse.
-        env.emit("simulated_crash", run_id=task.run_id)
-        return "crashed"
-    except Abandon as signal:
-        if execution.lost:
-            log.warning("%s", signal.args[0] if signal.args else "lease lost")
-            env.emit("lease_lost", run_id=task.run_id, task_id=fence.task_id)
-            return "abandoned"
-        log.warning("replaying run %s again: %s", task.run_id, signal)
-        await store.execute(
-            q.task_release(fence, delay_seconds=0, failed=False, event="run_replay_restarted")
-        )
-        return "released"
-    except Exception as exc:
-        if execution.run_status == "cancelled":
-            await store.execute(q.task_settle(fence))
-            return "cancelled"
-        return await _handle_failure(task, spec, env, execution, exc)
-    try:
-        text = serialization.dumps(
-            output, f"the result of workflow {spec.name!r}", env.max_payload_bytes
-        )
-    except SerializationError as exc:
-        return await _fail(task, env, exc)
-    leased, changed = await store.execute(q.run_complete(fence, text))
-    if not leased:
-        env.emit("lease_lost", run_id=task.run_id, task_id=fence.task_id)
-        return "abandoned"
-    if not changed:
-        return "cancelled"
-    env.emit("run_completed", run_id=task.run_id)
-    return "completed"
-
-
-async def _handle_failure(
-    task: ClaimedTask,
-    spec: WorkflowSpec,
-    env: ExecutionEnv,
-    execution: Execution,
-    exc: Exception,
-) -> str:
-    cause: Exception = exc
-    if isinstance(execution.fatal, Exception):
-        cause = execution.fatal
-    failures = task.failures + 1
-    if isinstance(cause, _PERMANENT) or not spec.retry.should_retry(cause, failures):
-        return await _fail(task, env, cause)
-    delay = spec.retry.delay(failures)
-    detail = serialization.error_json(serialization.error_record(cause, traceback.format_exc()))
-    released = await env.store.execute(
-        env.store.q.task_release(
-            task.fence,
-            delay_seconds=delay,
-            failed=True,
-            event="run_retry_scheduled",
-            detail_json=detail,
-        )
-    )
-    return "retrying" if released else "abandoned"
-
-
-async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> str:
-    tb = "".join(traceback.format_exception(exc))
-    record = serialization.error_record(exc, tb)
-    for attr in ("step", "position", "recorded", "requested"):
-        if hasattr(exc, attr):
-            record[attr] = getattr(exc, attr)
-    leased, changed = await env.store.execute(
-        env.store.q.run_fail(task.fence, serialization.error_json(record))
-    )
-    if not leased:
-        env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
-        return "abandoned"
-    if not changed:
-        return "cancelled"
-    env.emit("run_failed", run_id=task.run_id, error=record["type"])
-    return "failed"
+_UNFINISHED = (StepStatus.RETRYING, StepStatus.PENDING, StepStatus.WAITING)
 
 
 def call_sync(loop: asyncio.AbstractEventLoop, coro: Awaitable[Any]) -> Any:

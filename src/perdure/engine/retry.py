@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from perdure.errors import ConfigurationError, PermanentError
 
@@ -37,6 +38,16 @@ class RetryPolicy:
             raise ConfigurationError(f"multiplier must be >= 1, not {self.multiplier!r}")
         if not 0 <= self.jitter <= 1:
             raise ConfigurationError(f"jitter must be between 0 and 1, not {self.jitter!r}")
+
+    def describe(self) -> dict[str, Any]:
+        """The policy as plain data (for the workflow registry)."""
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_delay": self.initial_delay,
+            "multiplier": self.multiplier,
+            "max_delay": self.max_delay,
+            "non_retryable": [t.__name__ for t in self.non_retryable],
+        }
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""

@@ -44,6 +44,7 @@ async def _park(
         waiting_for_json=json.dumps(waiting_for),
         wake_at=wake_at,
         seconds=seconds,
+        wait_signal=waiting_for.get("signal"),
     )
     if conn is not None:
         leased, _ = await execute_async(conn, stmt)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import executor, maintenance
+from perdure.engine import graph, maintenance, outcome
 from perdure.engine.executor import ExecutionEnv, WorkflowSpec
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.wakeup import Wakeup
@@ -137,7 +137,12 @@ class Worker:
             max_workers=opts.concurrency * 2 + 4, thread_name_prefix="perdure-step"
         )
         env = ExecutionEnv(
-            store, opts.lease_seconds, threads, self.max_payload_bytes, on_event=self._emit
+            store,
+            opts.lease_seconds,
+            threads,
+            self.max_payload_bytes,
+            on_event=self._emit,
+            specs=self.specs,
         )
         self._env = env
         wakeup = Wakeup(self.url, self.q.channel)
@@ -263,11 +268,14 @@ class Worker:
         self.running[task.fence.task_id] = _Held(task, job)
 
     async def _execute(self, task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
-        outcome = "error"
+        result = "error"
         try:
-            outcome = await executor.execute(task, spec, env)
+            if getattr(spec, "kind", "function") == "graph":
+                result = await graph.execute(task, spec, env)
+            else:
+                result = await outcome.execute(task, spec, env)
         except asyncio.CancelledError:
-            outcome = "cancelled"
+            result = "cancelled"
             raise
         except Exception:
             # A database error mid-execution: the task stays claimed and its
@@ -277,8 +285,8 @@ class Worker:
             self.running.pop(task.fence.task_id, None)
             env.lost_tasks.discard(task.fence.task_id)
             self._slot_freed.set()
-            self._emit("task_done", {"run_id": task.run_id, "outcome": outcome})
-        return outcome
+            self._emit("task_done", {"run_id": task.run_id, "outcome": result})
+        return result
 
     def _report_waiting(self, waiting: int, next_wake: datetime | None) -> None:
         """Log the number of waiting runs and the next wake-up when they change."""

@@ -41,6 +41,11 @@ class ClaimedTask:
     finished: bool = False
     #: The database clock at the claim: what waits compare their wake time with.
     db_now: datetime | None = None
+    #: For a parallel step's task (kind 'step'): the step's position and name.
+    step_position: int | None = None
+    step_name: str | None = None
+    #: The run's status when the task was claimed ('compensating' matters).
+    run_status: str | None = None
 
 
 @dataclass(frozen=True)
@@ -149,4 +154,7 @@ def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
         lapses=int(r["lapses"]),
         finished=bool(r.get("finished")),
         db_now=r.get("db_now"),
+        step_position=r.get("step_position"),
+        step_name=r.get("step_name"),
+        run_status=r.get("run_status"),
     )

@@ -11,21 +11,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from psycopg import sql
 
 from perdure.clock import Clock
 from perdure.errors import ConfigurationError
 from perdure.store import rows
+from perdure.store.parallel_statements import ParallelStatements
 from perdure.store.queries import render
 from perdure.store.rows import ClaimedTask, Fence, StartResult
+from perdure.store.statement import Row, Statement
+from perdure.store.statement import count as _count
+from perdure.store.statement import first as _first
+from perdure.store.statement import pair as _pair
 from perdure.types import HistoryEvent, Run, Step, WorkerInfo, WorkflowInfo
 
 T = TypeVar("T")
-Row = dict[str, Any]
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
 
@@ -45,29 +48,7 @@ def validate_schema(name: object) -> str:
     return name
 
 
-@dataclass(frozen=True)
-class Statement(Generic[T]):
-    """One query ready to execute: text, parameters and how to read its rows."""
-
-    name: str
-    query: str
-    params: dict[str, Any]
-    decode: Callable[[list[Row]], T]
-
-
-def _first(decode: Callable[[Row], T]) -> Callable[[list[Row]], T | None]:
-    return lambda found: decode(found[0]) if found else None
-
-
-def _count(column: str) -> Callable[[list[Row]], int]:
-    return lambda found: int(found[0][column]) if found else 0
-
-
-def _pair(a: str, b: str) -> Callable[[list[Row]], tuple[int, int]]:
-    return lambda found: (int(found[0][a]), int(found[0][b])) if found else (0, 0)
-
-
-class Statements:
+class Statements(ParallelStatements):
     """Builds every statement perdure issues, for one schema and one clock."""
 
     def __init__(self, schema: str, clock: Clock) -> None:
@@ -153,10 +134,22 @@ class Statements:
             "run_complete", _pair("leased", "changed"), output=output_json, **fence.params()
         )
 
-    def run_fail(self, fence: Fence, error_json: str) -> Statement[tuple[int, int]]:
-        """Dead-letter a run (fenced); (leased, changed)."""
+    def run_fail(
+        self, fence: Fence, error_json: str | None, status: str = "failed"
+    ) -> Statement[tuple[int, int]]:
+        """End a run that failed for good with ``status`` (fenced); (leased, changed)."""
         return self._stmt(
-            "run_fail", _pair("leased", "changed"), error=error_json, **fence.params()
+            "run_fail",
+            _pair("leased", "changed"),
+            error=error_json,
+            status=status,
+            **fence.params(),
+        )
+
+    def run_compensating(self, fence: Fence, error_json: str) -> Statement[tuple[int, int]]:
+        """Mark a failed run as compensating (fenced); (leased, changed)."""
+        return self._stmt(
+            "run_compensating", _pair("leased", "changed"), error=error_json, **fence.params()
         )
 
     def run_expire(self, limit: int = 500) -> Statement[int]:
@@ -363,11 +356,13 @@ class Statements:
         waiting_for_json: str,
         wake_at: datetime | None = None,
         seconds: float | None = None,
+        wait_signal: str | None = None,
     ) -> Statement[tuple[int, datetime | None]]:
         """Park the run at a durable wait until ``wake_at`` (or now + ``seconds``)."""
         return self._stmt(
             "step_wait",
             lambda found: (int(found[0]["leased"]), found[0]["wake_at"]),
+            wait_signal=wait_signal,
             position=position,
             name=name,
             kind=kind,

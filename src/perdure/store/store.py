@@ -16,7 +16,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from perdure.errors import DatabaseUnavailable
-from perdure.store.statements import Statement, Statements
+from perdure.store.statement import Statement
+from perdure.store.statements import Statements
 
 T = TypeVar("T")
 log = logging.getLogger("perdure.store")

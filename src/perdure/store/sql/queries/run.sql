@@ -64,7 +64,8 @@ LIMIT %(limit)s;
 -- Finish a run with its output. Fenced: the task row must still be held by
 -- this worker at this attempt, else nothing changes and the caller gets
 -- LeaseLost. Deleting the task, setting the run's output and the history entry
--- commit together.
+-- commit together. Parallel steps still queued (a gather that failed fast) are
+-- dropped; one being executed finishes, and its checkpoint deletes its task.
 WITH lease AS (
     DELETE FROM {schema}.tasks
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
@@ -72,12 +73,17 @@ WITH lease AS (
     RETURNING run_id
 ), finished AS (
     UPDATE {schema}.runs r
-    SET status = 'completed', output = %(output)s::jsonb, error = NULL,
+    SET status = 'completed', output = %(output)s::jsonb, error = NULL, waiting_for = NULL,
         completed_at = {now}, updated_at = {now}
     FROM lease
     -- A run cancelled while its last step ran stays cancelled.
     WHERE r.id = lease.run_id AND r.status IN ('running', 'paused')
     RETURNING r.id
+), leftovers AS (
+    DELETE FROM {schema}.tasks
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN lease ON t.run_id = lease.run_id
+                 WHERE t.id <> %(task_id)s AND t.status <> 'claimed'
+                 FOR UPDATE OF t SKIP LOCKED)
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id)
     SELECT id, {now}, 'run_completed', %(attempt)s, %(worker_id)s FROM finished
@@ -85,8 +91,11 @@ WITH lease AS (
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM finished) AS changed;
 
 -- name: run_fail
--- Dead-letter a run: status failed with its error and traceback, task
--- deleted, history written. Fenced like run_complete.
+-- End a run that failed for good: status %(status)s ('failed', or after its
+-- compensations 'compensated' / 'compensation_failed') with its error and
+-- traceback (merged into the error already recorded, if any: compensations
+-- add what failed to the original failure), task deleted, history written.
+-- Fenced like run_complete.
 WITH lease AS (
     DELETE FROM {schema}.tasks
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
@@ -94,29 +103,65 @@ WITH lease AS (
     RETURNING run_id
 ), failed AS (
     UPDATE {schema}.runs r
-    SET status = 'failed', error = %(error)s::jsonb, completed_at = {now}, updated_at = {now}
+    SET status = %(status)s,
+        error = coalesce(r.error, '{}'::jsonb) || coalesce(%(error)s::jsonb, '{}'::jsonb),
+        waiting_for = NULL,
+        completed_at = {now}, updated_at = {now}
+    FROM lease
+    WHERE r.id = lease.run_id AND r.status IN ('running', 'paused', 'compensating')
+    RETURNING r.id
+), leftovers AS (
+    DELETE FROM {schema}.tasks
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN lease ON t.run_id = lease.run_id
+                 WHERE t.id <> %(task_id)s AND t.status <> 'claimed'
+                 FOR UPDATE OF t SKIP LOCKED)
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
+    SELECT id, {now}, 'run_' || %(status)s, %(attempt)s, %(worker_id)s, %(error)s::jsonb
+    FROM failed
+)
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM failed) AS changed;
+
+-- name: run_compensating
+-- A run whose work failed for good starts its compensations: status
+-- 'compensating', the error kept. Fenced; a no-op if already compensating.
+WITH lease AS (
+    SELECT run_id FROM {schema}.tasks
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed'
+), marked AS (
+    UPDATE {schema}.runs r
+    SET status = 'compensating', error = %(error)s::jsonb, updated_at = {now}
     FROM lease
     WHERE r.id = lease.run_id AND r.status IN ('running', 'paused')
     RETURNING r.id
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
-    SELECT id, {now}, 'run_failed', %(attempt)s, %(worker_id)s, %(error)s::jsonb FROM failed
+    SELECT id, {now}, 'run_compensating', %(attempt)s, %(worker_id)s, %(error)s::jsonb
+    FROM marked
 )
-SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM failed) AS changed;
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM marked) AS changed;
 
 -- name: run_retry
 -- Revive a failed or cancelled run: it is queued again with a fresh task, and
 -- the checkpoints of steps that did not complete are cleared so they run
 -- again with fresh attempts. Completed steps stay memoized, so the run resumes
--- at the step that failed.
+-- at the step that failed. A run whose compensation failed resumes its
+-- compensations instead: only the failed compensation steps are cleared, and
+-- the step that failed the run stays failed.
 WITH revived AS (
-    UPDATE {schema}.runs
-    SET status = 'queued', error = NULL, output = NULL, completed_at = NULL, updated_at = {now}
-    WHERE id = %(run_id)s AND status IN ('failed', 'cancelled')
-    RETURNING id, workflow, version, queue
+    UPDATE {schema}.runs r
+    SET status = CASE WHEN r.status = 'compensation_failed' THEN 'compensating'
+                      ELSE 'queued' END,
+        output = NULL, completed_at = NULL, updated_at = {now},
+        error = CASE WHEN r.status = 'compensation_failed' THEN r.error END
+    FROM (SELECT id, status AS previous FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE) o
+    WHERE r.id = o.id AND r.status IN ('failed', 'cancelled', 'compensation_failed')
+    RETURNING r.id, r.workflow, r.version, r.queue, o.previous
 ), cleared AS (
     DELETE FROM {schema}.steps s USING revived
     WHERE s.run_id = revived.id AND s.status <> 'completed'
+      AND (revived.previous <> 'compensation_failed' OR s.kind = 'compensation')
     RETURNING s.position
 ), task AS (
     INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, status, available_at,
@@ -125,7 +170,8 @@ WITH revived AS (
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, detail)
     SELECT id, {now}, 'run_retried',
-           jsonb_build_object('cleared_steps', (SELECT count(*) FROM cleared))
+           jsonb_build_object('cleared_steps', (SELECT count(*) FROM cleared),
+                              'previous_status', previous)
     FROM revived
 )
 SELECT id FROM revived;
@@ -145,7 +191,9 @@ WITH target AS (
         cancel_reason = %(reason)s::text,
         error = jsonb_build_object('type', 'Cancelled', 'message', %(reason)s::text)
     FROM target
-    WHERE r.id = target.id AND target.status NOT IN ('completed', 'failed', 'cancelled')
+    WHERE r.id = target.id
+      AND target.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
+                                'compensation_failed')
     RETURNING r.id
 ), dropped AS (
     DELETE FROM {schema}.tasks

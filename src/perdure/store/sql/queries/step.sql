@@ -14,7 +14,8 @@ ORDER BY position;
 -- the lease gone nothing is written and the caller gets LeaseLost. Updating
 -- the task row also takes its row lock, so the reaper cannot revive the task
 -- between the fence check and the commit. A 'retrying' row may be replaced by
--- a later attempt; a final row never is.
+-- a later attempt (and a parallel step's 'pending' row by its first); a final
+-- row never is.
 WITH lease AS (
     UPDATE {schema}.tasks
     SET lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
@@ -36,7 +37,8 @@ WITH lease AS (
     SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, output = EXCLUDED.output,
         error = EXCLUDED.error, worker_id = EXCLUDED.worker_id,
         started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at
-    WHERE {schema}.steps.status IN ('retrying', 'waiting') AND {schema}.steps.name = EXCLUDED.name
+    WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
+      AND {schema}.steps.name = EXCLUDED.name
     RETURNING run_id
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id,
@@ -64,12 +66,14 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint)
 -- Park the run at a durable wait (a sleep or a signal): the wait's
 -- checkpoint in status 'waiting' with its wake time, the task handed back due
 -- at that time, the run 'waiting' with what it waits for. Fenced. The wake
--- time is %(wake_at)s, or now + %(seconds)s when that is NULL.
+-- time is %(wake_at)s, or now + %(seconds)s when that is NULL. A task that
+-- waits for a signal records its name, for send_signal to wake it.
 WITH lease AS (
     UPDATE {schema}.tasks
     SET status = 'ready', worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL,
         available_at = coalesce(%(wake_at)s::timestamptz,
-                                {now} + make_interval(secs => %(seconds)s))
+                                {now} + make_interval(secs => %(seconds)s)),
+        wait_signal = %(wait_signal)s
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
       AND status = 'claimed'
     RETURNING run_id, available_at

@@ -24,26 +24,39 @@ WITH candidates AS (
 ), claimed AS (
     UPDATE {schema}.tasks t
     SET status = 'claimed', worker_id = %(worker_id)s, attempt = t.attempt + 1,
-        claimed_at = {now}, lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
+        claimed_at = {now}, lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s),
+        wait_signal = NULL
     FROM candidates c
     WHERE t.id = c.id
     RETURNING t.id, t.run_id, t.kind, t.step_position, t.step_name, t.attempt, t.failures,
               t.lapses, t.workflow, t.version, t.queue
 ), started AS (
-    -- A run cancelled or paused while its task was being claimed is not
-    -- started: the claimer gets it back with finished = true and lets go.
+    -- Claiming a run's own task (kind 'run') starts the run; a parallel
+    -- step's task leaves the run's status to the run. A run cancelled,
+    -- paused or finished while its task was being claimed is not started:
+    -- the claimer gets it back with finished = true and lets go. A run
+    -- running its compensations stays 'compensating'.
     UPDATE {schema}.runs r
-    SET status = 'running', started_at = coalesce(r.started_at, {now}), waiting_for = NULL,
+    SET status = CASE WHEN r.status = 'compensating' THEN r.status ELSE 'running' END,
+        started_at = coalesce(r.started_at, {now}), waiting_for = NULL,
         worker_id = %(worker_id)s, updated_at = {now}
     FROM claimed c
-    WHERE r.id = c.run_id AND r.status NOT IN ('completed', 'failed', 'cancelled', 'paused')
-    RETURNING r.id, r.input
+    WHERE r.id = c.run_id AND c.kind = 'run'
+      AND r.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
+                           'compensation_failed', 'paused')
+    RETURNING r.id
 ), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id)
-    SELECT run_id, {now}, 'run_claimed', attempt, %(worker_id)s FROM claimed
+    INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id)
+    SELECT run_id, {now}, CASE WHEN kind = 'run' THEN 'run_claimed' ELSE 'step_claimed' END,
+           step_position, step_name, attempt, %(worker_id)s
+    FROM claimed
 )
-SELECT c.*, s.input, s.id IS NULL AS finished, {now} AS db_now
-FROM claimed c LEFT JOIN started s ON s.id = c.run_id;
+SELECT c.*, r.input, r.status AS run_status,
+       CASE WHEN c.kind = 'run' THEN s.id IS NULL
+            ELSE r.status IN ('completed', 'failed', 'cancelled', 'compensated',
+                              'compensation_failed', 'paused') END AS finished,
+       {now} AS db_now
+FROM claimed c JOIN {schema}.runs r ON r.id = c.run_id LEFT JOIN started s ON s.id = c.run_id;
 
 -- name: task_next_due
 -- Seconds until the earliest ready task of these queues becomes due (NULL if
@@ -88,10 +101,10 @@ WITH released AS (
         failures = failures + CASE WHEN %(failed)s THEN 1 ELSE 0 END
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
       AND status = 'claimed'
-    RETURNING run_id, available_at
+    RETURNING run_id, kind, available_at
 ), queued AS (
     UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
-    FROM released WHERE r.id = released.run_id AND r.status = 'running'
+    FROM released WHERE r.id = released.run_id AND released.kind = 'run' AND r.status = 'running'
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
     SELECT run_id, {now}, %(event)s, %(attempt)s, %(worker_id)s,
@@ -119,10 +132,11 @@ WITH expired AS (
         lapses = e.lapses, available_at = {now}
     FROM expired e
     WHERE t.id = e.id AND e.lapses < %(max_lapses)s
-    RETURNING t.run_id
+    RETURNING t.run_id, t.kind
 ), requeued AS (
     UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
-    FROM revived WHERE r.id = revived.run_id AND r.status = 'running'
+    FROM revived
+    WHERE r.id = revived.run_id AND revived.kind = 'run' AND r.status = 'running'
 ), dead AS (
     DELETE FROM {schema}.tasks t USING expired e
     WHERE t.id = e.id AND e.lapses >= %(max_lapses)s
@@ -134,7 +148,9 @@ WITH expired AS (
             'type', 'LeaseExpired',
             'message', format('the lease on this run expired %%s times: its workers died or '
                               'stalled while running it', dead.lapses))
-    FROM dead WHERE r.id = dead.run_id AND r.status NOT IN ('completed', 'failed', 'cancelled')
+    FROM dead
+    WHERE r.id = dead.run_id
+      AND r.status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
     SELECT e.run_id, {now},
@@ -168,13 +184,15 @@ WITH run AS (
         worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL, available_at = {now}
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
       AND status = 'claimed'
-      AND (SELECT status FROM run) NOT IN ('completed', 'failed', 'cancelled')
+      AND (SELECT status FROM run) NOT IN ('completed', 'failed', 'cancelled', 'compensated',
+                                           'compensation_failed')
     RETURNING id
 ), dropped AS (
     DELETE FROM {schema}.tasks
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
       AND status = 'claimed'
-      AND (SELECT status FROM run) IN ('completed', 'failed', 'cancelled')
+      AND (SELECT status FROM run) IN ('completed', 'failed', 'cancelled', 'compensated',
+                                       'compensation_failed')
     RETURNING id
 )
 SELECT (SELECT status FROM run) AS run_status;

@@ -1,0 +1,136 @@
+"""Child workflows: a run that starts runs and waits for their results.
+
+Starting a child is a step (kind 'child'): the child's run row and the
+parent's checkpoint commit in one transaction, and the child's key is derived
+from the parent's run id and the step's position, so no replay ever starts a
+second child. Waiting for its result is a durable wait (kind 'child_result'):
+the parent parks without a slot and the child's final update wakes it (the
+``runs_finished`` trigger). A child that does not complete raises ChildFailed
+in the parent; a parent that is cancelled or fails cancels its unfinished
+children (the same trigger). A parent that completes leaves them running.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from perdure.engine import serialization
+from perdure.engine.control import Abandon, Suspend
+from perdure.engine.executor import Execution, _Attempt
+from perdure.engine.waits import FOREVER_SECONDS, _park
+from perdure.errors import ChildFailed, RunKeyConflict, UnknownWorkflow
+from perdure.store.store import execute_async
+from perdure.types import RunStatus, StepStatus
+
+
+async def _resolve(ex: Execution, workflow: str, version: int | None) -> tuple[str, int, str]:
+    local = [
+        spec
+        for (name, v), spec in ex.env.specs.items()
+        if name == workflow and (version is None or v == version)
+    ]
+    if local:
+        spec = max(local, key=lambda s: s.version)
+        return spec.name, spec.version, spec.queue
+    row = await ex.env.store.execute(ex.env.store.q.workflow_lookup(workflow, version))
+    if row is None:
+        raise UnknownWorkflow(workflow, version)
+    return row["name"], row["version"], row["queue"]
+
+
+async def start_child(
+    ex: Execution,
+    workflow: str,
+    input: Any,
+    *,
+    key: str | None,
+    version: int | None,
+    run_id: str,
+) -> str:
+    """Start (once per run) a child run of ``workflow``; return the child's run id."""
+    await ex.gate()
+    name = f"child:{workflow}"
+    position, recorded = ex._next(name, "child")
+    if recorded is not None and recorded.status == StepStatus.COMPLETED:
+        return str(recorded.output["run_id"])
+    ex.end_of_history()
+    resolved = await _resolve(ex, workflow, version)
+    text = serialization.dumps(
+        input, f"the input of child workflow {workflow!r}", ex.env.max_payload_bytes
+    )
+    q = ex.env.store.q
+    child_key = key if key is not None else f"{ex.task.run_id}:{position}"
+    attempt = _Attempt(position, name, "child", 1, q.clock.wall_now())
+    async with ex.env.store.pool.connection() as conn, conn.transaction():
+        if not await execute_async(conn, q.task_lock_fenced(ex.task.fence)):
+            ex.lost = True
+            ex.check_alive()
+        started = await execute_async(
+            conn,
+            q.run_insert(
+                run_id=run_id,
+                workflow=resolved[0],
+                version=resolved[1],
+                queue=resolved[2],
+                key=child_key,
+                input_json=text,
+                parent_run_id=ex.task.run_id,
+            ),
+        )
+        if started is None:
+            raise Abandon(f"starting a child of run {ex.task.run_id} raced; replaying")
+        if started.workflow != resolved[0]:
+            raise RunKeyConflict(child_key, started.workflow, resolved[0])
+        output = json.dumps({"run_id": started.run_id, "workflow": resolved[0]})
+        await ex._checkpoint(attempt, "completed", output, None, conn=conn)
+    ex.env.emit("child_started", run_id=ex.task.run_id, child=started.run_id)
+    return started.run_id
+
+
+async def child_result(ex: Execution, child_run_id: str, workflow: str) -> Any:
+    """Wait durably for a child run to finish; its output, or ChildFailed."""
+    await ex.gate()
+    name = f"result:{workflow}"
+    position, recorded = ex._next(name, "child_result")
+    if recorded is not None and recorded.status == StepStatus.COMPLETED:
+        return recorded.output
+    if recorded is not None and recorded.status == StepStatus.FAILED:
+        error = recorded.error or {}
+        raise ChildFailed(name, child_run_id, str(error.get("status", "failed")), error)
+    ex.end_of_history()
+    q = ex.env.store.q
+    started = recorded.started_at if recorded is not None else q.clock.wall_now()
+    attempt = _Attempt(position, name, "child_result", 1, started)
+    async with ex.env.store.pool.connection() as conn, conn.transaction():
+        # A shared lock on the child's row: it cannot finish between this
+        # read and the park below, so its final update sees the parked task.
+        row = await execute_async(conn, q.run_child_status(child_run_id))
+        if row is None:
+            raise ChildFailed(name, child_run_id, "missing", {"message": "the child run is gone"})
+        status = RunStatus(row["status"])
+        if status == RunStatus.COMPLETED:
+            output = json.dumps(row["output"])
+            await ex._checkpoint(attempt, "completed", output, None, conn=conn)
+            return row["output"]
+        if status.is_final:
+            error = dict(row["error"] or {})
+            error["status"] = status.value
+            error["child_run_id"] = child_run_id
+            text = serialization.error_json(error)
+            await ex._checkpoint(attempt, "failed", None, text, conn=conn)
+            failure = ChildFailed(name, child_run_id, status.value, row["error"])
+        else:
+            await _park(
+                ex,
+                position,
+                name,
+                "child_result",
+                {"child": child_run_id, "workflow": workflow},
+                seconds=FOREVER_SECONDS,
+                conn=conn,
+            )
+            failure = None
+    if failure is not None:
+        raise failure
+    raise Suspend()

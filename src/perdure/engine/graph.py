@@ -1,0 +1,344 @@
+"""Graph workflows: a DAG of steps, each its own claimable task.
+
+Positions are a topological order of the graph's steps (0..n-1); the
+compensation of step i is recorded at position n + i. The run's first task
+schedules the steps that depend on nothing and ends. From then on every step
+completion decides what comes next in its own transaction, under the run's
+row lock: its checkpoint, the deletion of its task, and the tasks of every
+step whose dependencies are now satisfied (or the 'skipped' rows of those
+whose condition says no) commit together, so independent steps run in
+parallel on any workers and nothing is scheduled twice.
+
+When a step fails for good, steps not started are cancelled, those running
+finish, and then the compensations of the completed steps run one at a time
+in reverse topological order, each a durable, retried step. The run ends
+'compensated', 'compensation_failed', or 'failed' when nothing needed undoing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from perdure.engine import serialization
+from perdure.engine.control import Abandon, Suspend
+from perdure.engine.executor import Execution, ExecutionEnv
+from perdure.engine.outcome import _let_go
+from perdure.engine.retry import RetryPolicy
+from perdure.engine.waits import FOREVER_SECONDS
+from perdure.errors import SignalTimeout, StepFailed
+from perdure.store.rows import ClaimedTask
+from perdure.store.store import execute_async
+from perdure.types import Step, StepStatus
+
+_DONE = (StepStatus.COMPLETED, StepStatus.SKIPPED)
+_FINAL = (*_DONE, StepStatus.FAILED, StepStatus.CANCELLED)
+
+
+class GraphStepSpec(Protocol):
+    """What the engine needs of one graph step (the api layer provides it)."""
+
+    name: str
+    position: int
+    depends_on: tuple[int, ...]
+    fn: Callable[..., Any]
+    when: Callable[[Any], Any] | None
+    compensate: Callable[..., Any] | None
+    retry: RetryPolicy | None
+    timeout: float | None
+    signal: str | None
+    signal_timeout: float | None
+    join: str
+
+
+class GraphSpec(Protocol):
+    """What the engine needs of a graph workflow."""
+
+    name: str
+    version: int
+    queue: str
+    retry: RetryPolicy
+    steps: Sequence[GraphStepSpec]
+
+    def step_input(self, step: GraphStepSpec, outputs: dict[int, Any], run_input: Any) -> Any:
+        """What ``step`` receives, given the outputs of its completed dependencies."""
+
+    def sinks(self) -> list[GraphStepSpec]:
+        """The steps no other step depends on: their outputs are the run's output."""
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a graph step (or its compensation) receives as ``ctx``."""
+
+    run_id: str
+    workflow: str
+    step: str
+    attempt: int
+    #: The payload of the signal that opened this step's gate, if it has one.
+    signal: Any = None
+
+
+async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
+    """Execute a task of a graph run: its first task, a step, or a compensation."""
+    store, q = env.store, env.store.q
+    if task.finished:
+        await store.execute(q.task_settle(task.fence))
+        return "settled"
+    if task.kind == "run":
+        async with store.pool.connection() as conn, conn.transaction():
+            await execute_async(conn, q.run_lock(task.run_id))
+            if not await execute_async(conn, q.task_finish(task.fence)):
+                env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
+                return "abandoned"
+            await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+        return "scheduled"
+    return await _execute_step(task, spec, env)
+
+
+async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> str:
+    position = task.step_position
+    assert position is not None
+    n = len(spec.steps)
+    step = spec.steps[position % n]
+    found = await env.store.execute(env.store.q.step_list(task.run_id))
+    rows = {s.position: s for s in found}
+    recorded = rows.get(position)
+    if recorded is not None and recorded.status in _FINAL:
+        return await _finish_duplicate(task, spec, env)
+    ex = Execution(
+        task,
+        spec,  # type: ignore[arg-type]
+        env,
+        rows,
+        asyncio.get_running_loop(),
+        branch_position=position,
+    )
+
+    async def decide(conn: Any) -> None:
+        await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+
+    ex.on_branch_final = decide
+    env.emit("branch_executing", run_id=task.run_id, step=task.step_name)
+    if position >= n:
+        name, kind, fn = f"compensate:{step.name}", "compensation", step.compensate
+        value = rows[step.position].output
+    else:
+        outputs = {p: r.output for p, r in rows.items() if r.status == StepStatus.COMPLETED}
+        name, kind, fn = step.name, "step", step.fn
+        value = spec.step_input(step, outputs, task.input)
+    assert fn is not None
+
+    async def body() -> Any:
+        payload = await _open_gate(ex, step) if step.signal and kind == "step" else None
+        ctx = StepContext(task.run_id, spec.name, name, task.fence.attempt, payload)
+        return await ex._call(fn, (ctx, value), {})
+
+    try:
+        await ex.step(
+            name, body, (), {}, step.retry, step.timeout, kind=kind, reserved=(position, recorded)
+        )
+    except StepFailed:
+        return "branch_failed"
+    except Suspend:
+        return "suspended"
+    except Abandon as signal:
+        return await _let_go(ex, signal)
+    return "branch_completed"
+
+
+async def _finish_duplicate(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> str:
+    """A second task for a step already recorded: end it, and decide what comes next."""
+    q = env.store.q
+    async with env.store.pool.connection() as conn, conn.transaction():
+        await execute_async(conn, q.run_lock(task.run_id))
+        if not await execute_async(conn, q.task_finish(task.fence)):
+            return "abandoned"
+        await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+    return "branch_completed"
+
+
+async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
+    """The payload of the signal that opens ``step``'s gate; park (Suspend) until it comes."""
+    assert step.signal is not None
+    q, position = ex.env.store.q, step.position
+    async with ex.env.store.pool.connection() as conn, conn.transaction():
+        await execute_async(conn, q.run_lock(ex.task.run_id))
+        row = await execute_async(
+            conn,
+            q.signal_take_gate(
+                ex.task.run_id, position=position, name=step.name, signal=step.signal
+            ),
+        )
+        if row["found"]:
+            ex.env.emit("signal_consumed", run_id=ex.task.run_id, name=step.signal)
+            return row["payload"]
+        recorded = ex.steps.get(position)
+        if (
+            recorded is not None
+            and recorded.status == StepStatus.WAITING
+            and recorded.wake_at is not None
+            and row["db_now"] >= recorded.wake_at
+        ):
+            raise SignalTimeout(ex.task.run_id, step.signal, step.signal_timeout)
+        leased, _ = await execute_async(
+            conn,
+            q.step_gate_park(
+                ex.task.fence,
+                position=position,
+                name=step.name,
+                signal=step.signal,
+                seconds=step.signal_timeout if step.signal_timeout is not None else FOREVER_SECONDS,
+            ),
+        )
+    if not leased:
+        ex.lost = True
+        ex.check_alive()
+    ex.env.emit("run_waiting", run_id=ex.task.run_id, step=step.name, signal=step.signal)
+    raise Suspend()
+
+
+async def advance(
+    conn: Any, env: ExecutionEnv, spec: GraphSpec, run_id: str, run_input: Any, task_id: int
+) -> None:
+    """Decide what a graph run does next; the caller holds the run's row lock."""
+    q = env.store.q
+    status = await execute_async(conn, q.run_lock(run_id))
+    if status is None or status in (
+        "completed",
+        "failed",
+        "cancelled",
+        "compensated",
+        "compensation_failed",
+    ):
+        return
+    found = await execute_async(conn, q.step_list(run_id))
+    rows = {s.position: s for s in found}
+    n = len(spec.steps)
+    failed = [rows[p] for p in range(n) if p in rows and rows[p].status == StepStatus.FAILED]
+    if status == "compensating" or failed:
+        await _unwind(conn, env, spec, run_id, rows, failed, status, task_id)
+        return
+    await _forward(conn, env, spec, run_id, rows, run_input, task_id)
+
+
+async def _forward(
+    conn: Any,
+    env: ExecutionEnv,
+    spec: GraphSpec,
+    run_id: str,
+    rows: dict[int, Step],
+    run_input: Any,
+    task_id: int,
+) -> None:
+    q = env.store.q
+    state = {p: r.status for p, r in rows.items() if p < len(spec.steps)}
+    outputs = {p: r.output for p, r in rows.items() if r.status == StepStatus.COMPLETED}
+    ready: list[GraphStepSpec] = []
+    for step in spec.steps:
+        if step.position in state:
+            continue
+        if any(state.get(d) not in _DONE for d in step.depends_on):
+            continue
+        done = [d for d in step.depends_on if state[d] == StepStatus.COMPLETED]
+        skip = (
+            len(done) < len(step.depends_on)
+            if step.join == "all"
+            else bool(step.depends_on) and not done
+        )
+        reason = "a dependency was skipped"
+        if not skip and step.when is not None:
+            try:
+                skip = not step.when(spec.step_input(step, outputs, run_input))
+                reason = "its condition was false"
+            except Exception as exc:
+                record = serialization.error_record(exc, None)
+                record["message"] = f"the condition of step {step.name!r} raised: {exc}"
+                await execute_async(
+                    conn,
+                    q.step_record(
+                        run_id,
+                        position=step.position,
+                        name=step.name,
+                        kind="step",
+                        status="failed",
+                        error_json=serialization.error_json(record),
+                    ),
+                )
+                await advance(conn, env, spec, run_id, run_input, task_id)
+                return
+        if skip:
+            await execute_async(
+                conn,
+                q.step_record(
+                    run_id,
+                    position=step.position,
+                    name=step.name,
+                    kind="step",
+                    status="skipped",
+                    error_json=json.dumps({"reason": reason}),
+                ),
+            )
+            state[step.position] = StepStatus.SKIPPED
+        else:
+            ready.append(step)
+            state[step.position] = StepStatus.PENDING
+    if ready:
+        await execute_async(
+            conn,
+            q.step_schedule(
+                run_id, [s.position for s in ready], [s.name for s in ready], ["step"] * len(ready)
+            ),
+        )
+    await execute_async(conn, q.run_progress(run_id))
+    if all(state.get(s.position) in _DONE for s in spec.steps):
+        output = {s.name: outputs[s.position] for s in spec.sinks() if s.position in outputs}
+        text = serialization.dumps(
+            output, f"the result of workflow {spec.name!r}", env.max_payload_bytes
+        )
+        if await execute_async(conn, q.run_finish(run_id, "completed", output_json=text)):
+            env.emit("run_completed", run_id=run_id)
+
+
+async def _unwind(
+    conn: Any,
+    env: ExecutionEnv,
+    spec: GraphSpec,
+    run_id: str,
+    rows: dict[int, Step],
+    failed: list[Step],
+    status: str,
+    task_id: int,
+) -> None:
+    """Stop the graph and run its compensations, newest completed step first."""
+    q, n = env.store.q, len(spec.steps)
+    if status != "compensating":
+        error = dict(failed[0].error or {})
+        error["step"] = failed[0].name
+        await execute_async(conn, q.run_mark_compensating(run_id, serialization.error_json(error)))
+        env.emit("run_compensating", run_id=run_id)
+    if await execute_async(conn, q.run_halt_steps(run_id, task_id)):
+        return  # a step still running: its completion continues from here
+    undone: list[Step] = []
+    for step in reversed(spec.steps):
+        done = rows.get(step.position)
+        if step.compensate is None or done is None or done.status != StepStatus.COMPLETED:
+            continue
+        record = rows.get(n + step.position)
+        if record is None or record.status not in _FINAL:
+            name = f"compensate:{step.name}"
+            await execute_async(
+                conn, q.step_schedule(run_id, [n + step.position], [name], ["compensation"])
+            )
+            return
+        undone.append(record)
+    broken = [
+        r.name.removeprefix("compensate:") for r in undone if r.status != StepStatus.COMPLETED
+    ]
+    final = "compensation_failed" if broken else "compensated" if undone else "failed"
+    summary = serialization.error_json({"compensations_failed": broken}) if broken else None
+    if await execute_async(conn, q.run_finish(run_id, final, error_json=summary)):
+        env.emit(f"run_{final}", run_id=run_id)

@@ -1,0 +1,254 @@
+"""Execute a claimed task of a function workflow and record how it ended.
+
+A task of kind 'run' replays the workflow and runs it to its next stop: it
+completes, fails (after its compensations, if it registered any), retries
+later, waits, or is handed back. A task of kind 'step' replays the workflow
+only up to the gather that holds its parallel step, and executes that step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from typing import Any
+
+from perdure.engine import faults, parallel, serialization
+from perdure.engine.control import Abandon, Suspend
+from perdure.engine.executor import (
+    BranchDone,
+    Execution,
+    ExecutionEnv,
+    ReplayEnd,
+    WorkflowSpec,
+)
+from perdure.errors import (
+    Cancelled,
+    NonDeterminismError,
+    PermanentError,
+    SerializationError,
+    StepFailed,
+)
+from perdure.store.rows import ClaimedTask
+
+log = logging.getLogger("perdure.executor")
+
+_PERMANENT = (PermanentError, StepFailed, NonDeterminismError, SerializationError)
+
+
+async def _start(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> Execution | None:
+    """The execution of ``task``, or None when the run stopped while it was claimed."""
+    store, q = env.store, env.store.q
+    if task.finished:
+        # Cancelled, paused or finished while we claimed it: let go without running.
+        await store.execute(q.task_settle(task.fence))
+        return None
+    steps = await store.execute(q.step_list(task.run_id))
+    return Execution(
+        task,
+        spec,
+        env,
+        {s.position: s for s in steps},
+        asyncio.get_running_loop(),
+        branch_position=task.step_position if task.kind == "step" else None,
+    )
+
+
+async def _let_go(execution: Execution, signal: Abandon) -> str:
+    """After Abandon: stop silently if the lease is gone, else replay from the real history."""
+    task, env = execution.task, execution.env
+    if execution.lost:
+        log.warning("%s", signal.args[0] if signal.args else "lease lost")
+        env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
+        return "abandoned"
+    log.warning("replaying run %s again: %s", task.run_id, signal)
+    await env.store.execute(
+        env.store.q.task_release(
+            task.fence, delay_seconds=0, failed=False, event="run_replay_restarted"
+        )
+    )
+    return "released"
+
+
+async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
+    """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
+    if task.kind == "step":
+        return await execute_branch(task, spec, env)
+    execution = await _start(task, spec, env)
+    if execution is None:
+        return "settled"
+    store, q, fence = env.store, env.store.q, task.fence
+    env.emit("run_executing", run_id=task.run_id, attempt=fence.attempt)
+    try:
+        output = await spec.invoke(execution, task.input)
+        if execution.fatal is not None:
+            raise execution.fatal
+        execution.check_alive()
+    except Suspend:
+        return "suspended"
+    except faults.SimulatedCrash:
+        # A test's simulated death: no further write; the lease must lapse.
+        env.emit("simulated_crash", run_id=task.run_id)
+        return "crashed"
+    except Abandon as signal:
+        return await _let_go(execution, signal)
+    except Exception as exc:
+        if execution.run_status == "cancelled":
+            await store.execute(q.task_settle(fence))
+            return "cancelled"
+        return await _handle_failure(task, spec, env, execution, exc)
+    if task.run_status == "compensating":
+        # The run failed for good before a crash; its replay did not fail
+        # again, but its compensations must still finish.
+        return await _compensate(execution, None)
+    try:
+        text = serialization.dumps(
+            output, f"the result of workflow {spec.name!r}", env.max_payload_bytes
+        )
+    except SerializationError as exc:
+        return await _fail(task, env, exc)
+    leased, changed = await store.execute(q.run_complete(fence, text))
+    if not leased:
+        env.emit("lease_lost", run_id=task.run_id, task_id=fence.task_id)
+        return "abandoned"
+    if not changed:
+        return "cancelled"
+    env.emit("run_completed", run_id=task.run_id)
+    return "completed"
+
+
+async def execute_branch(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
+    """Execute the parallel step a task of kind 'step' is for."""
+    execution = await _start(task, spec, env)
+    if execution is None:
+        return "settled"
+    env.emit("branch_executing", run_id=task.run_id, step=task.step_name)
+    try:
+        await spec.invoke(execution, task.input)
+    except BranchDone:
+        return "branch_completed"
+    except Suspend:
+        return "suspended"
+    except faults.SimulatedCrash:
+        env.emit("simulated_crash", run_id=task.run_id)
+        return "crashed"
+    except Abandon as signal:
+        return await _let_go(execution, signal)
+    except (Exception, ReplayEnd):
+        if execution.run_status in ("cancelled", "completed", "failed"):
+            await env.store.execute(env.store.q.task_settle(task.fence))
+            return "settled"
+    # The workflow returned or raised without reaching this step.
+    position, name = task.step_position, task.step_name
+    assert position is not None and name is not None
+    try:
+        await parallel.finish_unreachable(execution, position, name)
+    except BranchDone:
+        pass
+    return "branch_unreachable"
+
+
+async def _handle_failure(
+    task: ClaimedTask,
+    spec: WorkflowSpec,
+    env: ExecutionEnv,
+    execution: Execution,
+    exc: Exception,
+) -> str:
+    cause: Exception = exc
+    if isinstance(execution.fatal, Exception):
+        cause = execution.fatal
+    failures = task.failures + 1
+    final = (
+        task.run_status == "compensating"
+        or isinstance(cause, _PERMANENT)
+        or not spec.retry.should_retry(cause, failures)
+    )
+    if final:
+        if execution.rollbacks and not isinstance(cause, NonDeterminismError):
+            return await _compensate(execution, cause)
+        return await _fail(task, env, cause)
+    delay = spec.retry.delay(failures)
+    detail = serialization.error_json(serialization.error_record(cause, traceback.format_exc()))
+    released = await env.store.execute(
+        env.store.q.task_release(
+            task.fence,
+            delay_seconds=delay,
+            failed=True,
+            event="run_retry_scheduled",
+            detail_json=detail,
+        )
+    )
+    return "retrying" if released else "abandoned"
+
+
+def _error_json(exc: BaseException) -> tuple[dict[str, Any], str]:
+    tb = "".join(traceback.format_exception(exc))
+    record = serialization.error_record(exc, tb)
+    for attr in ("step", "position", "recorded", "requested"):
+        if hasattr(exc, attr):
+            record[attr] = getattr(exc, attr)
+    return record, serialization.error_json(record)
+
+
+async def _compensate(execution: Execution, cause: Exception | None) -> str:
+    """Run the registered compensations, newest first, each a durable step; end the run.
+
+    The run turns 'compensating' first. Each compensation is a checkpointed
+    step at the positions after the failure, so a crash resumes after the
+    last one that completed. A compensation that fails for good does not stop
+    the others; the run ends 'compensation_failed' instead of 'compensated'.
+    """
+    task, env = execution.task, execution.env
+    store, q = env.store, env.store.q
+    if cause is not None:
+        _, text = _error_json(cause)
+        leased, _ = await store.execute(q.run_compensating(task.fence, text))
+        if not leased:
+            env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
+            return "abandoned"
+    env.emit("run_compensating", run_id=task.run_id, compensations=len(execution.rollbacks))
+    failed: list[str] = []
+    try:
+        for rollback in reversed(execution.rollbacks):
+            try:
+                await execution.step(
+                    f"compensate:{rollback.name}",
+                    rollback.fn,
+                    rollback.args,
+                    rollback.kwargs,
+                    rollback.retry,
+                    kind="compensation",
+                )
+            except StepFailed:
+                failed.append(rollback.name)
+    except Suspend:
+        return "suspended"
+    except faults.SimulatedCrash:
+        env.emit("simulated_crash", run_id=task.run_id)
+        return "crashed"
+    except Abandon as signal:
+        return await _let_go(execution, signal)
+    except Cancelled:
+        await store.execute(q.task_settle(task.fence))
+        return "cancelled"
+    status = "compensation_failed" if failed else "compensated"
+    error_json = serialization.error_json({"compensations_failed": failed}) if failed else None
+    leased, changed = await store.execute(q.run_fail(task.fence, error_json, status))
+    if not leased:
+        env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
+        return "abandoned"
+    env.emit(f"run_{status}", run_id=task.run_id)
+    return status if changed else "cancelled"
+
+
+async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> str:
+    record, text = _error_json(exc)
+    leased, changed = await env.store.execute(env.store.q.run_fail(task.fence, text))
+    if not leased:
+        env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
+        return "abandoned"
+    if not changed:
+        return "cancelled"
+    env.emit("run_failed", run_id=task.run_id, error=record["type"])
+    return "failed"

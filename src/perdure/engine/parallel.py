@@ -1,0 +1,205 @@
+"""Parallel steps in a function workflow: ``ctx.gather`` and ``ctx.map``.
+
+A gather takes one position per branch plus one for its outcome marker. The
+first time the run reaches it, every branch without a checkpoint becomes a
+'pending' step row with a task of kind 'step', and the run's own task parks
+without holding a slot. Any worker may claim a branch's task: it replays the
+workflow up to the gather (every earlier step is memoized), executes that one
+branch, and writes its checkpoint, deletes its task and, when it was the last
+branch (or it failed: gathers fail fast), wakes the run, in one transaction.
+The run's task then replays the gather from the checkpoints and moves on.
+
+Fail-fast policy: without ``return_exceptions``, the gather raises the first
+failed branch's StepFailed (in argument order among the branches that had
+failed when the run woke) as soon as one fails; branches still running
+finish and are recorded, and are dropped if the run ends first. The choice is
+recorded in the marker, so every replay raises the same error. With
+``return_exceptions=True`` the gather waits for every branch and returns
+StepFailed instances in place of failed branches' results.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from perdure.engine.control import Suspend
+from perdure.engine.executor import BranchDone, Execution, _Attempt
+from perdure.engine.retry import RetryPolicy
+from perdure.engine.waits import FOREVER_SECONDS
+from perdure.errors import ConfigurationError, StepFailed
+from perdure.store.store import execute_async
+from perdure.types import Step, StepStatus
+
+T = TypeVar("T")
+_FINAL = (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.SKIPPED)
+
+
+@dataclass
+class StepCall(Generic[T]):
+    """A step described but not yet run: ``await`` it to run it alone, or gather it.
+
+    ``ctx.step(...)`` returns one in async workflows; ``ctx.branch(...)`` in both
+    kinds of workflow.
+    """
+
+    execution: Execution
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+
+    def run(self, reserved: tuple[int, Step | None] | None = None) -> Any:
+        """The coroutine that runs this step (at ``reserved`` when a gather took it)."""
+        return self.execution.step(
+            self.name, self.fn, self.args, self.kwargs, self.retry, self.timeout, reserved=reserved
+        )
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self.run().__await__()  # type: ignore[no-any-return]
+
+
+async def gather(
+    ex: Execution, calls: Sequence[StepCall[Any]], *, return_exceptions: bool = False
+) -> list[Any]:
+    """Run ``calls`` as parallel steps; their results in order (see the module doc)."""
+    for call in calls:
+        if not isinstance(call, StepCall) or call.execution is not ex:
+            raise ConfigurationError(
+                "gather takes steps of this run: ctx.step(...) or ctx.branch(...) calls"
+            )
+    await ex.gate()
+    if not calls:
+        return []
+    reserved = [ex._next(call.name, "step") for call in calls]
+    marker_position, marker = ex._next(f"gather:{len(calls)}", "gather")
+    if ex.branch_position is not None:
+        for call, (position, recorded) in zip(calls, reserved, strict=True):
+            if position == ex.branch_position:
+                await _run_branch(ex, call, position, recorded)
+    if marker is not None:
+        # Failed fast earlier: raise the failure that was chosen then.
+        failed = dict(reserved)[int(marker.output["failed"])]
+        assert failed is not None
+        ex._replayed(failed)
+    records = [recorded for _, recorded in reserved]
+    pending = [
+        (position, call.name)
+        for call, (position, recorded) in zip(calls, reserved, strict=True)
+        if recorded is None or recorded.status not in _FINAL
+    ]
+    failures = [r for r in records if r is not None and r.status in _FINAL[1:]]
+    if failures and not return_exceptions:
+        if pending and ex.branch_position is None and not ex.replay_only:
+            first = failures[0]
+            attempt = _Attempt(
+                marker_position,
+                f"gather:{len(calls)}",
+                "gather",
+                1,
+                ex.task.db_now or first.started_at,
+            )
+            await ex._checkpoint(attempt, "completed", json.dumps({"failed": first.position}), None)
+        ex._replayed(failures[0])
+    if not pending:
+        return [_outcome(ex, r) for r in records if r is not None]
+    ex.end_of_history()
+    await _park(ex, pending)
+    raise AssertionError("unreachable")
+
+
+def _outcome(ex: Execution, recorded: Step) -> Any:
+    if recorded.status == StepStatus.COMPLETED:
+        return recorded.output
+    try:
+        ex._replayed(recorded)
+    except StepFailed as exc:
+        return exc
+    raise AssertionError("unreachable")
+
+
+async def _park(ex: Execution, pending: list[tuple[int, str]]) -> None:
+    q = ex.env.store.q
+    waiting_for = {"steps": len(pending), "first": pending[0][1]}
+    async with ex.env.store.pool.connection() as conn, conn.transaction():
+        # The run's row lock orders this park against the branches'
+        # completions: a branch finishing after it sees the parked task.
+        await execute_async(conn, q.run_lock(ex.task.run_id))
+        leased, spawned = await execute_async(
+            conn,
+            q.step_fanout(
+                ex.task.fence,
+                positions=[p for p, _ in pending],
+                names=[n for _, n in pending],
+                seconds=FOREVER_SECONDS,
+                waiting_for_json=json.dumps(waiting_for),
+            ),
+        )
+    if not leased:
+        ex.lost = True
+        ex.check_alive()
+    ex.env.emit("steps_scheduled", run_id=ex.task.run_id, steps=spawned, waiting=len(pending))
+    raise Suspend()
+
+
+async def _run_branch(
+    ex: Execution, call: StepCall[Any], position: int, recorded: Step | None
+) -> None:
+    """Execute the branch this task is for, then stop the workflow (BranchDone)."""
+    if recorded is not None and recorded.status in _FINAL:
+        # Already recorded (a duplicate task): end the task, wake the run if last.
+        await finish_unreachable(ex, position, call.name, recorded=recorded)
+    try:
+        await call.run((position, recorded))
+    except StepFailed:
+        pass  # recorded as the branch's failure; the run decides what it means
+    raise BranchDone()
+
+
+async def finish_unreachable(
+    ex: Execution, position: int, name: str, *, recorded: Step | None = None
+) -> None:
+    """End a parallel step's task without running it; fail the step if it has no record.
+
+    Used when the workflow, replayed for this task, does not reach the step
+    (its code changed), and for a duplicate task of a step recorded already.
+    """
+    status, output, error = "failed", None, None
+    if recorded is not None:
+        status = "completed" if recorded.status == StepStatus.COMPLETED else "failed"
+        output = json.dumps(recorded.output)
+    else:
+        error = json.dumps(
+            {
+                "type": "NonDeterminismError",
+                "message": f"replaying run {ex.task.run_id} did not reach parallel step "
+                f"{name!r} at position {position}: the workflow's code no longer asks for it",
+            }
+        )
+    q = ex.env.store.q
+    async with ex.env.store.pool.connection() as conn, conn.transaction():
+        await execute_async(conn, q.run_lock(ex.task.run_id))
+        leased, _, _ = await execute_async(
+            conn,
+            q.step_complete_parallel(
+                ex.task.fence,
+                position=position,
+                name=name,
+                kind="step",
+                status=status,
+                attempts=recorded.attempts if recorded else 1,
+                output_json=output,
+                error_json=error,
+                started_at=q.clock.wall_now(),
+                event=f"step_{status}",
+                wake=True,
+            ),
+        )
+    if not leased:
+        ex.lost = True
+        ex.check_alive()
+    raise BranchDone()

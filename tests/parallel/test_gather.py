@@ -1,0 +1,154 @@
+"""Parallel steps in function workflows: ctx.gather, ctx.map, fail-fast, replay."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import perdure
+from helpers import BackgroundWorker, wait_until
+
+FAST = {"concurrency": 8, "poll_seconds": 0.05, "lease_seconds": 5}
+
+
+def test_gather_runs_steps_as_separate_tasks_and_returns_results_in_order(
+    app: perdure.App,
+) -> None:
+    @app.workflow("pair")
+    async def pair(ctx: perdure.Context, n: int) -> dict[str, Any]:
+        first = await ctx.step("first", lambda: n)
+        a, b = await ctx.gather(ctx.step("a", lambda: n + 1), ctx.step("b", lambda: n + 2))
+        last = await ctx.step("last", lambda: a + b)
+        return {"first": first, "a": a, "b": b, "last": last}
+
+    handle = app.start("pair", 10)
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=30) == {"first": 10, "a": 11, "b": 12, "last": 23}
+    steps = app.steps(handle.id)
+    assert [(s.position, s.name, s.kind, s.status.value) for s in steps] == [
+        (0, "first", "step", "completed"),
+        (1, "a", "step", "completed"),
+        (2, "b", "step", "completed"),
+        (4, "last", "step", "completed"),
+    ]
+    events = [(e.event, e.step_name) for e in app.history(handle.id)]
+    assert ("steps_scheduled", None) in events
+    assert ("step_claimed", "a") in events and ("step_claimed", "b") in events
+
+
+def test_sync_workflow_gathers_branches_and_maps(app: perdure.App) -> None:
+    @app.workflow("sync_fan")
+    def sync_fan(ctx: perdure.SyncContext, items: list[int]) -> list[Any]:
+        pair = ctx.gather(ctx.branch("x", lambda: "x"), ctx.branch("y", lambda: "y"))
+        squares = ctx.map("square", lambda v: v * v, items)
+        return [pair, squares]
+
+    handle = app.start("sync_fan", [1, 2, 3])
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=30) == [["x", "y"], [1, 4, 9]]
+    names = [s.name for s in app.steps(handle.id)]
+    assert names == ["x", "y", "square[0]", "square[1]", "square[2]"]
+
+
+def test_map_of_many_items_and_the_parent_holds_no_slot_while_waiting(app: perdure.App) -> None:
+    release = threading.Event()
+
+    def slow(v: int) -> int:
+        release.wait(20)
+        return v * 2
+
+    @app.workflow("fan")
+    async def fan(ctx: perdure.Context, n: int) -> int:
+        doubled = await ctx.map("double", slow, range(n))
+        return sum(doubled)
+
+    handle = app.start("fan", 5)
+    with BackgroundWorker(app, **FAST) as worker:
+        wait_until(lambda: handle.status() == "waiting", 20, what="the parent to park")
+        run = handle.get()
+        assert run.waiting_for == {"steps": 5, "first": "double[0]"}
+        wait_until(lambda: len(worker.worker.running) == 5, 20, what="5 branches held")
+        kinds = {h.task.kind for h in worker.worker.running.values()}
+        assert kinds == {"step"}
+        release.set()
+        assert handle.result(timeout=30) == 2 * sum(range(5))
+
+
+def test_gather_fails_fast_and_the_choice_replays(app: perdure.App) -> None:
+    release = threading.Event()
+
+    def boom() -> None:
+        raise perdure.PermanentError("no")
+
+    def slow() -> str:
+        release.wait(20)
+        return "slow done"
+
+    @app.workflow("failfast")
+    async def failfast(ctx: perdure.Context) -> str:
+        try:
+            await ctx.gather(ctx.step("slow", slow), ctx.step("boom", boom))
+        except perdure.StepFailed as exc:
+            caught = exc.step
+        await ctx.step("after", lambda: "after")
+        return caught
+
+    handle = app.start("failfast")
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=30) == "boom"
+        release.set()
+    steps = {s.name: s for s in app.steps(handle.id)}
+    assert steps["boom"].status == perdure.StepStatus.FAILED
+    assert steps["gather:2"].output == {"failed": 1}
+    assert steps["after"].status == perdure.StepStatus.COMPLETED
+
+
+def test_return_exceptions_waits_for_all_and_returns_failures(app: perdure.App) -> None:
+    def boom() -> None:
+        raise perdure.PermanentError("nope")
+
+    @app.workflow("collect")
+    async def collect(ctx: perdure.Context) -> list[str]:
+        results = await ctx.gather(
+            ctx.step("ok", lambda: "fine"), ctx.step("bad", boom), return_exceptions=True
+        )
+        return [r if isinstance(r, str) else type(r).__name__ for r in results]
+
+    handle = app.start("collect")
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=30) == ["fine", "StepFailed"]
+
+
+def test_a_failed_branch_retries_with_its_policy(app: perdure.App) -> None:
+    attempts: list[int] = []
+
+    def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise RuntimeError("transient")
+        return "ok"
+
+    policy = perdure.RetryPolicy(max_attempts=3, initial_delay=0.01, jitter=0)
+
+    @app.workflow("retrying_branch")
+    async def retrying_branch(ctx: perdure.Context) -> list[str]:
+        return await ctx.gather(ctx.step("flaky", flaky, retry=policy), ctx.step("ok", lambda: "x"))
+
+    handle = app.start("retrying_branch")
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=30) == ["ok", "x"]
+    assert len(attempts) == 3
+    assert {s.name: s.attempts for s in app.steps(handle.id)}["flaky"] == 3
+
+
+def test_gather_refuses_what_is_not_a_step_of_this_run(app: perdure.App) -> None:
+    @app.workflow("bad_gather")
+    async def bad_gather(ctx: perdure.Context) -> None:
+        await ctx.gather(lambda: 1)  # type: ignore[arg-type]
+
+    handle = app.start("bad_gather")
+    with BackgroundWorker(app, **FAST):
+        with pytest.raises(perdure.RunFailed, match="gather takes steps"):
+            handle.result(timeout=30)
