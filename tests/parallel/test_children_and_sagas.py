@@ -1,0 +1,162 @@
+"""Child workflows and saga compensation in function workflows."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import perdure
+from helpers import BackgroundWorker, wait_until
+
+FAST = {"concurrency": 8, "poll_seconds": 0.05, "lease_seconds": 5}
+
+
+def test_child_runs_once_and_the_parent_waits_durably_for_its_result(app: perdure.App) -> None:
+    release = threading.Event()
+
+    @app.workflow("resize_batch")
+    async def resize_batch(ctx: perdure.Context, images: list[str]) -> list[str]:
+        await ctx.step("wait", lambda: release.wait(20))
+        return [f"{i}@2x" for i in images]
+
+    @app.workflow("album")
+    async def album(ctx: perdure.Context, images: list[str]) -> dict[str, Any]:
+        child = await ctx.start_child("resize_batch", images)
+        resized = await child.result()
+        return {"child": child.run_id, "resized": resized}
+
+    handle = app.start("album", ["a", "b"])
+    with BackgroundWorker(app, **FAST) as worker:
+        wait_until(lambda: handle.status() == "waiting", 20, what="the parent to wait")
+        parent = handle.get()
+        assert parent.waiting_for is not None and "child" in parent.waiting_for
+        child_id = parent.waiting_for["child"]
+        held = [h.task.run_id for h in worker.worker.running.values()]
+        assert held == [child_id]  # the parent holds no slot while it waits
+        release.set()
+        out = handle.result(timeout=30)
+    assert out == {"child": child_id, "resized": ["a@2x", "b@2x"]}
+    child = app.get_run(child_id)
+    assert child.parent_run_id == handle.id
+    assert child.key == f"{handle.id}:0"
+    assert len(app.list_runs(workflow="resize_batch")) == 1
+    assert [(s.name, s.kind) for s in app.steps(handle.id)] == [
+        ("child:resize_batch", "child"),
+        ("result:resize_batch", "child_result"),
+    ]
+
+
+def test_a_failed_child_raises_child_failed_in_the_parent(app: perdure.App) -> None:
+    @app.workflow("doomed")
+    async def doomed(ctx: perdure.Context) -> None:
+        raise perdure.PermanentError("child broke")
+
+    @app.workflow("guardian")
+    def guardian(ctx: perdure.SyncContext) -> dict[str, str]:
+        child = ctx.start_child(doomed)
+        try:
+            child.result()
+        except perdure.ChildFailed as exc:
+            return {"status": exc.status, "child": exc.child_run_id}
+        return {"status": "completed", "child": child.run_id}
+
+    handle = app.start("guardian")
+    with BackgroundWorker(app, **FAST):
+        out = handle.result(timeout=30)
+    assert out["status"] == "failed"
+    assert app.get_run(out["child"]).status == perdure.RunStatus.FAILED
+
+
+def test_cancelling_a_parent_cancels_its_children_down_the_tree(app: perdure.App) -> None:
+    @app.workflow("leaf")
+    async def leaf(ctx: perdure.Context) -> None:
+        await ctx.wait_for_signal("never")
+
+    @app.workflow("middle")
+    async def middle(ctx: perdure.Context) -> None:
+        await (await ctx.start_child("leaf")).result()
+
+    @app.workflow("root")
+    async def root(ctx: perdure.Context) -> None:
+        await (await ctx.start_child("middle")).result()
+
+    handle = app.start("root")
+    with BackgroundWorker(app, **FAST):
+        wait_until(
+            lambda: len(app.list_runs(workflow="leaf", status="waiting")) == 1,
+            20,
+            what="the grandchild to wait",
+        )
+        app.cancel(handle.id, "no longer needed")
+    statuses = {r.workflow: (r.status.value, r.error) for r in app.list_runs()}
+    assert statuses["root"][0] == "cancelled"
+    assert statuses["middle"] == (
+        "cancelled",
+        {"type": "Cancelled", "message": "parent run cancelled"},
+    )
+    assert statuses["leaf"][0] == "cancelled"
+
+
+def test_saga_compensations_run_newest_first_and_the_run_ends_compensated(
+    app: perdure.App,
+) -> None:
+    log: list[str] = []
+
+    def book(what: str) -> str:
+        log.append(f"book {what}")
+        return f"{what}-1"
+
+    def cancel(ref: str) -> None:
+        log.append(f"cancel {ref}")
+
+    def charge() -> None:
+        raise perdure.PermanentError("card declined")
+
+    @app.workflow("trip")
+    async def trip(ctx: perdure.Context) -> None:
+        flight = await ctx.step("flight", book, "flight")
+        ctx.on_rollback(cancel, flight)
+        hotel = await ctx.step("hotel", book, "hotel")
+        ctx.on_rollback(cancel, hotel, name="cancel_hotel")
+        await ctx.step("charge", charge)
+
+    handle = app.start("trip")
+    with BackgroundWorker(app, **FAST):
+        with pytest.raises(perdure.RunFailed) as info:
+            handle.result(timeout=30)
+    assert info.value.status == "compensated"
+    assert log == ["book flight", "book hotel", "cancel hotel-1", "cancel flight-1"]
+    run = handle.get()
+    assert run.status == perdure.RunStatus.COMPENSATED
+    assert run.error is not None and "card declined" in run.error["message"]
+    assert [(s.name, s.kind, s.status.value) for s in app.steps(handle.id)][-2:] == [
+        ("compensate:cancel_hotel", "compensation", "completed"),
+        ("compensate:cancel", "compensation", "completed"),
+    ]
+
+
+def test_a_failing_rollback_ends_compensation_failed_but_the_others_still_run(
+    app: perdure.App,
+) -> None:
+    log: list[str] = []
+
+    def broken_undo() -> None:
+        raise perdure.PermanentError("undo failed")
+
+    @app.workflow("half")
+    async def half(ctx: perdure.Context) -> None:
+        await ctx.step("one", lambda: None)
+        ctx.on_rollback(lambda: log.append("undo one"), name="undo_one")
+        await ctx.step("two", lambda: None)
+        ctx.on_rollback(broken_undo)
+        raise perdure.PermanentError("then it broke")
+
+    handle = app.start("half")
+    with BackgroundWorker(app, **FAST):
+        with pytest.raises(perdure.RunFailed) as info:
+            handle.result(timeout=30)
+    assert info.value.status == "compensation_failed"
+    assert log == ["undo one"]
+    assert handle.get().error["compensations_failed"] == ["broken_undo"]
