@@ -43,7 +43,9 @@ def test_etl_graph_passes_outputs_along_and_records_the_definition(app: perdure.
     assert info.kind == "graph"
 
 
-def test_registry_row_holds_steps_edges_and_fingerprint(app: perdure.App, db: Any, schema: str) -> None:
+def test_registry_row_holds_steps_edges_and_fingerprint(
+    app: perdure.App, db: Any, schema: str
+) -> None:
     g = app.graph("drawn")
 
     @g.step()
