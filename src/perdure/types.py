@@ -156,3 +156,6 @@ class WorkflowInfo:
     kind: str
     updated_at: datetime
     counts: dict[str, int]
+    #: What the registry records: for a graph, its steps and edges.
+    definition: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str | None = None

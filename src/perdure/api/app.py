@@ -404,16 +404,27 @@ class App(MessagingMixin):
         since: datetime | None = None,
         before: datetime | None = None,
         limit: int = 50,
+        parent: str | None = None,
     ) -> list[Run]:
-        """Runs newest first, filtered by status, workflow and creation time."""
+        """Runs newest first, filtered by status, workflow, creation time and parent run."""
         if status is not None:
             status = RunStatus(status).value
         if not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise ConfigurationError("limit must be an integer from 1 to 10000")
+        if parent is not None:
+            try:
+                parent = str(uuid.UUID(str(parent)))
+            except ValueError:
+                raise ConfigurationError(f"parent must be a run id, not {parent!r}") from None
         return self._portal.call(
             self._run(
                 self.q.run_list(
-                    status=status, workflow=workflow, since=since, before=before, limit=limit
+                    status=status,
+                    workflow=workflow,
+                    since=since,
+                    before=before,
+                    limit=limit,
+                    parent=parent,
                 )
             )
         )

@@ -32,10 +32,26 @@ STATUS_STYLES: dict[str, str] = {
     "failed": "bold red",
     "cancelled": "dim",
     "retrying": "yellow",
+    "compensating": "bold yellow",
+    "compensated": "red",
+    "compensation_failed": "bold red reverse",
+    "pending": "cyan",
+    "skipped": "dim",
 }
 
 # Live statuses first, then final ones: the order the lifecycle goes.
-STATUS_ORDER = ("queued", "running", "waiting", "paused", "completed", "failed", "cancelled")
+STATUS_ORDER = (
+    "queued",
+    "running",
+    "waiting",
+    "paused",
+    "compensating",
+    "completed",
+    "failed",
+    "cancelled",
+    "compensated",
+    "compensation_failed",
+)
 
 NONE = "-"
 PIPE_WIDTH = 160
@@ -179,6 +195,8 @@ def error_summary(error: Mapping[str, Any] | None, limit: int = 80) -> str:
     """``Type: message`` of a recorded error, on one line, cut to ``limit`` characters."""
     if not error:
         return ""
+    if "type" not in error and "reason" in error:
+        return str(error["reason"])  # a skipped step says why
     kind = str(error.get("type", "Error")).rsplit(".", 1)[-1]
     message = " ".join(str(error.get("message", "")).split())
     line = f"{kind}: {message}" if message else kind

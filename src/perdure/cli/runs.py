@@ -57,6 +57,7 @@ def runs() -> None:
     "--status", type=click.Choice([s.value for s in RunStatus]), help="Only runs in this status."
 )
 @click.option("--workflow", help="Only runs of this workflow.")
+@click.option("--parent", metavar="RUN_ID", help="Only the child runs of this run.")
 @click.option(
     "--since",
     metavar="DURATION|ISO",
@@ -72,13 +73,16 @@ def list_runs(
     state: CliState,
     status: str | None,
     workflow: str | None,
+    parent: str | None,
     since: datetime | None,
     limit: int,
     as_json: bool,
 ) -> None:
     """List runs, newest first."""
     with state.app() as app:
-        found = app.list_runs(status=status, workflow=workflow, since=since, limit=limit)
+        found = app.list_runs(
+            status=status, workflow=workflow, since=since, limit=limit, parent=parent
+        )
     if as_json:
         render.echo_json(found)
         return
@@ -137,9 +141,10 @@ def show(state: CliState, ref: str, with_history: bool, as_json: bool) -> None:
     with state.app() as app:
         run = app.get_run(ref)
         steps = app.steps(run.id)
+        children = app.list_runs(parent=run.id, limit=1000)
         events = app.history(run.id) if with_history else None
     if as_json:
-        document: dict[str, Any] = {"run": run, "steps": steps}
+        document: dict[str, Any] = {"run": run, "steps": steps, "children": children}
         if events is not None:
             document["history"] = events
         render.echo_json(document)
@@ -151,6 +156,10 @@ def show(state: CliState, ref: str, with_history: bool, as_json: bool) -> None:
         out.print(error_block(run.error))
     out.print()
     out.print(steps_table(steps) if steps else Text("no steps recorded", style="dim"))
+    if children:
+        out.print()
+        out.print(Text(f"child runs ({len(children)})", style="bold"))
+        out.print(runs_table(children))
     if events is not None:
         out.print()
         out.print(history_table(events) if events else Text("no history", style="dim"))
@@ -320,9 +329,7 @@ def resume(state: CliState, ref: str) -> None:
     "--status",
     "statuses",
     multiple=True,
-    type=click.Choice(
-        ["queued", "running", "waiting", "paused", "completed", "failed", "cancelled"]
-    ),
+    type=click.Choice([s.value for s in RunStatus]),
     help="Runs of this status (repeatable; default: every unfinished status).",
 )
 @click.option("--limit", default=1000, show_default=True, help="At most this many per status.")

@@ -55,3 +55,59 @@ def list_workflows(state: CliState, as_json: bool) -> None:
             render.counts_text(info.counts),
         )
     out.print(table)
+
+
+@workflows.command("show")
+@click.argument("name")
+@click.option("--version", type=int, help="This version (default: the newest registered).")
+@click.option("--json", "as_json", is_flag=True, help="Print the registry record as JSON.")
+@click.pass_obj
+def show_workflow(state: CliState, name: str, version: int | None, as_json: bool) -> None:
+    """Show one registered workflow: its settings and, for a graph, its steps and edges."""
+    with state.app() as app:
+        found = [w for w in app.workflows() if w.name == name]
+    if version is not None:
+        found = [w for w in found if w.version == version]
+    if not found:
+        which = name if version is None else f"{name} version {version}"
+        raise click.ClickException(f"no registered workflow {which}")
+    info = max(found, key=lambda w: w.version)
+    if as_json:
+        render.echo_json(info)
+        return
+    out = render.console()
+    out.print(
+        render.key_values(
+            [
+                ("workflow", render.text(f"{info.name} (version {info.version})")),
+                ("kind", render.text(info.kind)),
+                ("queue", render.text(info.queue)),
+                ("fingerprint", render.text(info.fingerprint)),
+                ("registered", render.text(render.format_time(info.updated_at))),
+                ("runs", render.counts_text(info.counts)),
+            ]
+        )
+    )
+    steps = info.definition.get("steps") if info.kind == "graph" else None
+    if not steps:
+        return
+    out.print()
+    table = render.table(title="steps")
+    for column in ("#", "step", "depends on", "join", "when", "gate", "compensate", "retry"):
+        table.add_column(column, overflow="fold")
+    for step in steps:
+        retry = step.get("retry") or {}
+        gate = step.get("signal")
+        if gate and step.get("signal_timeout"):
+            gate = f"{gate} ({render.format_duration(step['signal_timeout'])})"
+        table.add_row(
+            render.text(step["position"]),
+            render.text(step["name"]),
+            render.text(", ".join(step.get("depends_on") or []) or None),
+            render.text(step.get("join")),
+            render.text(step.get("when")),
+            render.text(gate),
+            render.text(step.get("compensate")),
+            render.text(f"{retry['max_attempts']} attempts" if retry else None),
+        )
+    out.print(table)

@@ -137,6 +137,8 @@ def workflow(r: Row) -> WorkflowInfo:
         kind=r["kind"],
         updated_at=r["updated_at"],
         counts={k: int(v) for k, v in (r["counts"] or {}).items()},
+        definition=r.get("definition") or {},
+        fingerprint=r.get("fingerprint"),
     )
 
 

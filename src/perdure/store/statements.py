@@ -116,6 +116,7 @@ class Statements(ParallelStatements):
         since: datetime | None = None,
         before: datetime | None = None,
         limit: int = 50,
+        parent: str | None = None,
     ) -> Statement[list[Run]]:
         """Runs newest first, filtered."""
         return self._stmt(
@@ -126,6 +127,7 @@ class Statements(ParallelStatements):
             since=since,
             before=before,
             limit=limit,
+            parent=parent,
         )
 
     def run_complete(self, fence: Fence, output_json: str) -> Statement[tuple[int, int]]:

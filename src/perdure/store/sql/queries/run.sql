@@ -47,7 +47,7 @@ SELECT status, output, error FROM {schema}.runs WHERE id = %(run_id)s;
 
 -- name: run_list
 -- Runs newest first, filtered; each filter is skipped when its parameter is
--- NULL. The (status, created_at) and (workflow, created_at) indexes serve the
+-- NULL. A parent's children are found through runs_parent_run_id_idx. The (status, created_at) and (workflow, created_at) indexes serve the
 -- filtered forms, created_at DESC the unfiltered one.
 SELECT r.*,
        (SELECT count(*) FROM {schema}.steps s WHERE s.run_id = r.id AND s.status = 'completed')
@@ -57,6 +57,7 @@ WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
   AND (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s)
   AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
   AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s)
+  AND (%(parent)s::uuid IS NULL OR r.parent_run_id = %(parent)s::uuid)
 ORDER BY r.created_at DESC, r.id DESC
 LIMIT %(limit)s;
 

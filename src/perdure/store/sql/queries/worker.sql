@@ -50,7 +50,7 @@ LIMIT 1;
 
 -- name: workflow_list
 -- Every registered workflow version with run counts by status.
-SELECT w.name, w.version, w.queue, w.kind, w.updated_at,
+SELECT w.name, w.version, w.queue, w.kind, w.updated_at, w.definition, w.fingerprint,
        coalesce((SELECT jsonb_object_agg(c.status, c.n)
                  FROM (SELECT status, count(*) AS n FROM {schema}.runs r
                        WHERE r.workflow = w.name AND r.version = w.version
