@@ -62,6 +62,8 @@ async def replay_run(
     steps: Sequence[Step],
 ) -> ReplayReport:
     """Replay one run's recorded ``steps`` against ``spec``'s code."""
+    if getattr(spec, "kind", "function") == "graph":
+        return _check_graph(spec, run_id, steps)
     task = ClaimedTask(
         fence=Fence(task_id=0, worker_id="check-replay", attempt=0),
         run_id=run_id,
@@ -112,13 +114,39 @@ async def replay_run(
             )
     if isinstance(execution.fatal, NonDeterminismError):
         return diverged(execution.fatal)
-    if execution.position < len(steps):
+    missed = [s for s in steps if s.position >= execution.position]
+    if missed:
         # The code finished without asking for every recorded step: one was removed.
         return report(
             ok=False,
             replayed=execution.position,
-            position=execution.position,
-            recorded=steps[execution.position].name,
+            position=missed[0].position,
+            recorded=missed[0].name,
             requested=None,
         )
+    return report(ok=True, replayed=len(steps))
+
+
+def _check_graph(spec: Any, run_id: str, steps: Sequence[Step]) -> ReplayReport:
+    """A graph has no code to replay: its recorded steps must sit where the graph puts them.
+
+    Step i of the graph is at position i and its compensation at n + i; a
+    deploy that renames, removes or reorders steps moves them.
+    """
+    graph_steps = spec.steps
+    n = len(graph_steps)
+    report = functools.partial(ReplayReport, run_id, spec.name, spec.version)
+    for step in steps:
+        expected = None
+        if step.position < 2 * n:
+            name = graph_steps[step.position % n].name
+            expected = name if step.position < n else f"compensate:{name}"
+        if step.name != expected:
+            return report(
+                ok=False,
+                replayed=step.position,
+                position=step.position,
+                recorded=step.name,
+                requested=expected,
+            )
     return report(ok=True, replayed=len(steps))
