@@ -186,7 +186,7 @@ def test_runs_show_history_as_json(
     events = [e["event"] for e in document["history"]]
     assert events[0] == "run_created" and events[-1] == "run_completed"
     plain = json.loads(invoke("runs", "show", "ok-1", "--json").output)
-    assert set(plain) == {"run", "steps"}
+    assert set(plain) == {"run", "steps", "children"}
 
 
 def test_runs_show_history_table(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from perdure.api.registry import validate_name
+from perdure.api.registry import validate_identity, validate_name
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
 from perdure.errors import WorkflowDefinitionError
 
@@ -85,12 +85,7 @@ class Graph:
     _ordered: list[GraphStep] | None = None
 
     def __post_init__(self) -> None:
-        validate_name("workflow", self.name)
-        validate_name("queue", self.queue)
-        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
-            raise WorkflowDefinitionError(
-                f"graph {self.name!r}: version must be an integer >= 1, not {self.version!r}"
-            )
+        validate_identity("graph", self.name, self.version, self.queue)
 
     def step(
         self,

@@ -28,6 +28,16 @@ def validate_name(kind: str, name: object) -> str:
     return name
 
 
+def validate_identity(kind: str, name: object, version: object, queue: object) -> None:
+    """Refuse a bad workflow name, version (an integer >= 1) or queue name."""
+    validate_name("workflow", name)
+    validate_name("queue", queue)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise WorkflowDefinitionError(
+            f"{kind} {name!r}: version must be an integer >= 1, not {version!r}"
+        )
+
+
 @dataclass
 class WorkflowDef:
     """A function workflow: its name, version, queue, retry policy and code."""
@@ -40,12 +50,7 @@ class WorkflowDef:
     kind: str = "function"
 
     def __post_init__(self) -> None:
-        validate_name("workflow", self.name)
-        validate_name("queue", self.queue)
-        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
-            raise WorkflowDefinitionError(
-                f"workflow {self.name!r}: version must be an integer >= 1, not {self.version!r}"
-            )
+        validate_identity("workflow", self.name, self.version, self.queue)
         params = list(inspect.signature(self.fn).parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if not positional or len(positional) > 2:

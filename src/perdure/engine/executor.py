@@ -445,35 +445,27 @@ class Execution:
             "retrying": "step_retry_scheduled",
             "timed_out": "signal_timed_out",
         }
+        common: dict[str, Any] = {
+            "position": attempt.position,
+            "name": attempt.name,
+            "kind": attempt.kind,
+            "status": status,
+            "attempts": attempt.number,
+            "output_json": output_json,
+            "error_json": error_json,
+            "started_at": attempt.started,
+            "event": events[status],
+        }
+        q = self.env.store.q
         if attempt.position == self.branch_position and status in ("completed", "failed"):
             # A parallel step's final checkpoint also ends its task and may
             # wake the run (at once on a failure: gathers fail fast).
-            return self.env.store.q.step_complete_parallel(
-                self.task.fence,
-                position=attempt.position,
-                name=attempt.name,
-                kind=attempt.kind,
-                status=status,
-                attempts=attempt.number,
-                output_json=output_json,
-                error_json=error_json,
-                started_at=attempt.started,
-                event=events[status],
-                wake=status == "failed",
-            )
-        return self.env.store.q.step_checkpoint(
+            return q.step_complete_parallel(self.task.fence, wake=status == "failed", **common)
+        return q.step_checkpoint(
             self.task.fence,
             lease_seconds=self.env.lease_seconds,
-            position=attempt.position,
-            name=attempt.name,
-            kind=attempt.kind,
-            status=status,
-            attempts=attempt.number,
-            output_json=output_json,
-            error_json=error_json,
-            started_at=attempt.started,
-            event=events[status],
             detail_json=error_json,
+            **common,
             **publish,
         )
 

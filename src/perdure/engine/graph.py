@@ -257,31 +257,11 @@ async def _forward(
             except Exception as exc:
                 record = serialization.error_record(exc, None)
                 record["message"] = f"the condition of step {step.name!r} raised: {exc}"
-                await execute_async(
-                    conn,
-                    q.step_record(
-                        run_id,
-                        position=step.position,
-                        name=step.name,
-                        kind="step",
-                        status="failed",
-                        error_json=serialization.error_json(record),
-                    ),
-                )
+                await _record(conn, q, run_id, step, "failed", serialization.error_json(record))
                 await advance(conn, env, spec, run_id, run_input, task_id)
                 return
         if skip:
-            await execute_async(
-                conn,
-                q.step_record(
-                    run_id,
-                    position=step.position,
-                    name=step.name,
-                    kind="step",
-                    status="skipped",
-                    error_json=json.dumps({"reason": reason}),
-                ),
-            )
+            await _record(conn, q, run_id, step, "skipped", json.dumps({"reason": reason}))
             state[step.position] = StepStatus.SKIPPED
         else:
             ready.append(step)
@@ -301,6 +281,23 @@ async def _forward(
         )
         if await execute_async(conn, q.run_finish(run_id, "completed", output_json=text)):
             env.emit("run_completed", run_id=run_id)
+
+
+async def _record(
+    conn: Any, q: Any, run_id: str, step: GraphStepSpec, status: str, error_json: str
+) -> None:
+    """Record a graph step nobody executes: skipped, or failed by its condition."""
+    await execute_async(
+        conn,
+        q.step_record(
+            run_id,
+            position=step.position,
+            name=step.name,
+            kind="step",
+            status=status,
+            error_json=error_json,
+        ),
+    )
 
 
 async def _unwind(
