@@ -160,3 +160,69 @@ def test_a_failing_rollback_ends_compensation_failed_but_the_others_still_run(
     assert info.value.status == "compensation_failed"
     assert log == ["undo one"]
     assert handle.get().error["compensations_failed"] == ["broken_undo"]
+
+
+def test_cancel_during_a_gather_drops_queued_steps_and_lets_running_ones_finish(
+    app: perdure.App, db: Any, schema: str
+) -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(20)
+        return "slow"
+
+    @app.workflow("cancel_fan")
+    async def cancel_fan(ctx: perdure.Context) -> list[Any]:
+        return await ctx.gather(
+            ctx.step("slow", slow), *(ctx.step(f"q{i}", lambda: i) for i in range(3))
+        )
+
+    handle = app.start("cancel_fan")
+    # Concurrency 1: the slow step holds the only slot, the others stay queued.
+    with BackgroundWorker(app, concurrency=1, poll_seconds=0.05, lease_seconds=5) as worker:
+        assert started.wait(20)
+        app.cancel(handle.id, "enough")
+        release.set()
+        wait_until(lambda: not worker.worker.running, 20, what="the slow step to finish")
+    assert handle.status() == "cancelled"
+    statuses = {s.name: s.status.value for s in app.steps(handle.id)}
+    assert statuses["slow"] == "completed"
+    assert db.execute(f"SELECT count(*) FROM {schema}.tasks").fetchone() == (0,)
+
+
+def test_retry_of_a_function_saga_whose_rollback_failed_reruns_only_that_rollback(
+    app: perdure.App,
+) -> None:
+    log: list[str] = []
+    broken = {"on": True}
+
+    def undo(what: str) -> None:
+        if what == "b" and broken["on"]:
+            raise perdure.PermanentError("undo b failed")
+        log.append(f"undo {what}")
+
+    def fail() -> None:
+        log.append("fail")
+        raise perdure.PermanentError("boom")
+
+    @app.workflow("resaga")
+    async def resaga(ctx: perdure.Context) -> None:
+        for what in ("a", "b", "c"):
+            await ctx.step(what, log.append, what)
+            ctx.on_rollback(undo, what, name=f"undo_{what}")
+        await ctx.step("fail", fail)
+
+    handle = app.start("resaga")
+    with BackgroundWorker(app, **FAST):
+        with pytest.raises(perdure.RunFailed) as info:
+            handle.result(timeout=30)
+        assert info.value.status == "compensation_failed"
+        assert log == ["a", "b", "c", "fail", "undo c", "undo a"]
+        broken["on"] = False
+        app.retry(handle.id)
+        with pytest.raises(perdure.RunFailed) as again:
+            handle.result(timeout=30)
+    assert again.value.status == "compensated"
+    assert log == ["a", "b", "c", "fail", "undo c", "undo a", "undo b"]
