@@ -176,7 +176,7 @@ def test_cancel_during_a_gather_drops_queued_steps_and_lets_running_ones_finish(
     @app.workflow("cancel_fan")
     async def cancel_fan(ctx: perdure.Context) -> list[Any]:
         return await ctx.gather(
-            ctx.step("slow", slow), *(ctx.step(f"q{i}", lambda: i) for i in range(3))
+            ctx.step("slow", slow), *(ctx.step(f"q{i}", int, i) for i in range(3))
         )
 
     handle = app.start("cancel_fan")

@@ -152,3 +152,33 @@ def test_gather_refuses_what_is_not_a_step_of_this_run(app: perdure.App) -> None
     with BackgroundWorker(app, **FAST):
         with pytest.raises(perdure.RunFailed, match="gather takes steps"):
             handle.result(timeout=30)
+
+
+def test_retrying_a_run_that_failed_fast_reruns_the_failed_step(app: perdure.App) -> None:
+    fixed = {"yes": False}
+
+    def fragile() -> str:
+        if not fixed["yes"]:
+            raise perdure.PermanentError("not yet")
+        return "fixed"
+
+    release = threading.Event()
+
+    def slow_ok() -> str:
+        release.wait(20)
+        return "ok"
+
+    @app.workflow("refan")
+    async def refan(ctx: perdure.Context) -> list[str]:
+        return await ctx.gather(ctx.step("ok", slow_ok), ctx.step("fragile", fragile))
+
+    handle = app.start("refan")
+    with BackgroundWorker(app, **FAST) as worker:
+        with pytest.raises(perdure.RunFailed, match="not yet"):
+            handle.result(timeout=30)
+        release.set()
+        wait_until(lambda: not worker.worker.running, 20, what="the slow step to finish")
+        assert {s.name for s in app.steps(handle.id)} == {"ok", "fragile", "gather:2"}
+        fixed["yes"] = True
+        app.retry(handle.id)
+        assert handle.result(timeout=30) == ["ok", "fixed"]

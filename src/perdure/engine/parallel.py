@@ -81,11 +81,10 @@ async def gather(
         for call, (position, recorded) in zip(calls, reserved, strict=True):
             if position == ex.branch_position:
                 await _run_branch(ex, call, position, recorded)
-    if marker is not None:
+    chosen = dict(reserved).get(int(marker.output["failed"])) if marker is not None else None
+    if chosen is not None and chosen.status in _FINAL:
         # Failed fast earlier: raise the failure that was chosen then.
-        failed = dict(reserved)[int(marker.output["failed"])]
-        assert failed is not None
-        ex._replayed(failed)
+        ex._replayed(chosen)
     records = [recorded for _, recorded in reserved]
     pending = [
         (position, call.name)

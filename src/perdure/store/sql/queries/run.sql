@@ -161,8 +161,11 @@ WITH revived AS (
     RETURNING r.id, r.workflow, r.version, r.queue, o.previous
 ), cleared AS (
     DELETE FROM {schema}.steps s USING revived
-    WHERE s.run_id = revived.id AND s.status <> 'completed'
-      AND (revived.previous <> 'compensation_failed' OR s.kind = 'compensation')
+    WHERE s.run_id = revived.id
+      AND CASE WHEN revived.previous = 'compensation_failed'
+               THEN s.kind = 'compensation' AND s.status <> 'completed'
+               -- a gather's fail-fast choice goes with the failure it chose
+               ELSE s.status <> 'completed' OR s.kind = 'gather' END
     RETURNING s.position
 ), task AS (
     INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, status, available_at,
