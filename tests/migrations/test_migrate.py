@@ -80,3 +80,27 @@ def test_an_unmigrated_schema_is_refused_when_auto_migrate_is_off(pg_url: str, s
             app.start("w")
     finally:
         app.close()
+
+
+def test_upgrading_keeps_a_run_parked_at_a_signal_wakeable(
+    pg_url: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    assert migrate.migrate(pg_url, schema, upto=2) == [1, 2]
+    run_id = "01900000-0000-7000-8000-000000000001"
+    db.execute(
+        f"INSERT INTO {schema}.runs (id, workflow, version, queue, status, input, created_at, "
+        "updated_at, waiting_for) VALUES (%s, 'w', 1, 'w', 'waiting', 'null', now(), now(), "
+        """'{"signal": "go"}')""",
+        (run_id,),
+    )
+    db.execute(
+        f"INSERT INTO {schema}.tasks (run_id, queue, workflow, version, status, available_at, "
+        "created_at) VALUES (%s, 'w', 'w', 1, 'ready', now() + interval '1 year', now())",
+        (run_id,),
+    )
+    assert migrate.migrate(pg_url, schema) == [3]
+    db.execute(f"SELECT {schema}.send_signal(%s, 'go')", (run_id,))
+    (due,) = db.execute(
+        f"SELECT available_at <= now() FROM {schema}.tasks WHERE run_id = %s", (run_id,)
+    ).fetchone()
+    assert due, "the signal did not wake a run parked before the upgrade"

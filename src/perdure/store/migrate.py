@@ -81,8 +81,8 @@ def check_server(conn: psycopg.Connection[tuple[object, ...]]) -> int:
     return version
 
 
-def migrate(url: str, schema: str) -> list[int]:
-    """Bring ``schema`` up to date; return the versions applied by this call."""
+def migrate(url: str, schema: str, upto: int | None = None) -> list[int]:
+    """Bring ``schema`` up to date (or up to version ``upto``); the versions applied."""
     migrations = available()
     applied: list[int] = []
     with psycopg.connect(url, autocommit=True) as conn:
@@ -105,7 +105,7 @@ def migrate(url: str, schema: str) -> list[int]:
                     f"schema {schema!r} is at version {have}, newer than this code knows "
                     f"({len(migrations)}): upgrade perdure before running it on this database"
                 )
-            for migration in migrations[have:]:
+            for migration in migrations[have:upto]:
                 with conn.transaction():
                     conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
                     conn.execute(migration.sql.encode())

@@ -25,6 +25,12 @@ ALTER TABLE steps ADD CONSTRAINT steps_kind_check CHECK (kind IN
 -- The signal a parked task waits for: send_signal wakes exactly those tasks.
 -- Set by a function workflow's wait_for_signal and by a graph step's gate.
 ALTER TABLE tasks ADD COLUMN wait_signal text;
+-- Runs already parked at a signal wait when this migration runs keep being
+-- woken by their signal.
+UPDATE tasks t SET wait_signal = r.waiting_for ->> 'signal'
+FROM runs r
+WHERE r.id = t.run_id AND t.kind = 'run' AND t.status IN ('ready', 'paused')
+  AND r.waiting_for ? 'signal';
 
 CREATE OR REPLACE FUNCTION send_signal(
     p_run text, p_name text, p_payload jsonb DEFAULT 'null', p_key text DEFAULT NULL,
