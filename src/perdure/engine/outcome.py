@@ -43,7 +43,11 @@ async def _start(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> Ex
         # Cancelled, paused or finished while we claimed it: let go without running.
         await store.execute(q.task_settle(task.fence))
         return None
-    steps = await store.execute(q.step_list(task.run_id))
+    if task.kind == "step" and task.gather_start is not None and task.step_position is not None:
+        listing = q.step_list_before(task.run_id, task.gather_start, task.step_position)
+    else:
+        listing = q.step_list(task.run_id)
+    steps = await store.execute(listing)
     return Execution(
         task,
         spec,

@@ -77,7 +77,10 @@ async def gather(
         return []
     reserved = [ex._next(call.name, "step") for call in calls]
     marker_position, marker = ex._next(f"gather:{len(calls)}", "gather")
+    gather_start = reserved[0][0]
     if ex.branch_position is not None:
+        # Executing one parallel step: only the steps before the gather and
+        # this step's own checkpoint were read (step_list_before).
         for call, (position, recorded) in zip(calls, reserved, strict=True):
             if position == ex.branch_position:
                 await _run_branch(ex, call, position, recorded)
@@ -107,7 +110,7 @@ async def gather(
     if not pending:
         return [_outcome(ex, r) for r in records if r is not None]
     ex.end_of_history()
-    await _park(ex, pending)
+    await _park(ex, pending, gather_start)
     raise AssertionError("unreachable")
 
 
@@ -121,7 +124,7 @@ def _outcome(ex: Execution, recorded: Step) -> Any:
     raise AssertionError("unreachable")
 
 
-async def _park(ex: Execution, pending: list[tuple[int, str]]) -> None:
+async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> None:
     q = ex.env.store.q
     waiting_for = {"steps": len(pending), "first": pending[0][1]}
     async with ex.env.store.pool.connection() as conn, conn.transaction():
@@ -136,6 +139,7 @@ async def _park(ex: Execution, pending: list[tuple[int, str]]) -> None:
                 names=[n for _, n in pending],
                 seconds=FOREVER_SECONDS,
                 waiting_for_json=json.dumps(waiting_for),
+                gather_start=gather_start,
             ),
         )
     if not leased:

@@ -37,11 +37,13 @@ class ParallelStatements:
         names: Sequence[str],
         seconds: float,
         waiting_for_json: str,
+        gather_start: int,
     ) -> Statement[tuple[int, int]]:
         """Park a run at a gather and spawn its parallel steps; (leased, spawned)."""
         return self._stmt(
             "step_fanout",
             lambda found: (int(found[0]["leased"]), int(found[0]["spawned"])),
+            gather_start=gather_start,
             positions=list(positions),
             names=list(names),
             seconds=seconds,

@@ -44,6 +44,8 @@ class ClaimedTask:
     #: For a parallel step's task (kind 'step'): the step's position and name.
     step_position: int | None = None
     step_name: str | None = None
+    #: For a gather's parallel step: the position of its gather's first step.
+    gather_start: int | None = None
     #: The run's status when the task was claimed ('compensating' matters).
     run_status: str | None = None
 
@@ -158,5 +160,6 @@ def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
         db_now=r.get("db_now"),
         step_position=r.get("step_position"),
         step_name=r.get("step_name"),
+        gather_start=r.get("gather_start"),
         run_status=r.get("run_status"),
     )

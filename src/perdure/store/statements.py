@@ -300,6 +300,16 @@ class Statements(ParallelStatements):
         """The checkpoints of a run in position order."""
         return self._stmt("step_list", lambda found: [rows.step(r) for r in found], run_id=run_id)
 
+    def step_list_before(self, run_id: str, before: int, position: int) -> Statement[list[Step]]:
+        """The checkpoints before position ``before``, and the one at ``position``."""
+        return self._stmt(
+            "step_list_before",
+            lambda found: [rows.step(r) for r in found],
+            run_id=run_id,
+            before=before,
+            position=position,
+        )
+
     def step_checkpoint(
         self,
         fence: Fence,

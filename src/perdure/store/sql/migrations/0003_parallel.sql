@@ -25,6 +25,9 @@ ALTER TABLE steps ADD CONSTRAINT steps_kind_check CHECK (kind IN
 -- The signal a parked task waits for: send_signal wakes exactly those tasks.
 -- Set by a function workflow's wait_for_signal and by a graph step's gate.
 ALTER TABLE tasks ADD COLUMN wait_signal text;
+-- A gather's parallel step records where its gather starts: the worker that
+-- executes it replays the steps before that position, not its siblings.
+ALTER TABLE tasks ADD COLUMN gather_start integer;
 -- Runs already parked at a signal wait when this migration runs keep being
 -- woken by their signal.
 UPDATE tasks t SET wait_signal = r.waiting_for ->> 'signal'

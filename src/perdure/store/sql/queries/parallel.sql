@@ -42,10 +42,10 @@ WITH branches AS (
     FROM todo t, held h
     ON CONFLICT (run_id, position) DO NOTHING
 ), spawned AS (
-    INSERT INTO {schema}.tasks (run_id, kind, step_position, step_name, queue, workflow, version,
-                                priority, status, available_at, created_at)
-    SELECT h.run_id, 'step', t.position, t.name, h.queue, h.workflow, h.version, h.priority,
-           'ready', {now}, {now}
+    INSERT INTO {schema}.tasks (run_id, kind, step_position, step_name, gather_start, queue,
+                                workflow, version, priority, status, available_at, created_at)
+    SELECT h.run_id, 'step', t.position, t.name, %(gather_start)s, h.queue, h.workflow,
+           h.version, h.priority, 'ready', {now}, {now}
     FROM todo t, held h
     RETURNING id
 ), waiting AS (

@@ -8,6 +8,16 @@ FROM {schema}.steps
 WHERE run_id = %(run_id)s
 ORDER BY position;
 
+-- name: step_list_before
+-- The checkpoints a gather's parallel step replays with: those before its
+-- gather, and its own. Its siblings' rows are not read, so a map over n items
+-- costs each of its n tasks the workflow's prefix, not n rows.
+SELECT position, name, kind, status, attempts, output, error, worker_id, started_at, completed_at,
+       wake_at
+FROM {schema}.steps
+WHERE run_id = %(run_id)s AND (position < %(before)s OR position = %(position)s)
+ORDER BY position;
+
 -- name: step_checkpoint
 -- Record a step's outcome (completed, failed permanently, or a failed attempt
 -- that will be retried) and extend the lease, in one statement. Fenced: with

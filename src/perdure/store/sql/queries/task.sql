@@ -28,8 +28,8 @@ WITH candidates AS (
         wait_signal = NULL
     FROM candidates c
     WHERE t.id = c.id
-    RETURNING t.id, t.run_id, t.kind, t.step_position, t.step_name, t.attempt, t.failures,
-              t.lapses, t.workflow, t.version, t.queue
+    RETURNING t.id, t.run_id, t.kind, t.step_position, t.step_name, t.gather_start, t.attempt,
+              t.failures, t.lapses, t.workflow, t.version, t.queue
 ), started AS (
     -- Claiming a run's own task (kind 'run') starts the run; a parallel
     -- step's task leaves the run's status to the run. A run cancelled,
