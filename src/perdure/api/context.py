@@ -83,11 +83,9 @@ class _Base:
         items: Iterable[Any],
         retry: RetryPolicy | None,
         timeout: float | None,
-    ) -> list[StepCall[Any]]:
-        return [
-            self._call(f"{name}[{index}]", fn, (item,), {}, retry, timeout)
-            for index, item in enumerate(items)
-        ]
+    ) -> parallel.MappedSteps:
+        self._call(name, fn, (), {}, retry, timeout)  # the same checks as one step
+        return parallel.MappedSteps(self._execution, name, fn, list(items), retry, timeout)
 
     def _workflow_name(self, workflow: str | Callable[..., Any]) -> str:
         if isinstance(workflow, str):
@@ -280,9 +278,8 @@ class Context(_Base):
 
         The same as :meth:`gather` over one step per item, keyed by index.
         """
-        return await self.gather(
-            *self._map_calls(name, fn, items, retry, timeout), return_exceptions=return_exceptions
-        )
+        calls = self._map_calls(name, fn, items, retry, timeout)
+        return await parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
 
     async def start_child(
         self,
@@ -412,8 +409,9 @@ class SyncContext(_Base):
         return_exceptions: bool = False,
     ) -> list[Any]:
         """Run ``fn(item)`` for every item in parallel; see :meth:`Context.map`."""
-        return self.gather(
-            *self._map_calls(name, fn, items, retry, timeout), return_exceptions=return_exceptions
+        calls = self._map_calls(name, fn, items, retry, timeout)
+        return self._block(
+            parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
         )
 
     def start_child(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from perdure.engine.control import Suspend
 from perdure.engine.executor import BranchDone, Execution, _Attempt
@@ -63,27 +63,81 @@ class StepCall(Generic[T]):
         return self.run().__await__()  # type: ignore[no-any-return]
 
 
+class MappedSteps(Sequence[StepCall[Any]]):
+    """The steps of ``ctx.map``: ``name[i]`` runs ``fn(items[i])``, built when read.
+
+    A worker executing one of them reads only that one, so a map over n
+    items costs each of its n tasks O(1) calls, not n.
+    """
+
+    def __init__(
+        self,
+        execution: Execution,
+        name: str,
+        fn: Callable[..., Any],
+        items: Sequence[Any],
+        retry: RetryPolicy | None,
+        timeout: float | None,
+    ) -> None:
+        """Describe one step per item of ``items``."""
+        self.execution, self.name, self.fn = execution, name, fn
+        self.items, self.retry, self.timeout = items, retry, timeout
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @overload
+    def __getitem__(self, index: int) -> StepCall[Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[StepCall[Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> StepCall[Any] | Sequence[StepCall[Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        return StepCall(
+            self.execution,
+            f"{self.name}[{index}]",
+            self.fn,
+            (self.items[index],),
+            {},
+            self.retry,
+            self.timeout,
+        )
+
+
+def _check(ex: Execution, call: object) -> None:
+    if not isinstance(call, StepCall) or call.execution is not ex:
+        raise ConfigurationError(
+            "gather takes steps of this run: ctx.step(...) or ctx.branch(...) calls"
+        )
+
+
 async def gather(
     ex: Execution, calls: Sequence[StepCall[Any]], *, return_exceptions: bool = False
 ) -> list[Any]:
     """Run ``calls`` as parallel steps; their results in order (see the module doc)."""
-    for call in calls:
-        if not isinstance(call, StepCall) or call.execution is not ex:
-            raise ConfigurationError(
-                "gather takes steps of this run: ctx.step(...) or ctx.branch(...) calls"
-            )
     await ex.gate()
     if not calls:
         return []
+    if ex.branch_position is not None:
+        # Executing one parallel step: if it belongs to this gather, run it
+        # alone. Only the steps before the gather and this step's own
+        # checkpoint were read (step_list_before), so siblings are not looked at.
+        index = ex.branch_position - ex.position
+        if 0 <= index < len(calls):
+            call = calls[index]
+            _check(ex, call)
+            ex.position = ex.branch_position
+            position, recorded = ex._next(call.name, "step")
+            await _run_branch(ex, call, position, recorded)
+    for call in calls:
+        _check(ex, call)
+    gather_start = ex.position
     reserved = [ex._next(call.name, "step") for call in calls]
     marker_position, marker = ex._next(f"gather:{len(calls)}", "gather")
-    gather_start = reserved[0][0]
-    if ex.branch_position is not None:
-        # Executing one parallel step: only the steps before the gather and
-        # this step's own checkpoint were read (step_list_before).
-        for call, (position, recorded) in zip(calls, reserved, strict=True):
-            if position == ex.branch_position:
-                await _run_branch(ex, call, position, recorded)
     chosen = dict(reserved).get(int(marker.output["failed"])) if marker is not None else None
     if chosen is not None and chosen.status in _FINAL:
         # Failed fast earlier: raise the failure that was chosen then.
