@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -80,3 +81,22 @@ def test_an_unmigrated_schema_is_refused_when_auto_migrate_is_off(pg_url: str, s
             app.start("w")
     finally:
         app.close()
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (["0001_a.sql", "0002_b.sql", "0002_c.sql"], "two migrations are numbered 0002"),
+        (["0001_a.sql", "0003_c.sql"], "0002 is missing"),
+    ],
+)
+def test_migration_numbers_are_unique_and_contiguous(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: list[str], message: str
+) -> None:
+    folder = tmp_path / "sql" / "migrations"
+    folder.mkdir(parents=True)
+    for name in files:
+        (folder / name).write_text("SELECT 1;\n")
+    monkeypatch.setattr(migrate.resources, "files", lambda package: tmp_path)
+    with pytest.raises(SchemaError, match=message):
+        migrate.available()

@@ -1,0 +1,6 @@
+-- perdure schema, version 3: reserved.
+--
+-- Version 3 belongs to the parallel-steps change (task kinds, graph
+-- workflows, compensation), developed alongside queues. This placeholder keeps
+-- the numbers contiguous until that migration takes its place; it changes
+-- nothing.
