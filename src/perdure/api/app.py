@@ -26,6 +26,7 @@ import psycopg
 from perdure.api.handle import RunHandle
 from perdure.api.messaging import MessagingMixin
 from perdure.api.portal import Portal
+from perdure.api.queues import QueueDef, QueuesMixin
 from perdure.api.registry import Registry, WorkflowDef, validate_name
 from perdure.clock import Clock
 from perdure.engine import serialization
@@ -69,7 +70,7 @@ def _seconds(value: float | timedelta | None, what: str) -> float:
     return float(seconds)
 
 
-class App(MessagingMixin):
+class App(MessagingMixin, QueuesMixin):
     """A perdure application: the workflows it defines and the database they run on.
 
     The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an
@@ -100,6 +101,7 @@ class App(MessagingMixin):
         self.max_payload_bytes = max_payload_bytes
         self.pool_size = pool_size
         self.registry = Registry()
+        self._queues: dict[str, QueueDef] = {}
         self.q = Statements(self.schema, self.clock)
         self._portal = Portal()
         self._store: AsyncStore | None = None
@@ -200,7 +202,7 @@ class App(MessagingMixin):
         return register
 
     def register(self) -> None:
-        """Record this App's workflow definitions in the database's registry table."""
+        """Record this App's workflow definitions and queue settings in the database."""
         self._portal.call(self._register())
 
     async def _register(self, store: AsyncStore | None = None) -> None:
@@ -218,6 +220,7 @@ class App(MessagingMixin):
                     fingerprint=d.fingerprint,
                 )
             )
+        await self._register_queues(target)
 
     # Starting runs -----------------------------------------------------------------
 
