@@ -130,6 +130,26 @@ class HistoryEvent:
 
 
 @dataclass(frozen=True)
+class QueueInfo:
+    """A queue: its limits (None: no limit) and its tasks by state."""
+
+    name: str
+    #: Tasks of this queue running at once across every worker, at most.
+    concurrency: int | None
+    #: Tasks of this queue one worker runs at once, at most.
+    worker_concurrency: int | None
+    #: Due now, waiting for a worker.
+    ready: int
+    #: Claimed by a worker.
+    running: int
+    #: Due later: durable sleeps, signal timeouts, retry backoffs.
+    waiting: int
+    paused: int
+    #: When the settings last changed; None for a queue without settings.
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True)
 class WorkerInfo:
     """A worker process as recorded in the ``workers`` table."""
 

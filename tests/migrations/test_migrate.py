@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -98,9 +99,28 @@ def test_upgrading_keeps_a_run_parked_at_a_signal_wakeable(
         "created_at) VALUES (%s, 'w', 'w', 1, 'ready', now() + interval '1 year', now())",
         (run_id,),
     )
-    assert migrate.migrate(pg_url, schema) == [3]
+    assert migrate.migrate(pg_url, schema) == [3, 4]
     db.execute(f"SELECT {schema}.send_signal(%s, 'go')", (run_id,))
     (due,) = db.execute(
         f"SELECT available_at <= now() FROM {schema}.tasks WHERE run_id = %s", (run_id,)
     ).fetchone()
     assert due, "the signal did not wake a run parked before the upgrade"
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (["0001_a.sql", "0002_b.sql", "0002_c.sql"], "two migrations are numbered 0002"),
+        (["0001_a.sql", "0003_c.sql"], "0002 is missing"),
+    ],
+)
+def test_migration_numbers_are_unique_and_contiguous(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: list[str], message: str
+) -> None:
+    folder = tmp_path / "sql" / "migrations"
+    folder.mkdir(parents=True)
+    for name in files:
+        (folder / name).write_text("SELECT 1;\n")
+    monkeypatch.setattr(migrate.resources, "files", lambda package: tmp_path)
+    with pytest.raises(SchemaError, match=message):
+        migrate.available()

@@ -34,7 +34,17 @@ def test_every_query_is_built_by_a_statements_method() -> None:
 def test_names_are_entity_first_and_rendering_fills_both_placeholders() -> None:
     rendered = Statements("perdure", Clock())._queries
     for name, body in rendered.items():
-        entities = {"run", "task", "step", "worker", "workflow", "history", "signal", "event"}
+        entities = {
+            "run",
+            "task",
+            "step",
+            "worker",
+            "workflow",
+            "history",
+            "signal",
+            "event",
+            "queue",
+        }
         assert name.split("_")[0] in entities | {"stream"}
         assert "{schema}" not in body and "{now}" not in body
         assert "now()" not in body.replace(queries.NOW_SQL, ""), f"{name} bypasses the clock"

@@ -26,6 +26,7 @@ from perdure.api.graph import Graph
 from perdure.api.handle import RunHandle
 from perdure.api.messaging import MessagingMixin
 from perdure.api.portal import Portal
+from perdure.api.queues import QueueDef, QueuesMixin
 from perdure.api.registry import Registry, WorkflowDef, validate_name
 from perdure.clock import Clock
 from perdure.engine import serialization
@@ -62,7 +63,7 @@ def _seconds(value: float | timedelta | None, what: str) -> float:
     return float(seconds)
 
 
-class App(MessagingMixin):
+class App(MessagingMixin, QueuesMixin):
     """A perdure application: the workflows it defines and the database they run on.
 
     The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an
@@ -93,6 +94,7 @@ class App(MessagingMixin):
         self.max_payload_bytes = max_payload_bytes
         self.pool_size = pool_size
         self.registry = Registry()
+        self._queues: dict[str, QueueDef] = {}
         self.q = Statements(self.schema, self.clock)
         self._portal = Portal()
         self._store: AsyncStore | None = None
@@ -211,7 +213,7 @@ class App(MessagingMixin):
         return graph
 
     def register(self) -> None:
-        """Record this App's workflow definitions in the database's registry table."""
+        """Record this App's workflow definitions and queue settings in the database."""
         self._portal.call(self._register())
 
     async def _register(self, store: AsyncStore | None = None) -> None:
@@ -228,6 +230,7 @@ class App(MessagingMixin):
                     fingerprint=d.fingerprint,
                 )
             )
+        await self._register_queues(target)
 
     # Starting runs -----------------------------------------------------------------
 

@@ -87,13 +87,14 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
 
 
 def _register() -> None:
-    from perdure.cli import demo, embedded, migrate, replay, runs, worker, workflows
+    from perdure.cli import demo, embedded, migrate, queues, replay, runs, worker, workflows
 
     for command in (
         demo.demo,
         replay.check_replay_command,
         embedded.embedded,
         migrate.migrate,
+        queues.queues,
         runs.runs,
         worker.worker,
         workflows.workflows,

@@ -13,7 +13,7 @@ import enum
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -214,6 +214,24 @@ def counts_text(counts: Mapping[str, int]) -> Text:
             out.append(", ")
         out.append(f"{counts[key]} {key}", style=STATUS_STYLES.get(key, ""))
     return out if keys else Text("no runs", style="dim")
+
+
+def listing(
+    found: Sequence[Any], as_json: bool, empty: str, make_table: Callable[[Any], Table]
+) -> Console | None:
+    """Print a list command's answer: JSON, the ``empty`` message, or its table.
+
+    Returns the console when a table was printed, for lines to follow it.
+    """
+    if as_json:
+        echo_json(found)
+        return None
+    out = console()
+    if not found:
+        out.print(empty, style="dim")
+        return None
+    out.print(make_table(found))
+    return out
 
 
 def table(*columns: str, title: str | None = None) -> Table:

@@ -83,15 +83,8 @@ def list_runs(
         found = app.list_runs(
             status=status, workflow=workflow, since=since, limit=limit, parent=parent
         )
-    if as_json:
-        render.echo_json(found)
-        return
-    out = render.console()
-    if not found:
-        out.print("no runs match", style="dim")
-        return
-    out.print(runs_table(found))
-    if len(found) == limit:
+    out = render.listing(found, as_json, "no runs match", runs_table)
+    if out is not None and len(found) == limit:
         out.print(f"showing the newest {limit}; use --limit to see more", style="dim")
 
 

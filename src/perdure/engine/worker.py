@@ -26,6 +26,7 @@ from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.wakeup import Wakeup
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
+from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.store.store import AsyncStore
 
@@ -109,6 +110,10 @@ class Worker:
         self.running: dict[int, _Held] = {}
         self.counts: dict[str, int] = {}
         self._slot_freed = asyncio.Event()
+        #: The served queues with a global concurrency limit, as the last claim
+        #: under their locks found them; None when unknown. While it is empty,
+        #: claims take the plain one-statement path.
+        self._limited: list[str] | None = None
         #: Runs of this worker's queues waiting for a future time, and the next wake-up.
         self.waiting = 0
         self.next_wake: datetime | None = None
@@ -219,25 +224,24 @@ class Worker:
                 if free > 0:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
-                    claimed = await store.execute(
-                        self.q.task_claim(
-                            worker_id=self.id,
-                            queues=self.queues,
-                            names=names,
-                            versions=versions,
-                            limit=want,
-                            lease_seconds=opts.lease_seconds,
-                        )
-                    )
+                    claimed = await self._claim(store, want, names, versions)
                     for task in claimed:
                         self._start(task, env)
                     if len(claimed) == want:
                         continue
                     timeout = opts.poll_seconds
                     self._emit("worker_idle", {"free": free - len(claimed)})
-                    due = await store.execute(self.q.task_next_due(self.queues, names, versions))
+                    due = await store.execute(
+                        self.q.task_next_due(self.id, self.queues, names, versions)
+                    )
                     if due is not None:
                         timeout = min(timeout, max(due, 0.0))
+                        if due <= 0:
+                            # Claimable work was left behind: another worker
+                            # was claiming it, or its queue got a global limit
+                            # since this worker last looked. Look again, under
+                            # the queue locks.
+                            self._limited = None
                     if opts.exit_when_idle and not self.running and (due is None or due > 0):
                         return
                 backoff = 0.0
@@ -250,6 +254,36 @@ class Worker:
                 timeout = backoff
                 wakeup.event.clear()
             await self._wait(wakeup.event, timeout)
+
+    async def _claim(
+        self, store: AsyncStore, want: int, names: list[str], versions: list[int]
+    ) -> list[ClaimedTask]:
+        """Claim up to ``want`` tasks, within the limits of their queues.
+
+        A queue with a global limit is claimed from only under its row lock
+        (``queue_lock`` then ``task_claim``, in one transaction), so that
+        workers claiming at once never exceed the limit together. When none of
+        the served queues has one, the claim is the plain single statement.
+        """
+
+        def claim(locked: list[str]) -> Statement[list[ClaimedTask]]:
+            return self.q.task_claim(
+                worker_id=self.id,
+                queues=self.queues,
+                names=names,
+                versions=versions,
+                limit=want,
+                lease_seconds=self.options.lease_seconds,
+                locked=locked,
+            )
+
+        if self._limited == []:
+            return await store.execute(claim([]))
+        async with store.transaction() as conn:
+            locked = await store.execute(self.q.queue_lock(self.queues), conn)
+            claimed = await store.execute(claim(locked), conn)
+        self._limited = locked
+        return claimed
 
     async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
         self._slot_freed.clear()

@@ -13,6 +13,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from importlib import resources
+from itertools import pairwise
 
 import psycopg
 from psycopg import sql
@@ -44,7 +45,14 @@ def available() -> list[Migration]:
             found.append(
                 Migration(int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8"))
             )
-    found.sort(key=lambda m: m.version)
+    found.sort(key=lambda m: (m.version, m.name))
+    for first, second in pairwise(found):
+        if first.version == second.version:
+            # Two branches that each added a migration: one must be renumbered.
+            raise SchemaError(
+                f"two migrations are numbered {first.version:04d}: "
+                f"{first.version:04d}_{first.name}.sql and {second.version:04d}_{second.name}.sql"
+            )
     for index, migration in enumerate(found, start=1):
         if migration.version != index:
             raise SchemaError(f"migration numbers must be contiguous; {index:04d} is missing")

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from perdure.types import HistoryEvent, Run, RunStatus, Step, StepStatus, WorkerInfo, WorkflowInfo
+from perdure.types import (
+    HistoryEvent,
+    QueueInfo,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+    WorkerInfo,
+    WorkflowInfo,
+)
 
 Row = dict[str, Any]
 
@@ -111,6 +120,11 @@ def history(r: Row) -> HistoryEvent:
         worker_id=r["worker_id"],
         detail=r["detail"],
     )
+
+
+def queue(r: Row) -> QueueInfo:
+    """A ``queue_list`` row as a QueueInfo: its columns are the fields, by name."""
+    return QueueInfo(**{f.name: r[f.name] for f in fields(QueueInfo)})
 
 
 def worker(r: Row) -> WorkerInfo:

@@ -10,7 +10,7 @@ sync connection (transactional start, ``ctx.transaction``) with one definition.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -26,7 +26,7 @@ from perdure.store.statement import Row, Statement
 from perdure.store.statement import count as _count
 from perdure.store.statement import first as _first
 from perdure.store.statement import pair as _pair
-from perdure.types import HistoryEvent, Run, Step, WorkerInfo, WorkflowInfo
+from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, WorkflowInfo
 
 T = TypeVar("T")
 
@@ -209,8 +209,14 @@ class Statements(ParallelStatements):
         versions: Sequence[int],
         limit: int,
         lease_seconds: float,
+        locked: Sequence[str] = (),
     ) -> Statement[list[ClaimedTask]]:
-        """Claim up to ``limit`` due tasks."""
+        """Claim up to ``limit`` due tasks, within the limits of their queues.
+
+        ``locked`` names the globally limited queues whose rows this
+        transaction locked (:meth:`queue_lock`); any other queue with a global
+        limit gets no task.
+        """
         return self._stmt(
             "task_claim",
             lambda found: [rows.claimed_task(r, worker_id) for r in found],
@@ -220,15 +226,17 @@ class Statements(ParallelStatements):
             versions=list(versions),
             limit=limit,
             lease_seconds=lease_seconds,
+            locked=list(locked),
         )
 
     def task_next_due(
-        self, queues: Sequence[str], names: Sequence[str], versions: Sequence[int]
+        self, worker_id: str, queues: Sequence[str], names: Sequence[str], versions: Sequence[int]
     ) -> Statement[float | None]:
-        """Seconds until the next ready task is due, or None."""
+        """Seconds until the next ready task this worker may claim is due, or None."""
         return self._stmt(
             "task_next_due",
             lambda found: found[0]["seconds"] if found else None,
+            worker_id=worker_id,
             queues=list(queues),
             names=list(names),
             versions=list(versions),
@@ -293,6 +301,38 @@ class Statements(ParallelStatements):
     def task_lock_fenced(self, fence: Fence) -> Statement[bool]:
         """Lock a held task row for a transaction step; False if the lease is gone."""
         return self._stmt("task_lock_fenced", lambda found: bool(found), **fence.params())
+
+    # Queues -------------------------------------------------------------------
+
+    def queue_lock(self, queues: Sequence[str]) -> Statement[list[str]]:
+        """Lock the globally limited queues among ``queues`` (in a transaction); their names."""
+        return self._stmt(
+            "queue_lock", lambda found: [r["name"] for r in found], queues=list(queues)
+        )
+
+    def queue_set(self, name: str, limits: Mapping[str, int | None]) -> Statement[bool]:
+        """Write the settings in ``limits`` (others are kept); True if anything changed.
+
+        ``limits`` maps ``concurrency`` and/or ``worker_concurrency`` to a
+        limit, or to None for no limit.
+        """
+        unknown = set(limits) - {"concurrency", "worker_concurrency"}
+        if unknown:
+            raise ConfigurationError(f"unknown queue settings: {', '.join(sorted(unknown))}")
+        return self._stmt(
+            "queue_set",
+            lambda found: bool(found),
+            name=name,
+            channel=self.channel,
+            concurrency=limits.get("concurrency"),
+            worker_concurrency=limits.get("worker_concurrency"),
+            set_concurrency="concurrency" in limits,
+            set_worker_concurrency="worker_concurrency" in limits,
+        )
+
+    def queue_list(self, name: str | None = None) -> Statement[list[QueueInfo]]:
+        """Every known queue (or the one named) with its limits and task counts."""
+        return self._stmt("queue_list", lambda found: [rows.queue(r) for r in found], name=name)
 
     # Steps and history -------------------------------------------------------
 

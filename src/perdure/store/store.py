@@ -9,6 +9,8 @@ starts atomically with the caller's business write.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -85,3 +87,13 @@ class AsyncStore:
             return await execute_async(conn, stmt)
         async with self.pool.connection() as pooled:
             return await execute_async(pooled, stmt)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection in a transaction, for statements that must commit together.
+
+        Pass the connection to :meth:`execute`; the transaction commits when
+        the block ends, or rolls back if it raises.
+        """
+        async with self.pool.connection() as conn, conn.transaction():
+            yield conn

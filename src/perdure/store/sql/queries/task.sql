@@ -9,8 +9,33 @@
 -- statement. Checkpoints are read by the caller in a separate statement: this
 -- statement's snapshot may predate the last checkpoint of a task released a
 -- moment ago by another worker.
-WITH candidates AS (
-    SELECT id
+-- Queue limits: a queue with a global limit (queues.concurrency) is claimed
+-- from only when the caller holds its row lock (queue_lock, earlier in the
+-- same transaction; %(locked)s names those queues). A queue without settings
+-- costs nothing here: `capacity` is empty and the claim is the plain one.
+WITH capacity AS (
+    -- Free slots of each served queue that has a limit: the global limit less
+    -- the queue's claimed tasks, the per-worker limit less this worker's. A
+    -- global limit whose lock the caller does not hold leaves no slot, so a
+    -- limit set a moment ago holds even for a worker that has not seen it.
+    -- Claimed tasks are few (at most the workers' concurrency), so counting
+    -- them through tasks_claimed_idx is cheap.
+    SELECT q.name,
+           least(CASE WHEN q.concurrency IS NULL THEN NULL
+                      WHEN q.name = ANY(%(locked)s) THEN q.concurrency - held.running
+                      ELSE 0 END,
+                 q.worker_concurrency - held.mine) AS free
+    FROM {schema}.queues q
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS running,
+               count(*) FILTER (WHERE t.worker_id = %(worker_id)s) AS mine
+        FROM {schema}.tasks t
+        WHERE t.status = 'claimed' AND t.queue = q.name
+    ) held
+    WHERE q.name = ANY(%(queues)s)
+      AND (q.concurrency IS NOT NULL OR q.worker_concurrency IS NOT NULL)
+), ready AS (
+    SELECT id, queue, priority, available_at
     FROM {schema}.tasks
     WHERE status = 'ready'
       AND queue = ANY(%(queues)s)
@@ -18,9 +43,23 @@ WITH candidates AS (
       -- Only the workflow versions this worker has code for; the rest wait,
       -- visible, for a worker that has them.
       AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[], %(versions)s::integer[]))
+      -- A queue with no free slot is not read at all.
+      AND queue NOT IN (SELECT name FROM capacity WHERE free <= 0)
     ORDER BY priority DESC, available_at, id
-    LIMIT %(limit)s
+    -- A limited queue's tasks past its free slots are locked here but not
+    -- claimed; the margin keeps them from crowding out other queues' tasks.
+    LIMIT %(limit)s * (1 + (SELECT count(*) FROM capacity))
     FOR UPDATE SKIP LOCKED
+), candidates AS (
+    -- At most `free` tasks of each limited queue, the first in claim order.
+    SELECT r.id
+    FROM (SELECT *, row_number() OVER (PARTITION BY queue
+                                       ORDER BY priority DESC, available_at, id) AS nth
+          FROM ready) r
+    LEFT JOIN capacity c ON c.name = r.queue
+    WHERE c.free IS NULL OR r.nth <= c.free
+    ORDER BY r.priority DESC, r.available_at, r.id
+    LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.tasks t
     SET status = 'claimed', worker_id = %(worker_id)s, attempt = t.attempt + 1,
@@ -60,11 +99,22 @@ FROM claimed c JOIN {schema}.runs r ON r.id = c.run_id LEFT JOIN started s ON s.
 
 -- name: task_next_due
 -- Seconds until the earliest ready task of these queues becomes due (NULL if
--- none): the idle worker sleeps exactly that long instead of polling.
+-- none): the idle worker sleeps exactly that long instead of polling. A queue
+-- at its limit (global, or this worker's) is left out, or a worker would spin
+-- on work it may not claim: a slot freed on this worker wakes it, one freed
+-- elsewhere is found by that worker's next claim or by the poll.
 SELECT extract(epoch FROM min(available_at) - {now})::float8 AS seconds
 FROM {schema}.tasks
 WHERE status = 'ready' AND queue = ANY(%(queues)s)
-  AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[], %(versions)s::integer[]));
+  AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[], %(versions)s::integer[]))
+  AND queue NOT IN (
+      SELECT q.name FROM {schema}.queues q
+      WHERE q.name = ANY(%(queues)s)
+        AND (q.concurrency <= (SELECT count(*) FROM {schema}.tasks c
+                               WHERE c.status = 'claimed' AND c.queue = q.name)
+             OR q.worker_concurrency <= (SELECT count(*) FROM {schema}.tasks c
+                                         WHERE c.status = 'claimed' AND c.queue = q.name
+                                           AND c.worker_id = %(worker_id)s)));
 
 -- name: task_waiting_summary
 -- How many tasks of these queues wait for a future time (sleeps, signal

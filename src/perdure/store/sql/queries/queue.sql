@@ -1,0 +1,64 @@
+-- Named queries on queue settings: the limits task_claim enforces.
+
+-- name: queue_lock
+-- Lock the rows of the given queues that have a global limit, in name order
+-- so that two claimers never deadlock, and return their names. A worker runs
+-- this first in its claim transaction and task_claim second: under READ
+-- COMMITTED the claim then takes its snapshot after the lock was granted, so
+-- it counts every task the previous holder claimed. (A lock taken in a CTE of
+-- the claim itself would not do: all CTEs share the statement's snapshot.)
+SELECT name
+FROM {schema}.queues
+WHERE name = ANY(%(queues)s) AND concurrency IS NOT NULL
+ORDER BY name
+FOR UPDATE;
+
+-- name: queue_set
+-- Record the settings of a queue. Only the settings flagged %(set_...)s are
+-- written; the others keep their value (NULL, no limit, for a new row).
+-- Returns a row only when something changed, and then wakes the workers so
+-- that a raised limit is used at once.
+WITH changed AS (
+    INSERT INTO {schema}.queues AS q (name, concurrency, worker_concurrency, created_at, updated_at)
+    VALUES (%(name)s, %(concurrency)s, %(worker_concurrency)s, {now}, {now})
+    ON CONFLICT (name) DO UPDATE
+    SET concurrency = CASE WHEN %(set_concurrency)s THEN EXCLUDED.concurrency
+                           ELSE q.concurrency END,
+        worker_concurrency = CASE WHEN %(set_worker_concurrency)s THEN EXCLUDED.worker_concurrency
+                                  ELSE q.worker_concurrency END,
+        updated_at = EXCLUDED.updated_at
+    WHERE (q.concurrency, q.worker_concurrency) IS DISTINCT FROM (
+        CASE WHEN %(set_concurrency)s THEN EXCLUDED.concurrency ELSE q.concurrency END,
+        CASE WHEN %(set_worker_concurrency)s THEN EXCLUDED.worker_concurrency
+             ELSE q.worker_concurrency END)
+    RETURNING name
+)
+SELECT changed.name FROM changed, pg_notify(%(channel)s, changed.name);
+
+-- name: queue_list
+-- Every known queue (one with settings, a registered workflow's, or one with
+-- tasks) with its limits and its tasks by state: ready (due now), running
+-- (claimed), waiting (due later: sleeps, timeouts, retry backoffs) and paused.
+-- The tasks table holds only pending and held work, so the counts do not grow
+-- with finished runs. %(name)s, when given, selects one queue.
+WITH names AS (
+    SELECT name FROM {schema}.queues
+    UNION SELECT queue FROM {schema}.workflows
+    UNION SELECT queue FROM {schema}.tasks
+), counts AS (
+    SELECT queue,
+           count(*) FILTER (WHERE status = 'ready' AND available_at <= {now}) AS ready,
+           count(*) FILTER (WHERE status = 'claimed') AS running,
+           count(*) FILTER (WHERE status = 'ready' AND available_at > {now}) AS waiting,
+           count(*) FILTER (WHERE status = 'paused') AS paused
+    FROM {schema}.tasks
+    GROUP BY queue
+)
+SELECT n.name, q.concurrency, q.worker_concurrency, q.updated_at,
+       coalesce(c.ready, 0) AS ready, coalesce(c.running, 0) AS running,
+       coalesce(c.waiting, 0) AS waiting, coalesce(c.paused, 0) AS paused
+FROM names n
+LEFT JOIN {schema}.queues q ON q.name = n.name
+LEFT JOIN counts c ON c.queue = n.name
+WHERE %(name)s::text IS NULL OR n.name = %(name)s
+ORDER BY n.name;
