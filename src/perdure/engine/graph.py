@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from perdure.engine import serialization
-from perdure.engine.control import Abandon, Suspend
+from perdure.engine.control import Suspend
 from perdure.engine.executor import Execution, ExecutionEnv
-from perdure.engine.outcome import _let_go
+from perdure.engine.outcome import STOPS, stopped
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import SignalTimeout, StepFailed
@@ -143,10 +143,8 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
         )
     except StepFailed:
         return "branch_failed"
-    except Suspend:
-        return "suspended"
-    except Abandon as signal:
-        return await _let_go(ex, signal)
+    except STOPS as stop:
+        return await stopped(ex, stop)
     return "branch_completed"
 
 

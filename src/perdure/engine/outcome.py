@@ -58,6 +58,21 @@ async def _start(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> Ex
     )
 
 
+#: How an execution stops early without an outcome of its own.
+STOPS = (Suspend, faults.SimulatedCrash, Abandon)
+
+
+async def stopped(execution: Execution, stop: BaseException) -> str:
+    """What a stop means: handed back (Suspend), a test's simulated death, or let go."""
+    if isinstance(stop, Suspend):
+        return "suspended"
+    if isinstance(stop, Abandon):
+        return await _let_go(execution, stop)
+    # A test's simulated death: no further write; the lease must lapse.
+    execution.env.emit("simulated_crash", run_id=execution.task.run_id)
+    return "crashed"
+
+
 async def _let_go(execution: Execution, signal: Abandon) -> str:
     """After Abandon: stop silently if the lease is gone, else replay from the real history."""
     task, env = execution.task, execution.env
@@ -88,14 +103,8 @@ async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> s
         if execution.fatal is not None:
             raise execution.fatal
         execution.check_alive()
-    except Suspend:
-        return "suspended"
-    except faults.SimulatedCrash:
-        # A test's simulated death: no further write; the lease must lapse.
-        env.emit("simulated_crash", run_id=task.run_id)
-        return "crashed"
-    except Abandon as signal:
-        return await _let_go(execution, signal)
+    except STOPS as stop:
+        return await stopped(execution, stop)
     except Exception as exc:
         if execution.run_status == "cancelled":
             await store.execute(q.task_settle(fence))
@@ -131,13 +140,8 @@ async def execute_branch(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEn
         await spec.invoke(execution, task.input)
     except BranchDone:
         return "branch_completed"
-    except Suspend:
-        return "suspended"
-    except faults.SimulatedCrash:
-        env.emit("simulated_crash", run_id=task.run_id)
-        return "crashed"
-    except Abandon as signal:
-        return await _let_go(execution, signal)
+    except STOPS as stop:
+        return await stopped(execution, stop)
     except (Exception, ReplayEnd):
         if execution.run_status in ("cancelled", "completed", "failed"):
             await env.store.execute(env.store.q.task_settle(task.fence))
@@ -226,13 +230,8 @@ async def _compensate(execution: Execution, cause: Exception | None) -> str:
                 )
             except StepFailed:
                 failed.append(rollback.name)
-    except Suspend:
-        return "suspended"
-    except faults.SimulatedCrash:
-        env.emit("simulated_crash", run_id=task.run_id)
-        return "crashed"
-    except Abandon as signal:
-        return await _let_go(execution, signal)
+    except STOPS as stop:
+        return await stopped(execution, stop)
     except Cancelled:
         await store.execute(q.task_settle(task.fence))
         return "cancelled"
