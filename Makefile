@@ -23,4 +23,8 @@ typecheck: install ## mypy --strict over the package
 demo: install ## Run the demo on the embedded PostgreSQL
 	$(BIN)/perdure demo
 
-.PHONY: help install test lint typecheck demo
+MINUTES ?= 5
+chaos: install ## Long chaos run (docs/chaos.md): make chaos MINUTES=10 [SEED=n]
+	$(BIN)/python tests/chaos/run.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
+
+.PHONY: help install test lint typecheck demo chaos
