@@ -173,14 +173,16 @@ class Driver:
         began = time.monotonic()
         workflows = [w for w, weight in MIX.items() for _ in range(weight)]
         n = 0
+        reported = began
         while time.monotonic() - began < self.config.duration or not until():
             due = began + n / self.config.starts_per_second
             self._send_signals(before=due)
             time.sleep(max(0.0, due - time.monotonic()))
             self._start(self.rng.choice(workflows), n)
             n += 1
-            if n % 20 == 0:
-                say(f"{n} runs started")
+            if time.monotonic() - reported >= 15:
+                reported = time.monotonic()
+                say(f"{n} runs started in {reported - began:.0f} s")
         self._send_signals(before=float("inf"))
 
     def _start(self, workflow: str, n: int) -> None:

@@ -8,6 +8,7 @@ seed is printed first, and ``--seed`` replays its workload and faults.
 from __future__ import annotations
 
 import argparse
+import logging
 import random
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4, help="worker processes")
     parser.add_argument("--rate", type=float, default=2.0, help="runs started per second")
     args = parser.parse_args(argv)
+    # The workload's own App logs every failed reconnection during outages;
+    # the summary is what matters here.
+    logging.basicConfig(level=logging.ERROR)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6)
     config = ChaosConfig(
         seed=seed,
