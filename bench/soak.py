@@ -217,10 +217,11 @@ def _report(
             " FROM runs r WHERE status = 'completed' AND input::int >= 0"
         ).fetchone() or (0, 0, [])
         (step_latency,) = conn.execute(
-            "SELECT array_agg(extract(epoch FROM s.completed_at - coalesce("
-            "  lag(s.completed_at) OVER (PARTITION BY s.run_id ORDER BY s.position),"
-            "  r.created_at)))"
-            " FROM steps s JOIN runs r ON r.id = s.run_id WHERE r.input::int >= 0"
+            "SELECT array_agg(latency) FROM ("
+            "  SELECT extract(epoch FROM s.completed_at - coalesce("
+            "    lag(s.completed_at) OVER (PARTITION BY s.run_id ORDER BY s.position),"
+            "    r.created_at)) AS latency"
+            "  FROM steps s JOIN runs r ON r.id = s.run_id WHERE r.input::int >= 0) l"
         ).fetchone() or ([],)
         (in_window,) = conn.execute(
             "SELECT count(*) FROM runs"
