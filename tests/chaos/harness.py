@@ -10,6 +10,7 @@ exact).
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 import threading
@@ -197,10 +198,9 @@ class Driver:
         while self.signals and self.signals[0][0] <= before:
             when, key = self.signals.pop(0)
             time.sleep(max(0.0, when - time.monotonic()))
-            retry(
-                lambda key=key: self.app.signal(key, "go", {"key": key}, key="go"),  # type: ignore[misc]
-                f"signalling {key}",
-            )
+            # The signal's own key makes a retried send one signal.
+            send = functools.partial(self.app.signal, key, "go", {"key": key}, key="go")
+            retry(send, f"signalling {key}")
 
 
 class Sampler(threading.Thread):
