@@ -87,7 +87,7 @@ def _ledger(server: OwnServer) -> Counter[tuple[str, str]]:
 def test_a_worker_survives_a_server_restart(own_server: OwnServer, app: perdure.App) -> None:
     # A worker that dies holding a run with a long lease, before the restart:
     # only the reaper of the survivor, after the restart, can give it back.
-    victim = _worker(own_server, "--concurrency", "1", "--lease-seconds", "15")
+    victim = _worker(own_server, "--concurrency", "1", "--lease-seconds", "20")
     survivor: WorkerProcess | None = None
     try:
         orphan = _start(app, "crashy", {"slow": 1})
