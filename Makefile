@@ -27,4 +27,7 @@ MINUTES ?= 5
 chaos: install ## Long chaos run (docs/chaos.md): make chaos MINUTES=10 [SEED=n]
 	$(BIN)/python tests/chaos/run.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
 
-.PHONY: help install test lint typecheck demo chaos
+soak: install ## Soak: 8 workers at a steady rate (docs/chaos.md): make soak MINUTES=10
+	$(BIN)/python bench/soak.py --minutes $(MINUTES)
+
+.PHONY: help install test lint typecheck demo chaos soak

@@ -1,6 +1,6 @@
 """Soak: 8 worker processes under a steady start rate for N minutes.
 
-Usage: python bench/soak.py [--minutes 10] [--workers 8] [--rate 20] [--concurrency 4]
+Usage: python bench/soak.py [--minutes 10] [--workers 8] [--rate 30] [--concurrency 4]
                             [--database-url URL] [--csv samples.csv]
 
 Starts a private embedded PostgreSQL in a temporary folder (unless
@@ -71,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--rate", type=float, default=20.0, help="runs started per second")
+    parser.add_argument("--rate", type=float, default=30.0, help="runs started per second")
     parser.add_argument("--concurrency", type=int, default=4, help="per worker")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--csv", default=None, help="write every sample to this file")
