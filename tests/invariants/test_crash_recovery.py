@@ -127,9 +127,7 @@ def test_four_workers_share_five_hundred_runs_without_duplicates(
 ) -> None:
     workers = [spawn_worker(TARGET, "--concurrency", "8") for _ in range(4)]
     app_start(app, 0)
-    wait_until(
-        lambda: any(w.name == "three" for w in app.workflows()), 30, what="three registered"
-    )
+    wait_until(lambda: any(w.name == "three" for w in app.workflows()), 30, what="three registered")
     handles = [app.start("three", i) for i in range(500)]
     for i, handle in enumerate(handles):
         assert handle.result(timeout=120) == i + 3
