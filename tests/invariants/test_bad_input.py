@@ -11,6 +11,9 @@ import pytest
 import perdure
 from helpers import BackgroundWorker
 
+# These tests also run on PostgreSQL 15 (see tests/conftest.py).
+pytestmark = pytest.mark.all_servers
+
 
 def _count(db: psycopg.Connection[Any], table: str) -> int:
     row = db.execute(f"SELECT count(*) FROM {table}").fetchone()

@@ -154,6 +154,7 @@ def fresh_app(pg_url: str, schema: str) -> Callable[..., perdure.App]:
 # Values -------------------------------------------------------------------------------
 
 
+@pytest.mark.all_servers
 @PURE_EXAMPLES
 @given(value=json_like)
 def test_code_sees_on_first_run_exactly_what_a_replay_reads(

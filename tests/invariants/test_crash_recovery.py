@@ -36,6 +36,7 @@ def _tx_counts(db: psycopg.Connection[Any]) -> Counter[str]:
     return Counter(r[0] for r in db.execute("SELECT run_id::text FROM tx_ledger").fetchall())
 
 
+@pytest.mark.all_servers
 def test_sigkill_mid_step_resumes_on_another_worker(
     app: perdure.App, ledger: psycopg.Connection[Any], spawn_worker: Any
 ) -> None:
@@ -66,6 +67,7 @@ def test_sigkill_mid_step_resumes_on_another_worker(
         assert events.count("step_completed") == 4
 
 
+@pytest.mark.all_servers
 def test_sigkill_inside_a_transaction_step_commits_it_exactly_once(
     app: perdure.App, ledger: psycopg.Connection[Any], spawn_worker: Any
 ) -> None:
@@ -91,6 +93,7 @@ def test_sigkill_inside_a_transaction_step_commits_it_exactly_once(
     assert all(_counts(ledger)[(h.id, "first")] == 1 for h in handles)
 
 
+@pytest.mark.all_servers
 def test_a_stalled_worker_is_fenced_out_when_it_wakes(
     app: perdure.App, ledger: psycopg.Connection[Any], spawn_worker: Any
 ) -> None:

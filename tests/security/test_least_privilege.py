@@ -27,6 +27,9 @@ from helpers import WorkerProcess
 from perdure.store import migrate as migrations
 from perdure.store import privileges
 
+# These tests also run on PostgreSQL 15 (see tests/conftest.py).
+pytestmark = pytest.mark.all_servers
+
 TESTS = Path(__file__).resolve().parents[1]
 DOCS = TESTS.parent / "docs" / "security.md"
 

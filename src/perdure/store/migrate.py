@@ -24,6 +24,8 @@ log = logging.getLogger("perdure.migrate")
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 MIN_SERVER_VERSION = 140000
+#: The newest major version perdure supports (newer ones are not refused).
+MAX_SUPPORTED_VERSION = 180000
 
 
 @dataclass(frozen=True)
@@ -85,14 +87,25 @@ def current_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -
     return int(str(result[0])) if result else 0
 
 
-def check_server(conn: psycopg.Connection[tuple[object, ...]]) -> int:
-    """Refuse servers older than PostgreSQL 14; return the server version number."""
-    version = conn.info.server_version
+def check_version(version: int) -> int:
+    """Refuse a server version number (``server_version_num``) older than PostgreSQL 14."""
     if version < MIN_SERVER_VERSION:
+        # From version 10 on the number is major * 10000 + minor; before, 9.6.24 is 90624.
+        shown = (
+            f"{version // 10000}.{version % 10000}"
+            if version >= 100000
+            else f"{version // 10000}.{version // 100 % 100}.{version % 100}"
+        )
         raise SchemaError(
-            f"PostgreSQL {version // 10000} is not supported: perdure needs PostgreSQL 14 to 18"
+            f"PostgreSQL {shown} is not supported: perdure needs PostgreSQL 14 or newer "
+            f"(supported: 14 to {MAX_SUPPORTED_VERSION // 10000}); upgrade the server"
         )
     return version
+
+
+def check_server(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """Refuse servers older than PostgreSQL 14; return the server version number."""
+    return check_version(conn.info.server_version)
 
 
 def migrate(url: str, schema: str, upto: int | None = None) -> list[int]:
@@ -182,7 +195,8 @@ def drop_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> No
 
 
 def ensure_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
-    """Raise SchemaError unless ``schema`` is at exactly this code's version."""
+    """Raise SchemaError unless the server is supported and ``schema`` is at this code's version."""
+    check_server(conn)
     have = current_version(conn, schema)
     want = len(available())
     if have < want:
