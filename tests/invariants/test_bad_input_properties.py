@@ -540,3 +540,23 @@ def call_inside_a_workflow(app: perdure.App, call: str, value: Any) -> None:
     except perdure.ResultTimeout:
         # A valid wait (a sleep, a signal, a child not yet finished): parked, not broken.
         assert handle.status() in ("waiting", "queued"), handle.status()
+
+
+@pytest.mark.all_servers
+@pytest.mark.parametrize("shape", ["list", "object"])
+def test_the_deepest_accepted_nesting_is_stored_and_one_more_level_refused(
+    echo_app: perdure.App, db: psycopg.Connection[Any], shape: str
+) -> None:
+    def nest(levels: int) -> Any:
+        value: Any = "core"
+        for _ in range(levels):
+            value = [value] if shape == "list" else {"k": value}
+        return value
+
+    deepest = nest(serialization.MAX_DEPTH)
+    handle = echo_app.start("echo", deepest)
+    assert echo_app.get_run(handle.id).input == deepest
+    _, refused = refused_whole(
+        db, lambda: echo_app.start("echo", nest(serialization.MAX_DEPTH + 1))
+    )
+    assert isinstance(refused, perdure.SerializationError) and "nested deeper" in str(refused)
