@@ -1,8 +1,10 @@
 """Shared fixtures: a real PostgreSQL for the session, a fresh schema per test.
 
 The suite starts its own embedded PostgreSQL in a temporary directory unless
-PERDURE_TEST_DATABASE_URL points at a server. Each test gets its own schema
-(perdure's schema name is configurable), dropped afterwards.
+PERDURE_TEST_DATABASE_URL points at a server. Tests marked ``all_servers``
+also run on PostgreSQL 15 (Debian's binaries, started the same way, or
+PERDURE_TEST_PG15_URL). Each test gets its own schema (perdure's schema name
+is configurable), dropped afterwards.
 """
 
 from __future__ import annotations
@@ -23,23 +25,79 @@ from helpers import WorkerProcess
 TESTS_DIR = Path(__file__).resolve().parent
 
 
+#: Debian's PostgreSQL 15 (package postgresql-15), the second server of the suite.
+PG15_BIN = Path(os.environ.get("PERDURE_TEST_PG15_BIN", "/usr/lib/postgresql/15/bin"))
+#: Tests marked ``all_servers`` run once per server; these are the servers' ids.
+SERVERS = ("pg18", "pg15")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run the ``all_servers`` tests on PostgreSQL 15 too, next to the default server.
+
+    The other tests run on the default server only: the subset keeps the second
+    server's share of the suite under a minute.
+    """
+    if "pg_url" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("all_servers") is None:
+        return
+    metafunc.parametrize("pg_url", SERVERS, indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """The URL of the PostgreSQL server the suite runs against."""
+def pg_url(request: pytest.FixtureRequest) -> str:
+    """The URL of the PostgreSQL server the test runs against (see pytest_generate_tests)."""
+    server = getattr(request, "param", "pg18")
+    return str(request.getfixturevalue("pg15_url" if server == "pg15" else "default_pg_url"))
+
+
+@pytest.fixture(scope="session")
+def default_pg_url() -> Iterator[str]:
+    """The suite's own server: PERDURE_TEST_DATABASE_URL, or the embedded PostgreSQL."""
     given = os.environ.get("PERDURE_TEST_DATABASE_URL")
     if given:
         yield given
         return
+    yield from _temporary_server("pg", None)
+
+
+@pytest.fixture(scope="session")
+def pg15_url() -> Iterator[str]:
+    """A PostgreSQL 15 server: PERDURE_TEST_PG15_URL, or Debian's binaries started here.
+
+    Missing binaries fail the tests that need them, loudly: `.ci/run` installs
+    postgresql-15. PERDURE_TEST_SKIP_PG15=1 skips them instead, for a machine
+    that cannot have them (say so when you report its results).
+    """
+    given = os.environ.get("PERDURE_TEST_PG15_URL")
+    if given:
+        yield given
+        return
+    if not (PG15_BIN / "postgres").exists():
+        reason = (
+            f"PostgreSQL 15 is not installed ({PG15_BIN}/postgres is missing): install it "
+            "with `apt-get install postgresql-15` (as .ci/run does), point "
+            "PERDURE_TEST_PG15_URL at a PostgreSQL 15 server, or set "
+            "PERDURE_TEST_SKIP_PG15=1 to skip the PostgreSQL 15 runs"
+        )
+        if os.environ.get("PERDURE_TEST_SKIP_PG15") == "1":
+            pytest.skip(reason)
+        pytest.fail(reason)
+    yield from _temporary_server("pg15", PG15_BIN)
+
+
+def _temporary_server(name: str, bins: Path | None) -> Iterator[str]:
+    """Start a throwaway server (the embedded one, or the one in ``bins``) for the session."""
     from perdure.store import embedded
 
     os.environ["PERDURE_EMBEDDED_FAST"] = "1"
-    base = Path(tempfile.mkdtemp(prefix="perdure-test-", dir="/tmp"))
+    base = Path(tempfile.mkdtemp(prefix=f"perdure-test-{name}-", dir="/tmp"))
     base.chmod(0o755)
-    server = embedded.ensure_server(base / "pg", max_connections=400)
+    server = embedded.ensure_server(base / "pg", max_connections=400, bins=bins)
     try:
         yield server.url
     finally:
-        embedded.stop_server(server.data_dir)
+        embedded.stop_server(server.data_dir, bins=bins)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -39,9 +39,18 @@ class WorkerProcess:
 
     @classmethod
     def start(
-        cls, target: str, url: str, schema: str, args: list[str], env: dict[str, str]
+        cls,
+        target: str,
+        url: str,
+        schema: str,
+        args: list[str],
+        env: dict[str, str],
+        prefix: list[str] | None = None,
     ) -> WorkerProcess:
-        """Run ``python -m perdure worker target args`` against ``url``/``schema``."""
+        """Run ``python -m perdure worker target args`` against ``url``/``schema``.
+
+        ``prefix`` runs it through another command, such as ``ip netns exec NAME``.
+        """
         log_path = Path(f"/tmp/perdure-worker-{schema}-{time.monotonic_ns()}.log")
         full_env = dict(os.environ)
         full_env.update(env)
@@ -50,7 +59,7 @@ class WorkerProcess:
         full_env["PERDURE_SCHEMA"] = schema
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "perdure", "worker", target, *args],
+                [*(prefix or []), sys.executable, "-m", "perdure", "worker", target, *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=full_env,

@@ -36,6 +36,7 @@ def _tx_counts(db: psycopg.Connection[Any]) -> Counter[str]:
     return Counter(r[0] for r in db.execute("SELECT run_id::text FROM tx_ledger").fetchall())
 
 
+@pytest.mark.all_servers
 def test_sigkill_mid_step_resumes_on_another_worker(
     app: perdure.App, ledger: psycopg.Connection[Any], spawn_worker: Any
 ) -> None:
@@ -66,6 +67,7 @@ def test_sigkill_mid_step_resumes_on_another_worker(
         assert events.count("step_completed") == 4
 
 
+@pytest.mark.all_servers
 def test_sigkill_inside_a_transaction_step_commits_it_exactly_once(
     app: perdure.App, ledger: psycopg.Connection[Any], spawn_worker: Any
 ) -> None:
@@ -91,6 +93,7 @@ def test_sigkill_inside_a_transaction_step_commits_it_exactly_once(
     assert all(_counts(ledger)[(h.id, "first")] == 1 for h in handles)
 
 
+@pytest.mark.all_servers
 def test_a_stalled_worker_is_fenced_out_when_it_wakes(
     app: perdure.App, ledger: psycopg.Connection[Any], spawn_worker: Any
 ) -> None:
@@ -127,9 +130,7 @@ def test_four_workers_share_five_hundred_runs_without_duplicates(
 ) -> None:
     workers = [spawn_worker(TARGET, "--concurrency", "8") for _ in range(4)]
     app_start(app, 0)
-    wait_until(
-        lambda: any(w.name == "three" for w in app.workflows()), 30, what="three registered"
-    )
+    wait_until(lambda: any(w.name == "three" for w in app.workflows()), 30, what="three registered")
     handles = [app.start("three", i) for i in range(500)]
     for i, handle in enumerate(handles):
         assert handle.result(timeout=120) == i + 3

@@ -7,9 +7,13 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+
+# These tests also run on PostgreSQL 15 (see tests/conftest.py).
+pytestmark = pytest.mark.all_servers
 
 
 def test_a_checkpoint_whose_history_row_fails_writes_nothing(

@@ -10,6 +10,9 @@ import pytest
 
 import perdure
 
+# These tests also run on PostgreSQL 15 (see tests/conftest.py).
+pytestmark = pytest.mark.all_servers
+
 
 def test_ten_threads_starting_one_key_make_one_run(
     app: perdure.App, db: psycopg.Connection[Any]

@@ -14,9 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 
 import perdure
 from helpers import wait_until
+
+# These tests also run on PostgreSQL 15 (see tests/conftest.py).
+pytestmark = pytest.mark.all_servers
 
 TARGET = "apps.queue_app:app"
 RUNS = 12

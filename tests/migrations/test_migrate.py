@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,9 @@ import pytest
 
 from perdure.errors import SchemaError
 from perdure.store import migrate
+
+# These tests also run on PostgreSQL 15 (see tests/conftest.py).
+pytestmark = pytest.mark.all_servers
 
 
 def _tables(db: psycopg.Connection[Any], schema: str) -> list[str]:
@@ -124,3 +128,28 @@ def test_migration_numbers_are_unique_and_contiguous(
     monkeypatch.setattr(migrate.resources, "files", lambda package: tmp_path)
     with pytest.raises(SchemaError, match=message):
         migrate.available()
+
+
+def test_the_suite_runs_on_the_server_it_names(pg_url: str, request: pytest.FixtureRequest) -> None:
+    """The PostgreSQL 15 runs really are on PostgreSQL 15 (unless a URL says otherwise)."""
+    server = request.node.callspec.params.get("pg_url", "pg18")
+    with psycopg.connect(pg_url) as conn:
+        version = migrate.check_server(conn)
+        assert version == conn.info.server_version >= migrate.MIN_SERVER_VERSION
+    given = "PERDURE_TEST_PG15_URL" if server == "pg15" else "PERDURE_TEST_DATABASE_URL"
+    if not os.environ.get(given):
+        assert version // 10000 == int(server.removeprefix("pg"))
+
+
+@pytest.mark.parametrize(
+    ("version", "shown"), [(130012, "13.12"), (120000, "12.0"), (90624, "9.6.24")]
+)
+def test_servers_older_than_14_are_refused_with_their_version(version: int, shown: str) -> None:
+    with pytest.raises(SchemaError) as refused:
+        migrate.check_version(version)
+    assert str(refused.value) == (
+        f"PostgreSQL {shown} is not supported: perdure needs PostgreSQL 14 or newer "
+        "(supported: 14 to 18); upgrade the server"
+    )
+    assert migrate.check_version(140000) == 140000
+    assert migrate.check_version(190000) == 190000  # newer servers are not refused

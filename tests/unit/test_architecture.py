@@ -46,3 +46,38 @@ def test_modules_stay_small() -> None:
     for path in PACKAGE.rglob("*.py"):
         lines = len(path.read_text().splitlines())
         assert lines <= 600, f"{path.relative_to(PACKAGE)} has {lines} lines"
+
+
+def _built_from_strings(node: ast.AST) -> bool:
+    """An f-string, a ``%`` or ``+`` on strings, or ``"...".format(...)``."""
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod | ast.Add):
+        return any(
+            isinstance(side, ast.Constant | ast.JoinedStr) for side in (node.left, node.right)
+        )
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and isinstance(node.func.value, ast.Constant)
+    )
+
+
+def test_no_statement_is_built_by_pasting_strings() -> None:
+    """Every ``execute(...)`` and ``sql.SQL(...)`` gets a literal or a composed query.
+
+    Values travel as parameters and identifiers through ``sql.Identifier``;
+    the one rendered template, the named queries, is filled with the quoted
+    schema by the store when it loads them.
+    """
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in {"execute", "executemany", "SQL"} and _built_from_strings(node.args[0]):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert offenders == []

@@ -51,7 +51,7 @@ def test_set_queue_needs_a_setting_and_validates_before_connecting() -> None:
     app = perdure.App("postgresql://unused")
     with pytest.raises(perdure.ConfigurationError, match="needs concurrency"):
         app.set_queue("media")
-    with pytest.raises(perdure.ConfigurationError, match="must be an integer >= 1"):
+    with pytest.raises(perdure.ConfigurationError, match="must be an integer from 1"):
         app.set_queue("media", concurrency=0)
     with pytest.raises(perdure.WorkflowDefinitionError):
         app.set_queue("bad name", concurrency=1)

@@ -14,10 +14,8 @@ import logging
 import os
 import signal
 import threading
-import time
-import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import psycopg
@@ -27,43 +25,34 @@ from perdure.api.handle import RunHandle
 from perdure.api.messaging import MessagingMixin
 from perdure.api.portal import Portal
 from perdure.api.queues import QueueDef, QueuesMixin
-from perdure.api.registry import Registry, WorkflowDef, validate_name
+from perdure.api.reading import ReadingMixin
+from perdure.api.registry import Registry, WorkflowDef
 from perdure.clock import Clock
-from perdure.engine import serialization
-from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
+from perdure.engine import arguments, serialization
+from perdure.engine.arguments import validate_name
+from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_policy
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import (
     ConfigurationError,
     InvalidRunState,
-    ResultTimeout,
-    RunCancelled,
-    RunFailed,
     RunKeyConflict,
     RunNotFound,
     UnknownWorkflow,
+    WorkflowDefinitionError,
 )
 from perdure.ids import new_run_id
 from perdure.store import migrate as migrations
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements, validate_schema
 from perdure.store.store import AsyncStore, execute_async, execute_sync
-from perdure.types import HistoryEvent, Run, RunStatus, Step, WorkerInfo, WorkflowInfo
+from perdure.types import Run, RunStatus
 
 log = logging.getLogger("perdure")
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-def _seconds(value: float | timedelta | None, what: str) -> float:
-    if value is None:
-        return 0.0
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
-        raise ConfigurationError(f"{what} must be a non-negative number of seconds or a timedelta")
-    return float(seconds)
-
-
-class App(MessagingMixin, QueuesMixin):
+class App(ReadingMixin, MessagingMixin, QueuesMixin):
     """A perdure application: the workflows it defines and the database they run on.
 
     The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an
@@ -82,17 +71,29 @@ class App(MessagingMixin, QueuesMixin):
         max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES,
         pool_size: int = 10,
     ) -> None:
-        """Create an App; nothing connects until the first call that needs the database."""
+        """Create an App; nothing connects until the first call that needs the database.
+
+        ``max_payload_bytes`` (1 KiB to 128 MiB) caps every encoded input, step
+        output, signal payload and result; a larger one is refused with
+        SerializationError where it enters.
+        """
+        if url is not None and not isinstance(url, str):
+            raise ConfigurationError(f"url must be a PostgreSQL URL string, not {url!r}")
         self._url = url
         if schema is None:
             schema = os.environ.get("PERDURE_SCHEMA") or "perdure"
         self.schema = validate_schema(schema)
+        if clock is not None and not isinstance(clock, Clock):
+            raise ConfigurationError(f"clock must be a perdure Clock, not {clock!r}")
         self.clock = clock or Clock()
-        self.auto_migrate = auto_migrate
-        if not isinstance(max_payload_bytes, int) or max_payload_bytes < 1024:
-            raise ConfigurationError("max_payload_bytes must be an integer of at least 1024")
-        self.max_payload_bytes = max_payload_bytes
-        self.pool_size = pool_size
+        self.auto_migrate = arguments.flag("auto_migrate", auto_migrate)
+        self.max_payload_bytes = arguments.integer(
+            "max_payload_bytes",
+            max_payload_bytes,
+            minimum=1024,
+            maximum=serialization.MAX_PAYLOAD_LIMIT,
+        )
+        self.pool_size = arguments.integer("pool_size", pool_size, minimum=1, maximum=1000)
         self.registry = Registry()
         self._queues: dict[str, QueueDef] = {}
         self.q = Statements(self.schema, self.clock)
@@ -109,6 +110,8 @@ class App(MessagingMixin, QueuesMixin):
         if self._store is not None or self._schema_ready:
             raise ConfigurationError("configure() must be called before the App is used")
         if url is not None:
+            if not isinstance(url, str):
+                raise ConfigurationError(f"url must be a PostgreSQL URL string, not {url!r}")
             self._url = url
         if schema is not None:
             self.schema = validate_schema(schema)
@@ -185,10 +188,22 @@ class App(MessagingMixin, QueuesMixin):
         its steps (steps have their own policy).
         """
 
+        check_policy("retry", retry)
+
         def register(fn: F) -> F:
-            wf_name = fn.__name__ if name is None else name
+            if not callable(fn):
+                raise WorkflowDefinitionError(
+                    f"@app.workflow decorates a function, not {type(fn).__name__} {fn!r}"
+                )
+            wf_name = getattr(fn, "__name__", None) if name is None else name
             self.registry.add(
-                WorkflowDef(wf_name, version, queue or wf_name, fn, retry or DEFAULT_WORKFLOW_RETRY)
+                WorkflowDef(
+                    wf_name,  # type: ignore[arg-type]  # checked by WorkflowDef
+                    version,
+                    wf_name if queue is None else queue,  # type: ignore[arg-type]
+                    fn,
+                    retry or DEFAULT_WORKFLOW_RETRY,
+                )
             )
             return fn
 
@@ -208,7 +223,10 @@ class App(MessagingMixin, QueuesMixin):
         own as soon as its dependencies are done, so independent steps run in
         parallel on any workers. See :class:`~perdure.Graph`.
         """
-        graph = Graph(name, version, queue or name, retry or DEFAULT_WORKFLOW_RETRY)
+        check_policy("retry", retry)
+        graph = Graph(
+            name, version, name if queue is None else queue, retry or DEFAULT_WORKFLOW_RETRY
+        )
         self.registry.add(graph)
         return graph
 
@@ -244,12 +262,12 @@ class App(MessagingMixin, QueuesMixin):
         timeout: float | timedelta | None = None,
     ) -> Statement[Any]:
         name, version, queue = resolved
-        if key is not None and (
-            not isinstance(key, str) or not key or len(key) > 512 or "\x00" in key
-        ):
-            raise ConfigurationError("key must be a non-empty string of at most 512 characters")
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise ConfigurationError("priority must be an integer")
+        key = arguments.optional_text("key", key, max_length=arguments.MAX_KEY_LENGTH)
+        priority = arguments.integer(
+            "priority", priority, minimum=-arguments.INT32_MAX, maximum=arguments.INT32_MAX
+        )
+        delay_seconds = arguments.seconds("delay", 0 if delay is None else delay)
+        timeout_seconds = arguments.optional_seconds("timeout", timeout)
         text = serialization.dumps(input, f"the input of workflow {name!r}", self.max_payload_bytes)
         return self.q.run_insert(
             run_id=new_run_id(),
@@ -259,8 +277,8 @@ class App(MessagingMixin, QueuesMixin):
             key=key,
             input_json=text,
             priority=priority,
-            delay_seconds=_seconds(delay, "delay"),
-            timeout_seconds=None if timeout is None else _seconds(timeout, "timeout"),
+            delay_seconds=delay_seconds,
+            timeout_seconds=timeout_seconds,
         )
 
     def _local(
@@ -272,8 +290,8 @@ class App(MessagingMixin, QueuesMixin):
                 raise UnknownWorkflow(getattr(workflow, "__name__", repr(workflow)), version)
             workflow = found.name
         validate_name("workflow", workflow)
-        if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
-            raise ConfigurationError("version must be an integer")
+        if version is not None:
+            arguments.integer("version", version, minimum=1)
         local = self.registry.get(workflow, version)
         if local is not None:
             local.validate()
@@ -307,6 +325,11 @@ class App(MessagingMixin, QueuesMixin):
         """
         run = self._run
         if conn is not None:
+            if not isinstance(conn, psycopg.Connection):
+                raise ConfigurationError(
+                    f"conn must be a psycopg.Connection (start_async takes an AsyncConnection), "
+                    f"not {type(conn).__name__}"
+                )
             caller = conn
 
             # The portal thread drives the caller's sync connection while the
@@ -334,6 +357,10 @@ class App(MessagingMixin, QueuesMixin):
         if conn is None:
             return await self._portal.run(
                 self._start(self._run, workflow, input, key, version, delay, priority, timeout)
+            )
+        if not isinstance(conn, psycopg.AsyncConnection):
+            raise ConfigurationError(
+                f"conn must be a psycopg.AsyncConnection, not {type(conn).__name__}"
             )
         caller = conn
 
@@ -371,110 +398,9 @@ class App(MessagingMixin, QueuesMixin):
                 return self._checked(result, name, key)
         raise RunNotFound(key or "")
 
-    # Reading runs ------------------------------------------------------------------
-
-    async def _find(self, ref: str) -> Run:
-        if not isinstance(ref, str) or not ref:
-            raise RunNotFound(repr(ref))
-        run = None
-        try:
-            run = await self._run(self.q.run_get(str(uuid.UUID(ref))))
-        except ValueError:
-            pass
-        if run is None:
-            run = await self._run(self.q.run_get_by_key(ref))
-        if run is None:
-            raise RunNotFound(ref)
-        return run
-
-    def get_run(self, ref: str) -> Run:
-        """The run with id (or key) ``ref``; RunNotFound if there is none."""
-        return self._portal.call(self._find(ref))
-
-    async def get_run_async(self, ref: str) -> Run:
-        """The run with id (or key) ``ref`` (async)."""
-        return await self._portal.run(self._find(ref))
-
     def handle(self, ref: str) -> RunHandle:
         """A handle on the existing run with id (or key) ``ref``."""
         return RunHandle(self, self.get_run(ref).id, created=False)
-
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | str | None = None,
-        workflow: str | None = None,
-        since: datetime | None = None,
-        before: datetime | None = None,
-        limit: int = 50,
-        parent: str | None = None,
-    ) -> list[Run]:
-        """Runs newest first, filtered by status, workflow, creation time and parent run."""
-        if status is not None:
-            status = RunStatus(status).value
-        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise ConfigurationError("limit must be an integer from 1 to 10000")
-        if parent is not None:
-            try:
-                parent = str(uuid.UUID(str(parent)))
-            except ValueError:
-                raise ConfigurationError(f"parent must be a run id, not {parent!r}") from None
-        return self._portal.call(
-            self._run(
-                self.q.run_list(
-                    status=status,
-                    workflow=workflow,
-                    since=since,
-                    before=before,
-                    limit=limit,
-                    parent=parent,
-                )
-            )
-        )
-
-    def steps(self, ref: str) -> list[Step]:
-        """The step checkpoints of a run, in position order."""
-        return self._portal.call(self._steps(ref))
-
-    async def _steps(self, ref: str) -> list[Step]:
-        run = await self._find(ref)
-        return await self._run(self.q.step_list(run.id))
-
-    def history(self, ref: str) -> list[HistoryEvent]:
-        """The append-only history of a run, oldest first."""
-        return self._portal.call(self._history(ref))
-
-    async def _history(self, ref: str) -> list[HistoryEvent]:
-        run = await self._find(ref)
-        return await self._run(self.q.history_list(run.id))
-
-    def workers(self) -> list[WorkerInfo]:
-        """Known workers, most recently seen first."""
-        return self._portal.call(self._run(self.q.worker_list()))
-
-    def workflows(self) -> list[WorkflowInfo]:
-        """Registered workflow versions with run counts by status."""
-        return self._portal.call(self._run(self.q.workflow_list()))
-
-    async def _wait_result(self, run_id: str, timeout: float | None) -> Any:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        interval = 0.005
-        while True:
-            row = await self._run(self.q.run_status(run_id))
-            if row is None:
-                raise RunNotFound(run_id)
-            status = RunStatus(row["status"])
-            if status == RunStatus.COMPLETED:
-                return row["output"]
-            if status.is_failure:
-                raise RunFailed(run_id, row["error"], status.value)
-            if status == RunStatus.CANCELLED:
-                raise RunCancelled(run_id)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise ResultTimeout(run_id, timeout or 0.0, status.value)
-            wait = interval if deadline is None else min(interval, deadline - time.monotonic())
-            await asyncio.sleep(max(wait, 0.0))
-            interval = min(interval * 1.5, 0.25)
 
     # Operating on runs ---------------------------------------------------------------
 
@@ -501,8 +427,10 @@ class App(MessagingMixin, QueuesMixin):
         return await self._portal.run(self._cancel(ref, reason))
 
     async def _cancel(self, ref: str, reason: str) -> Run:
-        if not isinstance(reason, str):
-            raise ConfigurationError("reason must be a string")
+        if not isinstance(reason, str) or not arguments.storable(reason):
+            raise ConfigurationError(
+                f"reason must be a string without NUL characters or lone surrogates, not {reason!r}"
+            )
         run = await self._find(ref)
         row = await self._run(self.q.run_cancel(run.id, reason[:1000]))
         if row is None:
@@ -525,12 +453,16 @@ class App(MessagingMixin, QueuesMixin):
             raise ConfigurationError("this App defines no workflow; a worker would have no work")
         for definition in defs.values():
             definition.validate()
+        try:
+            worker_options = WorkerOptions(**options)
+        except TypeError as exc:
+            raise ConfigurationError(f"unknown worker option: {exc}") from None
         self.ensure_schema()
         return Worker(
             self.url,
             self.q,
             defs,
-            WorkerOptions(**options),
+            worker_options,
             max_payload_bytes=self.max_payload_bytes,
             before_start=self._register,
         )

@@ -11,10 +11,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from perdure.engine import children, parallel, waits
+from perdure.engine import arguments, children, parallel, waits
+from perdure.engine.arguments import validate_name
 from perdure.engine.executor import Execution, Rollback, call_sync
 from perdure.engine.parallel import StepCall
-from perdure.engine.retry import RetryPolicy
+from perdure.engine.retry import RetryPolicy, check_policy
 from perdure.errors import ConfigurationError, UnknownWorkflow
 from perdure.ids import new_run_id
 
@@ -51,10 +52,7 @@ class _Base:
         return self._execution.task.fence.worker_id
 
     def _sleep(self, delay: float | timedelta) -> Coroutine[Any, Any, None]:
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
-            raise ConfigurationError("sleep takes a non-negative number of seconds or a timedelta")
-        return waits.sleep(self._execution, seconds=float(seconds))
+        return waits.sleep(self._execution, seconds=arguments.seconds("sleep delay", delay))
 
     def _sleep_until(self, when: datetime) -> Coroutine[Any, Any, None]:
         if not isinstance(when, datetime) or when.tzinfo is None:
@@ -70,10 +68,8 @@ class _Base:
         retry: RetryPolicy | None,
         timeout: float | None,
     ) -> StepCall[Any]:
-        if not isinstance(name, str) or not name:
-            raise ConfigurationError("a step needs a non-empty name")
-        if not callable(fn):
-            raise ConfigurationError(f"step {name!r}: {fn!r} is not callable")
+        _check_step(name, fn, retry)
+        timeout = arguments.optional_seconds(f"step {name!r}: timeout", timeout, positive=True)
         return StepCall(self._execution, name, fn, args, kwargs, retry, timeout)
 
     def _map_calls(
@@ -85,11 +81,19 @@ class _Base:
         timeout: float | None,
     ) -> parallel.MappedSteps:
         self._call(name, fn, (), {}, retry, timeout)  # the same checks as one step
-        return parallel.MappedSteps(self._execution, name, fn, list(items), retry, timeout)
+        if isinstance(items, str | bytes | dict):
+            raise ConfigurationError(f"map {name!r}: items must be a list of inputs, not {items!r}")
+        try:
+            listed = list(items)
+        except TypeError:
+            raise ConfigurationError(
+                f"map {name!r}: items must be iterable, not {type(items).__name__}"
+            ) from None
+        return parallel.MappedSteps(self._execution, name, fn, listed, retry, timeout)
 
     def _workflow_name(self, workflow: str | Callable[..., Any]) -> str:
-        if isinstance(workflow, str):
-            return workflow
+        if isinstance(workflow, str) or not callable(workflow):
+            return validate_name("workflow", workflow)
         for (name, _), spec in self._execution.env.specs.items():
             if getattr(spec, "fn", None) is workflow:
                 return name
@@ -131,14 +135,59 @@ class _Base:
         """
         if not callable(fn):
             raise ConfigurationError(f"on_rollback takes a callable, not {fn!r}")
+        if name is not None:
+            arguments.label("rollback name", name)
+        check_policy("retry", retry)
         label = str(name or getattr(fn, "__name__", None) or "rollback")
         self._execution.rollbacks.append(Rollback(label, fn, args, kwargs, retry))
 
     def _wait(self, name: str, timeout: float | timedelta | None) -> Coroutine[Any, Any, Any]:
-        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-        if seconds is not None and (not isinstance(seconds, int | float) or seconds < 0):
-            raise ConfigurationError("timeout must be a non-negative number of seconds")
+        validate_name("signal", name)
+        seconds = arguments.optional_seconds("signal timeout", timeout)
         return waits.wait_for_signal(self._execution, name, seconds)
+
+    def _publish(
+        self, kind: str, key: str, value: Any, closed: bool = False
+    ) -> Coroutine[Any, Any, None]:
+        arguments.label(f"{kind} key", key)
+        return waits.publish(self._execution, kind, key, value, closed=closed)
+
+    def _gather(
+        self, calls: tuple[StepCall[Any], ...], return_exceptions: bool
+    ) -> Coroutine[Any, Any, list[Any]]:
+        arguments.flag("return_exceptions", return_exceptions)
+        return parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
+
+    def _start_child(
+        self, workflow: str | Callable[..., Any], input: Any, key: str | None, version: int | None
+    ) -> tuple[str, Coroutine[Any, Any, str]]:
+        name = self._workflow_name(workflow)
+        key = arguments.optional_text("child key", key, max_length=arguments.MAX_KEY_LENGTH)
+        if version is not None:
+            arguments.integer("version", version, minimum=1)
+        started = children.start_child(
+            self._execution, name, input, key=key, version=version, run_id=new_run_id()
+        )
+        return name, started
+
+    def _transaction(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        retry: RetryPolicy | None,
+    ) -> Coroutine[Any, Any, Any]:
+        _check_step(name, fn, retry)
+        return self._execution.transaction(name, fn, args, kwargs, retry)
+
+
+def _check_step(name: object, fn: object, retry: object) -> None:
+    """Refuse a bad step name, a step that is not callable or a retry that is no policy."""
+    arguments.label("a step name", name)
+    if not callable(fn):
+        raise ConfigurationError(f"step {name!r}: {fn!r} is not callable")
+    check_policy(f"step {name!r}: retry", retry)
 
 
 class ChildRun:
@@ -192,15 +241,15 @@ class Context(_Base):
 
     async def set_event(self, key: str, value: Any) -> None:
         """Publish ``value`` under ``key`` for ``app.get_event(run_id, key)`` to read."""
-        await waits.publish(self._execution, "event", key, value)
+        await self._publish("event", key, value)
 
     async def write_stream(self, key: str, value: Any) -> None:
         """Append ``value`` to the run's stream ``key`` (exactly once per position)."""
-        await waits.publish(self._execution, "stream", key, value)
+        await self._publish("stream", key, value)
 
     async def close_stream(self, key: str) -> None:
         """End stream ``key``: readers stop after the values written so far."""
-        await waits.publish(self._execution, "stream", key, None, closed=True)
+        await self._publish("stream", key, None, closed=True)
 
     @overload
     def step(
@@ -262,7 +311,7 @@ class Context(_Base):
         recorded). With ``return_exceptions=True`` it waits for all and puts
         StepFailed instances in place of the failed steps' results.
         """
-        return await parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
+        return await self._gather(calls, return_exceptions)
 
     async def map(
         self,
@@ -279,7 +328,7 @@ class Context(_Base):
         The same as :meth:`gather` over one step per item, keyed by index.
         """
         calls = self._map_calls(name, fn, items, retry, timeout)
-        return await parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
+        return await self._gather(tuple(calls), return_exceptions)
 
     async def start_child(
         self,
@@ -294,15 +343,8 @@ class Context(_Base):
         The child's key is derived from this run and the call's position
         unless ``key`` is given. ``await child.result()`` waits durably for it.
         """
-        run_id = await children.start_child(
-            self._execution,
-            self._workflow_name(workflow),
-            input,
-            key=key,
-            version=version,
-            run_id=new_run_id(),
-        )
-        return ChildRun(self._execution, run_id, self._workflow_name(workflow))
+        name, started = self._start_child(workflow, input, key, version)
+        return ChildRun(self._execution, await started, name)
 
     @overload
     async def transaction(
@@ -342,7 +384,7 @@ class Context(_Base):
         ``Connection`` for a plain one). The step's checkpoint is written in
         that same transaction, so its database effects commit exactly once.
         """
-        return await self._execution.transaction(name, fn, args, kwargs, retry)
+        return await self._transaction(name, fn, args, kwargs, retry)
 
 
 class SyncContext(_Base):
@@ -366,15 +408,15 @@ class SyncContext(_Base):
 
     def set_event(self, key: str, value: Any) -> None:
         """Publish an event; see :meth:`Context.set_event`."""
-        self._block(waits.publish(self._execution, "event", key, value))
+        self._block(self._publish("event", key, value))
 
     def write_stream(self, key: str, value: Any) -> None:
         """Append to a stream; see :meth:`Context.write_stream`."""
-        self._block(waits.publish(self._execution, "stream", key, value))
+        self._block(self._publish("stream", key, value))
 
     def close_stream(self, key: str) -> None:
         """End a stream; see :meth:`Context.close_stream`."""
-        self._block(waits.publish(self._execution, "stream", key, None, closed=True))
+        self._block(self._publish("stream", key, None, closed=True))
 
     def step(
         self,
@@ -387,16 +429,13 @@ class SyncContext(_Base):
         **kwargs: Any,
     ) -> T:
         """Run ``fn`` as the checkpointed step ``name``; see :meth:`Context.step`."""
-        result: T = call_sync(
-            self._execution.loop, self._execution.step(name, fn, args, kwargs, retry, timeout)
-        )
+        call = self._call(name, fn, args, kwargs, retry, timeout)
+        result: T = call_sync(self._execution.loop, call.run())
         return result
 
     def gather(self, *calls: StepCall[Any], return_exceptions: bool = False) -> list[Any]:
         """Run ``ctx.branch(...)`` steps in parallel; see :meth:`Context.gather`."""
-        return self._block(
-            parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
-        )
+        return self._block(self._gather(calls, return_exceptions))
 
     def map(
         self,
@@ -410,9 +449,7 @@ class SyncContext(_Base):
     ) -> list[Any]:
         """Run ``fn(item)`` for every item in parallel; see :meth:`Context.map`."""
         calls = self._map_calls(name, fn, items, retry, timeout)
-        return self._block(
-            parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
-        )
+        return self._block(self._gather(tuple(calls), return_exceptions))
 
     def start_child(
         self,
@@ -423,13 +460,8 @@ class SyncContext(_Base):
         version: int | None = None,
     ) -> SyncChildRun:
         """Start a child run; see :meth:`Context.start_child`."""
-        name = self._workflow_name(workflow)
-        run_id = self._block(
-            children.start_child(
-                self._execution, name, input, key=key, version=version, run_id=new_run_id()
-            )
-        )
-        return SyncChildRun(self._execution, run_id, name)
+        name, started = self._start_child(workflow, input, key, version)
+        return SyncChildRun(self._execution, self._block(started), name)
 
     def transaction(
         self,
@@ -441,7 +473,5 @@ class SyncContext(_Base):
         **kwargs: Any,
     ) -> T:
         """Run ``fn(conn, ...)`` exactly once; see :meth:`Context.transaction`."""
-        result: T = call_sync(
-            self._execution.loop, self._execution.transaction(name, fn, args, kwargs, retry)
-        )
+        result: T = self._block(self._transaction(name, fn, args, kwargs, retry))
         return result

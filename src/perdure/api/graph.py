@@ -19,9 +19,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from perdure.api.registry import validate_identity, validate_name
-from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
-from perdure.errors import WorkflowDefinitionError
+from perdure.api.registry import validate_identity
+from perdure.engine import arguments
+from perdure.engine.arguments import validate_name
+from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_policy
+from perdure.errors import ConfigurationError, WorkflowDefinitionError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -112,13 +114,32 @@ class Graph:
         arrives, with its payload in ``ctx.signal`` (``signal_timeout`` seconds
         at most, then the step fails). ``retry``, ``timeout``: as for ctx.step.
         """
-        deps = tuple(depends_on) if not isinstance(depends_on, str | bytes) else (depends_on,)
+        where = f"graph {self.name!r}: step {name!r}"
+        if isinstance(depends_on, str) or callable(depends_on):
+            deps: tuple[Any, ...] = (depends_on,)
+        else:
+            try:
+                deps = tuple(depends_on)
+            except TypeError:
+                raise WorkflowDefinitionError(
+                    f"{where}: depends_on takes steps or step names, not {depends_on!r}"
+                ) from None
+        try:
+            check_policy("retry", retry)
+        except ConfigurationError as exc:
+            raise WorkflowDefinitionError(f"{where}: {exc}") from None
 
         def register(fn: F) -> F:
-            step_name = fn.__name__ if name is None else name
+            if not callable(fn):
+                raise WorkflowDefinitionError(
+                    f"{where}: @graph.step decorates a function, not {fn!r}"
+                )
+            step_name = validate_name(
+                "step", getattr(fn, "__name__", None) if name is None else name
+            )
             self._add(
                 GraphStep(
-                    name=validate_name("step", step_name),
+                    name=step_name,
                     fn=fn,
                     after=tuple(self._dependency_name(step_name, d) for d in deps),
                     when=when,
@@ -163,10 +184,10 @@ class Graph:
         if step.signal is not None:
             validate_name("signal", step.signal)
         for seconds, what in ((step.timeout, "timeout"), (step.signal_timeout, "signal_timeout")):
-            if seconds is not None and (
-                not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0
-            ):
-                raise WorkflowDefinitionError(f"{where}: {what} must be a positive number")
+            try:
+                arguments.optional_seconds(what, seconds, positive=True)
+            except ConfigurationError as exc:
+                raise WorkflowDefinitionError(f"{where}: {exc}") from None
         if len(set(step.after)) != len(step.after):
             raise WorkflowDefinitionError(f"{where} lists a dependency twice")
         if step.name in step.after:

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg.errors
 
 from perdure.api.portal import Portal
-from perdure.api.registry import validate_name
-from perdure.engine import serialization
-from perdure.errors import ConfigurationError, EventTimeout, InvalidRunState, RunNotFound
+from perdure.engine import arguments, serialization
+from perdure.engine.arguments import validate_name
+from perdure.errors import EventTimeout, InvalidRunState, RunNotFound
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.types import Run, RunStatus
@@ -51,13 +51,10 @@ class MessagingMixin:
         return await self._portal.run(self._signal(run, name, payload, key))
 
     async def _signal(self, run: str, name: str, payload: Any, key: str | None) -> int:
-        if not isinstance(run, str) or not run:
+        if not isinstance(run, str) or not run or not arguments.storable(run):
             raise RunNotFound(repr(run))
         validate_name("signal", name)
-        if key is not None and (not isinstance(key, str) or not key or len(key) > 512):
-            raise ConfigurationError(
-                "a signal key must be a non-empty string of at most 512 characters"
-            )
+        key = arguments.optional_text("signal key", key, max_length=arguments.MAX_KEY_LENGTH)
         text = serialization.dumps(
             payload, f"the payload of signal {name!r}", self.max_payload_bytes
         )
@@ -114,6 +111,8 @@ class MessagingMixin:
         return await self._portal.run(self._get_event(run, key, timeout))
 
     async def _get_event(self, ref: str, key: str, timeout: float) -> Any:
+        arguments.label("event key", key)
+        timeout = arguments.seconds("timeout", timeout)
         run = await self._find(ref)
         deadline = time.monotonic() + timeout
         interval = 0.005
@@ -158,6 +157,8 @@ class MessagingMixin:
     async def _stream_batch(
         self, ref: str, key: str, after: int, timeout: float | None
     ) -> tuple[list[tuple[int, Any]], bool]:
+        arguments.label("stream key", key)
+        timeout = arguments.optional_seconds("timeout", timeout)
         run = await self._find(ref)
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = 0.005

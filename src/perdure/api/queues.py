@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from perdure.api.portal import Portal
-from perdure.api.registry import validate_name
+from perdure.engine.arguments import INT32_MAX, validate_name
 from perdure.errors import ConfigurationError, WorkflowDefinitionError
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
@@ -43,10 +43,10 @@ def validate_limit(queue: str, setting: str, value: object) -> int | None:
     """Return ``value`` if it is a valid limit (an integer >= 1, or None), else raise."""
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX:
         raise ConfigurationError(
-            f"queue {queue!r}: {setting} must be an integer >= 1, or None for no limit, "
-            f"not {value!r}"
+            f"queue {queue!r}: {setting} must be an integer from 1 to {INT32_MAX}, or None "
+            f"for no limit, not {value!r}"
         )
     return value
 

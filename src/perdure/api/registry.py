@@ -5,36 +5,24 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from perdure.api.context import Context, SyncContext
+from perdure.engine.arguments import INT32_MAX, validate_name
 from perdure.engine.executor import Execution
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
 from perdure.errors import UnknownWorkflow, WorkflowDefinitionError
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,127}$")
-
-
-def validate_name(kind: str, name: object) -> str:
-    """Return ``name`` if it is a valid workflow or queue name, else raise."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise WorkflowDefinitionError(
-            f"invalid {kind} name {name!r}: use 1-128 letters, digits, '_', '.', ':' or '-', "
-            "starting with a letter or '_'"
-        )
-    return name
-
 
 def validate_identity(kind: str, name: object, version: object, queue: object) -> None:
-    """Refuse a bad workflow name, version (an integer >= 1) or queue name."""
+    """Refuse a bad workflow name, version (an integer from 1 to 2**31 - 1) or queue name."""
     validate_name("workflow", name)
     validate_name("queue", queue)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= INT32_MAX:
         raise WorkflowDefinitionError(
-            f"{kind} {name!r}: version must be an integer >= 1, not {version!r}"
+            f"{kind} {name!r}: version must be an integer from 1 to {INT32_MAX}, not {version!r}"
         )
 
 

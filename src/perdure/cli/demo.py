@@ -21,6 +21,7 @@ from perdure.api.app import App
 from perdure.cli.render import safe_url
 from perdure.demo.runner import DemoConfig, DemoError, Summary, run_demo
 from perdure.demo.workflows import LEDGER, ORDERS, PAYMENTS, create_tables
+from perdure.store import migrate as migrations
 from perdure.store.statements import validate_schema
 
 if TYPE_CHECKING:
@@ -97,12 +98,11 @@ def prepare_schema(url: str, schema: str, *, owned: bool, reset: bool) -> None:
     it, a schema that already holds runs or demo data is refused.
     """
     with psycopg.connect(url, autocommit=True) as conn:
-        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
-        exists = found.fetchone() is not None
+        exists = migrations.schema_exists(conn, schema)
         if exists and reset and schema == "public":
             raise click.ClickException("--reset will not drop the public schema")
         if exists and (owned or reset):
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+            migrations.drop_schema(conn, schema)
         elif exists and _holds_data(conn, url, schema):
             raise click.ClickException(
                 f"schema {schema!r} already holds runs or demo data; pass --reset to drop it "
@@ -116,7 +116,8 @@ def prepare_schema(url: str, schema: str, *, owned: bool, reset: bool) -> None:
 
 def _holds_data(conn: psycopg.Connection[Any], url: str, schema: str) -> bool:
     for table in (LEDGER, ORDERS):
-        regclass = conn.execute("SELECT to_regclass(%s)", (f"{schema}.{table}",)).fetchone()
+        name = sql.Identifier(schema, table).as_string(conn)
+        regclass = conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
         if regclass and regclass[0] is not None:
             query = sql.SQL("SELECT EXISTS (SELECT 1 FROM {})")
             row = conn.execute(query.format(sql.Identifier(schema, table))).fetchone()

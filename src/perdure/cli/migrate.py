@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from perdure.store import migrate as migrations
+from perdure.store import privileges
 
 if TYPE_CHECKING:
     from perdure.cli.main import CliState
@@ -20,13 +21,37 @@ if TYPE_CHECKING:
     default=None,
     help="Also record the workflows of APP (module:attr) in the registry table.",
 )
+@click.option(
+    "--grant-to",
+    "roles",
+    metavar="ROLE",
+    multiple=True,
+    help="Grant ROLE what a worker needs (row access, no DDL); repeatable. See docs/security.md.",
+)
+@click.option(
+    "--print-grants",
+    is_flag=True,
+    help="Print the SQL that --grant-to runs, and do nothing else.",
+)
 @click.pass_obj
-def migrate(state: CliState, target: str | None) -> None:
+def migrate(
+    state: CliState, target: str | None, roles: tuple[str, ...], print_grants: bool
+) -> None:
     """Apply the schema migrations this version of perdure ships (applying twice is a no-op).
 
     With --app, the application's workflow definitions are also recorded, so
     runs of them can be started (and listed) before any of its workers is up.
+    With --grant-to ROLE, ROLE (an existing role) gets exactly what a worker
+    needs: it can run workers (`perdure worker --no-migrate`), start and signal
+    runs, but not create, alter or drop anything. Run this as the schema's owner.
     """
+    if print_grants:
+        if not roles:
+            raise click.UsageError("--print-grants needs --grant-to ROLE")
+        schema = state.app().schema
+        for role in roles:
+            click.echo(privileges.grant_script(schema, role), nl=False)
+        return
     with state.app(target) as app:
         names = {m.version: m.name for m in migrations.available()}
         applied = migrations.migrate(app.url, app.schema)
@@ -38,3 +63,6 @@ def migrate(state: CliState, target: str | None) -> None:
             app.register()
             defined = ", ".join(f"{n}@{v}" for n, v in sorted(app.registry.all()))
             click.echo(f"registered the workflows of {target}: {defined or 'none'}")
+        for role in roles:
+            privileges.grant_worker(app.url, app.schema, role)
+            click.echo(f"schema {app.schema}: granted worker privileges to role {role}")

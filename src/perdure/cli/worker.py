@@ -87,6 +87,11 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
 )
 @click.option("--worker-id", default=None, help="This worker's id (default: host-pid-random).")
 @click.option(
+    "--no-migrate",
+    is_flag=True,
+    help="Do not migrate; only check the schema is current (for a role without DDL rights).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default="info",
@@ -103,6 +108,7 @@ def worker(
     poll_seconds: float,
     shutdown_seconds: float,
     worker_id: str | None,
+    no_migrate: bool,
     log_level: str,
 ) -> None:
     """Run a worker for the workflows of APP (module:attr, e.g. myapp:app).
@@ -113,6 +119,8 @@ def worker(
     """
     logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
     app = load(state, target)
+    if no_migrate:
+        app.auto_migrate = False
     with app:
         worker_id = worker_id or default_worker_id()
         served = sorted(set(queues) or {d.queue for d in app.registry.all().values()})

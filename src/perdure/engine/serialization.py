@@ -3,69 +3,122 @@
 Inputs, step outputs and results are JSON values. A value is refused with a
 :class:`~perdure.errors.SerializationError` when JSON cannot hold it faithfully
 (NaN, non-string keys, arbitrary objects), when PostgreSQL's ``jsonb`` cannot
-(the NUL character, lone surrogates), or when it is over the size limit.
-Workflow code always sees the decoded JSON, on the first execution as on
-replay, so a tuple becomes a list both times and never only after a crash.
+(the NUL character, lone surrogates, integers of more than 4300 digits), or
+when it is over the size limit. Workflow code always sees the decoded JSON, on
+the first execution as on replay, so a tuple becomes a list both times and
+never only after a crash.
+
+``jsonb`` does not give back the text it was given: it orders object keys by
+length, then bytewise, and prints a number such as ``1e+20`` without its
+exponent (``100000000000000000000``, an integer once decoded). The encoder
+writes values the way ``jsonb`` gives them back, so the value code sees on the
+first execution is the value a replay reads from the database, down to key
+order and the type of every number.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from decimal import Decimal
 from typing import Any
 
 from perdure.errors import SerializationError
 
 #: The default largest encoded payload, in bytes (configurable per App).
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+#: The largest payload limit an App accepts: far below jsonb's 255 MiB ceiling.
+MAX_PAYLOAD_LIMIT = 128 * 1024 * 1024
 #: Nesting deeper than this is refused before Python's recursion limit is hit.
 MAX_DEPTH = 200
+#: Integers are refused beyond Python's default int-to-text limit, whatever the
+#: interpreter's setting, so one payload is accepted or refused the same everywhere.
+MAX_INT_DIGITS = 4300
+_INT_LIMIT = 10**MAX_INT_DIGITS
+# A float whose repr has a positive exponent comes back from jsonb without a
+# decimal point. It is encoded as a placeholder string first (NUL is refused in
+# user text, so no user string can look like one), then written in full.
+_PLACEHOLDER = re.compile(r'"\\u0000(\d+)"')
 
 
-def _check(value: Any, what: str, depth: int) -> None:
-    if depth > MAX_DEPTH:
-        raise SerializationError(what, f"nested deeper than {MAX_DEPTH} levels")
-    if value is None or isinstance(value, bool | int):
-        return
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise SerializationError(what, f"{value!r} has no JSON representation")
-        return
-    if isinstance(value, str):
-        _check_text(value, what)
-        return
-    if isinstance(value, list | tuple):
-        for item in value:
-            _check(item, what, depth + 1)
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise SerializationError(
-                    what, f"object key {key!r} is a {type(key).__name__}; JSON keys are strings"
-                )
-            _check_text(key, what)
-            _check(item, what, depth + 1)
-        return
-    raise SerializationError(
-        what, f"a value of type {type(value).__module__}.{type(value).__qualname__} is not JSON"
-    )
+class _Encoding:
+    """One value being normalized: the floats written in place of placeholders."""
 
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.floats: list[str] = []
 
-def _check_text(text: str, what: str) -> None:
-    if "\x00" in text:
-        raise SerializationError(what, "text contains the NUL character, which jsonb cannot store")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+    def value(self, value: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise SerializationError(self.what, f"nested deeper than {MAX_DEPTH} levels")
+        if value is None or value is True or value is False:
+            return value
+        if isinstance(value, int):
+            if -_INT_LIMIT < value < _INT_LIMIT:
+                return int.__int__(value)
+            raise SerializationError(self.what, f"an integer has more than {MAX_INT_DIGITS} digits")
+        if isinstance(value, float):
+            return self.number(float.__float__(value))
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list | tuple):
+            return [self.value(item, depth + 1) for item in value]
+        if isinstance(value, dict):
+            pairs = []
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise SerializationError(
+                        self.what,
+                        f"object key {key!r} is a {type(key).__name__}; JSON keys are strings",
+                    )
+                pairs.append((self.text(key), self.value(item, depth + 1)))
+            # jsonb's key order: shorter keys first, then bytewise.
+            pairs.sort(key=lambda pair: _jsonb_key(pair[0]))
+            return dict(pairs)
+        kind = type(value)
         raise SerializationError(
-            what, "text contains a lone surrogate, not valid Unicode"
-        ) from None
+            self.what, f"a value of type {kind.__module__}.{kind.__qualname__} is not JSON"
+        )
+
+    def number(self, value: float) -> Any:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise SerializationError(self.what, f"{value!r} has no JSON representation")
+        if value == 0:
+            return 0.0  # jsonb has no negative zero
+        written = repr(value)
+        if "e+" not in written:
+            return value
+        # 1.5e+20 is written 150000000000000000000.0: jsonb keeps the decimal
+        # point it is given, so the value comes back a float.
+        self.floats.append(f"{Decimal(written):f}.0")
+        return f"\x00{len(self.floats) - 1}"
+
+    def text(self, text: str) -> str:
+        if "\x00" in text:
+            raise SerializationError(
+                self.what, "text contains the NUL character, which jsonb cannot store"
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SerializationError(
+                self.what, "text contains a lone surrogate, not valid Unicode"
+            ) from None
+        return str.__str__(text)
+
+
+def _jsonb_key(key: str) -> tuple[int, bytes]:
+    raw = key.encode("utf-8")
+    return len(raw), raw
 
 
 def dumps(value: Any, what: str, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Encode ``value`` as JSON text, or raise SerializationError naming ``what``."""
-    _check(value, what, 0)
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    encoding = _Encoding(what)
+    normalized = encoding.value(value, 0)
+    text = json.dumps(normalized, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if encoding.floats:
+        text = _PLACEHOLDER.sub(lambda m: encoding.floats[int(m.group(1))], text)
     size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise SerializationError(what, f"{size} bytes is over the {max_bytes}-byte payload limit")

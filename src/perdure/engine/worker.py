@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import graph, maintenance, outcome
+from perdure.engine import arguments, graph, maintenance, outcome
+from perdure.engine.arguments import validate_name
 from perdure.engine.control import Disconnected
 from perdure.engine.executor import ExecutionEnv, WorkflowSpec
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
@@ -53,14 +54,22 @@ class WorkerOptions:
     exit_when_idle: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.concurrency, int) or self.concurrency < 1:
-            raise ConfigurationError(
-                f"concurrency must be an integer >= 1, not {self.concurrency!r}"
-            )
-        if self.lease_seconds <= 0 or self.poll_seconds <= 0:
-            raise ConfigurationError("lease_seconds and poll_seconds must be positive")
-        if self.max_lapses < 1:
-            raise ConfigurationError("max_lapses must be >= 1")
+        arguments.integer("concurrency", self.concurrency, minimum=1, maximum=10_000)
+        if self.queues is not None:
+            if isinstance(self.queues, str) or not isinstance(self.queues, list | tuple | set):
+                raise ConfigurationError(
+                    f"queues must be a list of queue names, not {self.queues!r}"
+                )
+            self.queues = [validate_name("queue", queue) for queue in self.queues]
+        arguments.seconds("lease_seconds", self.lease_seconds, positive=True)
+        arguments.seconds("poll_seconds", self.poll_seconds, positive=True)
+        arguments.seconds("shutdown_seconds", self.shutdown_seconds)
+        arguments.optional_seconds("heartbeat_seconds", self.heartbeat_seconds, positive=True)
+        arguments.optional_seconds("reap_seconds", self.reap_seconds, positive=True)
+        arguments.integer("max_lapses", self.max_lapses, minimum=1)
+        arguments.integer("claim_batch", self.claim_batch, minimum=1, maximum=10_000)
+        arguments.optional_text("worker_id", self.worker_id, max_length=200)
+        arguments.flag("exit_when_idle", self.exit_when_idle)
 
     @property
     def heartbeat_interval(self) -> float:

@@ -98,12 +98,19 @@ def bin_dir() -> Path:
 
 
 def ensure_server(
-    data_dir: Path | None = None, *, max_connections: int = 300, port: int | None = None
+    data_dir: Path | None = None,
+    *,
+    max_connections: int = 300,
+    port: int | None = None,
+    bins: Path | None = None,
+    listen: str = "127.0.0.1",
 ) -> EmbeddedServer:
     """Initialise the cluster if needed, start it if needed, and return how to reach it.
 
     Safe to call from several processes at once: a lock file next to the data directory
-    serialises initialisation and start. Without `port` the server listens on a unix socket only.
+    serialises initialisation and start. Without `port` the server listens on a unix socket only;
+    with it, also on TCP at `listen`. `bins` names another PostgreSQL's binaries (a distribution
+    package's, for tests on another server version) instead of the wheel's.
     A server that is already running is returned as it is, whatever options it was started with.
     """
     data_dir = _resolve(data_dir)
@@ -117,13 +124,13 @@ def ensure_server(
         if running is not None:
             return running
         # One resolution serves both initdb and pg_ctl so the cluster and server always match.
-        bins = bin_dir()
+        bins = bins or bin_dir()
         created = _initdb(data_dir, account, bins)
         tcp_port = port if port is not None else _DEFAULT_PORT
         socket_dir = _socket_dir(data_dir, tcp_port)
         _prepare_socket_dir(socket_dir, data_dir, account)
         options = [
-            f"listen_addresses={'127.0.0.1' if port is not None else ''}",
+            f"listen_addresses={listen if port is not None else ''}",
             f"port={tcp_port}",
             f"unix_socket_directories={socket_dir}",
             f"max_connections={max_connections}",
@@ -143,8 +150,11 @@ def ensure_server(
         return dataclasses.replace(running, started=True, created=created)
 
 
-def stop_server(data_dir: Path | None = None) -> bool:
-    """Stop the server with a fast shutdown; return True if it was running."""
+def stop_server(data_dir: Path | None = None, *, bins: Path | None = None) -> bool:
+    """Stop the server with a fast shutdown; return True if it was running.
+
+    `bins` must name the binaries the server was started with, if not the wheel's.
+    """
     data_dir = _resolve(data_dir)
     if not (data_dir / "PG_VERSION").exists():
         return False
@@ -152,7 +162,7 @@ def stop_server(data_dir: Path | None = None) -> bool:
         if server_status(data_dir) is None:
             return False
         args = ["-m", "fast", "-w", "-t", "60", "stop"]
-        code, out = _run(bin_dir() / "pg_ctl", data_dir, _server_account(), args)
+        code, out = _run((bins or bin_dir()) / "pg_ctl", data_dir, _server_account(), args)
         if code != 0 and server_status(data_dir) is not None:
             raise EmbeddedError(f"could not stop PostgreSQL in {data_dir}: {out.strip()}")
         _log.info("stopped PostgreSQL in %s", data_dir)

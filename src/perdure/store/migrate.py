@@ -24,6 +24,8 @@ log = logging.getLogger("perdure.migrate")
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 MIN_SERVER_VERSION = 140000
+#: The newest major version perdure supports (newer ones are not refused).
+MAX_SUPPORTED_VERSION = 180000
 
 
 @dataclass(frozen=True)
@@ -67,76 +69,134 @@ def _lock_key(schema: str) -> int:
 
 def current_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
     """The highest migration version recorded in ``schema`` (0 if none)."""
-    row = conn.execute(
-        "SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}".schema_migrations',)
-    ).fetchone()
-    if not row or not row[0]:
-        return 0
-    query = sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_migrations").format(
-        sql.Identifier(schema)
-    )
-    result = conn.execute(query).fetchone()
+    table = sql.Identifier(schema, "schema_migrations").as_string(conn)
+    try:
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+        if not row or not row[0]:
+            return 0
+        query = sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_migrations").format(
+            sql.Identifier(schema)
+        )
+        result = conn.execute(query).fetchone()
+    except psycopg.errors.InsufficientPrivilege as exc:
+        user = conn.info.user
+        raise SchemaError(
+            f"role {user!r} may not read schema {schema!r} ({exc.diag.message_primary}): "
+            f"its owner grants access with `perdure migrate --grant-to {user}`"
+        ) from None
     return int(str(result[0])) if result else 0
 
 
-def check_server(conn: psycopg.Connection[tuple[object, ...]]) -> int:
-    """Refuse servers older than PostgreSQL 14; return the server version number."""
-    version = conn.info.server_version
+def check_version(version: int) -> int:
+    """Refuse a server version number (``server_version_num``) older than PostgreSQL 14."""
     if version < MIN_SERVER_VERSION:
+        # From version 10 on the number is major * 10000 + minor; before, 9.6.24 is 90624.
+        shown = (
+            f"{version // 10000}.{version % 10000}"
+            if version >= 100000
+            else f"{version // 10000}.{version // 100 % 100}.{version % 100}"
+        )
         raise SchemaError(
-            f"PostgreSQL {version // 10000} is not supported: perdure needs PostgreSQL 14 to 18"
+            f"PostgreSQL {shown} is not supported: perdure needs PostgreSQL 14 or newer "
+            f"(supported: 14 to {MAX_SUPPORTED_VERSION // 10000}); upgrade the server"
         )
     return version
 
 
+def check_server(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """Refuse servers older than PostgreSQL 14; return the server version number."""
+    return check_version(conn.info.server_version)
+
+
 def migrate(url: str, schema: str, upto: int | None = None) -> list[int]:
-    """Bring ``schema`` up to date (or up to version ``upto``); the versions applied."""
+    """Bring ``schema`` up to date (or up to version ``upto``); the versions applied.
+
+    A schema that is already current is only read: no lock is taken and no DDL
+    runs, so a role with no right to create or alter tables (a restricted
+    worker, see :mod:`perdure.store.privileges`) may call it. When there is
+    something to apply and the role may not, SchemaError says so.
+    """
     migrations = available()
-    applied: list[int] = []
+    target = len(migrations) if upto is None else min(upto, len(migrations))
     with psycopg.connect(url, autocommit=True) as conn:
         check_server(conn)
-        key = _lock_key(schema)
-        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
         try:
-            ident = sql.Identifier(schema)
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-            conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
-                    " version integer PRIMARY KEY, name text NOT NULL,"
-                    " applied_at timestamptz NOT NULL DEFAULT now())"
-                ).format(ident)
+            if _check_newer(conn, schema, len(migrations)) >= target:
+                return []
+            return _apply(conn, schema, migrations, upto)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise SchemaError(
+                f"role {conn.info.user!r} may not migrate schema {schema!r} "
+                f"({exc.diag.message_primary}): run `perdure migrate` as the schema's owner "
+                "(and `perdure migrate --grant-to ROLE` for a restricted worker role)"
+            ) from None
+
+
+def _check_newer(conn: psycopg.Connection[tuple[object, ...]], schema: str, known: int) -> int:
+    """The schema's version, refused if it is newer than this code."""
+    have = current_version(conn, schema)
+    if have > known:
+        raise SchemaError(
+            f"schema {schema!r} is at version {have}, newer than this code knows "
+            f"({known}): upgrade perdure before running it on this database"
+        )
+    return have
+
+
+def _apply(
+    conn: psycopg.Connection[tuple[object, ...]],
+    schema: str,
+    migrations: list[Migration],
+    upto: int | None,
+) -> list[int]:
+    applied: list[int] = []
+    key = _lock_key(schema)
+    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        ident = sql.Identifier(schema)
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(ident)
+        )
+        # Read again under the lock: another process may have migrated meanwhile.
+        have = _check_newer(conn, schema, len(migrations))
+        for migration in migrations[have:upto]:
+            with conn.transaction():
+                conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+                conn.execute(migration.sql.encode())
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)"
+                    ).format(ident),
+                    (migration.version, migration.name),
+                )
+            applied.append(migration.version)
+            log.info(
+                "applied migration %04d_%s to schema %s", migration.version, migration.name, schema
             )
-            have = current_version(conn, schema)
-            if have > len(migrations):
-                raise SchemaError(
-                    f"schema {schema!r} is at version {have}, newer than this code knows "
-                    f"({len(migrations)}): upgrade perdure before running it on this database"
-                )
-            for migration in migrations[have:upto]:
-                with conn.transaction():
-                    conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
-                    conn.execute(migration.sql.encode())
-                    conn.execute(
-                        sql.SQL(
-                            "INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)"
-                        ).format(ident),
-                        (migration.version, migration.name),
-                    )
-                applied.append(migration.version)
-                log.info(
-                    "applied migration %04d_%s to schema %s",
-                    migration.version,
-                    migration.name,
-                    schema,
-                )
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
     return applied
 
 
+def schema_exists(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> bool:
+    """Whether a schema called ``schema`` exists."""
+    found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+    return found.fetchone() is not None
+
+
+def drop_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    """Drop ``schema`` and everything in it, if it exists (tests and the demo's reset)."""
+    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
 def ensure_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
-    """Raise SchemaError unless ``schema`` is at exactly this code's version."""
+    """Raise SchemaError unless the server is supported and ``schema`` is at this code's version."""
+    check_server(conn)
     have = current_version(conn, schema)
     want = len(available())
     if have < want:

@@ -30,7 +30,7 @@ from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, Workfl
 
 T = TypeVar("T")
 
-_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 
 
 def validate_schema(name: object) -> str:
@@ -40,7 +40,8 @@ def validate_schema(name: object) -> str:
     needs no quoting in psql and its notification channel name stays under
     PostgreSQL's 63-byte identifier limit.
     """
-    if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
+    # fullmatch: a '$' anchor would let a trailing newline through.
+    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
         raise ConfigurationError(
             f"invalid schema name {name!r}: use 1-48 lower-case letters, digits or "
             "underscores, starting with a letter or underscore"

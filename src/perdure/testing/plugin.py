@@ -21,10 +21,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from perdure.api.app import App
 from perdure.clock import VirtualClock
+from perdure.store import migrate as migrations
 
 
 @pytest.fixture(scope="session")
@@ -63,4 +63,4 @@ def perdure_app(perdure_database_url: str, perdure_clock: VirtualClock) -> Itera
     finally:
         app.close()
         with psycopg.connect(perdure_database_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            migrations.drop_schema(conn, schema)
