@@ -23,4 +23,11 @@ typecheck: install ## mypy --strict over the package
 demo: install ## Run the demo on the embedded PostgreSQL
 	$(BIN)/perdure demo
 
-.PHONY: help install test lint typecheck demo
+MINUTES ?= 5
+chaos: install ## Long chaos run (docs/chaos.md): make chaos MINUTES=10 [SEED=n]
+	$(BIN)/python tests/chaos/run.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
+
+soak: install ## Soak: 8 workers at a steady rate (docs/chaos.md): make soak MINUTES=10
+	$(BIN)/python bench/soak.py --minutes $(MINUTES)
+
+.PHONY: help install test lint typecheck demo chaos soak

@@ -62,7 +62,7 @@ async def start_child(
     q = ex.env.store.q
     child_key = key if key is not None else f"{ex.task.run_id}:{position}"
     attempt = _Attempt(position, name, "child", 1, q.clock.wall_now())
-    async with ex.env.store.pool.connection() as conn, conn.transaction():
+    async with ex.env.store.transaction() as conn:
         if not await execute_async(conn, q.task_lock_fenced(ex.task.fence)):
             ex.lost = True
             ex.check_alive()
@@ -102,7 +102,7 @@ async def child_result(ex: Execution, child_run_id: str, workflow: str) -> Any:
     q = ex.env.store.q
     started = recorded.started_at if recorded is not None else q.clock.wall_now()
     attempt = _Attempt(position, name, "child_result", 1, started)
-    async with ex.env.store.pool.connection() as conn, conn.transaction():
+    async with ex.env.store.transaction() as conn:
         # A shared lock on the child's row: it cannot finish between this
         # read and the park below, so its final update sees the parked task.
         row = await execute_async(conn, q.run_child_status(child_run_id))

@@ -17,6 +17,17 @@ class Abandon(BaseException):
     """This worker lost the task (lease lost, run cancelled); stop without writing."""
 
 
+class Disconnected(BaseException):
+    """The database could not be reached mid-execution; stop without another write.
+
+    The store raises it for a lost connection, a server that is restarting or
+    full, or no pooled connection in time. The work done so far is in the
+    checkpoints; the worker hands the task back once the database answers
+    again, and the run is replayed from there. It is not a failure of the
+    step or workflow that was running: no attempt is counted.
+    """
+
+
 class Snooze(Exception):
     """Park the run until later without counting a failed attempt.
 

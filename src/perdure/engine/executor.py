@@ -79,12 +79,8 @@ class ExecutionEnv:
     def get_sync_pool(self) -> ConnectionPool:
         """A small sync pool for ``ctx.transaction`` steps written as plain ``def``."""
         if self.sync_pool is None:
-            self.sync_pool = ConnectionPool(
-                self.store.url,
-                min_size=0,
-                max_size=max(2, self.store.pool.max_size // 2),
-                kwargs={"autocommit": True, "application_name": "perdure-tx"},
-                open=True,
+            self.sync_pool = self.store.sync_pool(
+                max(2, self.store.pool.max_size // 2), f"{self.store.pool.name}-tx"
             )
         return self.sync_pool
 
@@ -344,7 +340,7 @@ class Execution:
         checkpoint: Callable[[str], Any],
     ) -> Any:
         q = self.env.store.q
-        async with self.env.store.pool.connection() as conn, conn.transaction():
+        async with self.env.store.transaction() as conn:
             if not await execute_async(conn, q.task_lock_fenced(self.task.fence)):
                 raise _LeaseGone()
             result = await fn(conn, *args, **kwargs)
@@ -364,7 +360,8 @@ class Execution:
         checkpoint: Callable[[str], Any],
     ) -> Any:
         q = self.env.store.q
-        with self.env.get_sync_pool().connection() as conn, conn.transaction():
+        pool = self.env.get_sync_pool()
+        with self.env.store.reachable(), pool.connection() as conn, conn.transaction():
             if not execute_sync(conn, q.task_lock_fenced(self.task.fence)):
                 raise _LeaseGone()
             result = fn(conn, *args, **kwargs)
@@ -485,7 +482,7 @@ class Execution:
         elif statement.name == "step_complete_parallel":
             # Under the run's row lock: sibling completions serialise, and the
             # last one sees every other one's commit when it decides to wake.
-            async with self.env.store.pool.connection() as conn, conn.transaction():
+            async with self.env.store.transaction() as conn:
                 await execute_async(conn, self.env.store.q.run_lock(self.task.run_id))
                 leased, written, run_status = await execute_async(conn, statement)
                 if leased and self.on_branch_final is not None:

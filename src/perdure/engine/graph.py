@@ -89,7 +89,7 @@ async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
         await store.execute(q.task_settle(task.fence))
         return "settled"
     if task.kind == "run":
-        async with store.pool.connection() as conn, conn.transaction():
+        async with store.transaction() as conn:
             await execute_async(conn, q.run_lock(task.run_id))
             if not await execute_async(conn, q.task_finish(task.fence)):
                 env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
@@ -151,7 +151,7 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
 async def _finish_duplicate(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> str:
     """A second task for a step already recorded: end it, and decide what comes next."""
     q = env.store.q
-    async with env.store.pool.connection() as conn, conn.transaction():
+    async with env.store.transaction() as conn:
         await execute_async(conn, q.run_lock(task.run_id))
         if not await execute_async(conn, q.task_finish(task.fence)):
             return "abandoned"
@@ -163,7 +163,7 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
     """The payload of the signal that opens ``step``'s gate; park (Suspend) until it comes."""
     assert step.signal is not None
     q, position = ex.env.store.q, step.position
-    async with ex.env.store.pool.connection() as conn, conn.transaction():
+    async with ex.env.store.transaction() as conn:
         await execute_async(conn, q.run_lock(ex.task.run_id))
         row = await execute_async(
             conn,

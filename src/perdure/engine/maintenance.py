@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+from perdure.engine.control import Disconnected
 from perdure.store.store import AsyncStore
 
 log = logging.getLogger("perdure.maintenance")
@@ -24,13 +25,20 @@ async def heartbeat_loop(
     held: Callable[[], set[int]],
     on_lost: Callable[[int], None],
 ) -> None:
-    """Extend this worker's leases every ``interval`` s; report tasks taken away."""
+    """Extend the leases of the tasks this worker executes every ``interval`` s.
+
+    Reports the tasks taken away. A failed heartbeat is logged and tried again
+    at the next interval: if the database stays away longer than the lease,
+    the tasks are rescued by another worker and this one's writes are fenced.
+    """
     while True:
         await asyncio.sleep(interval)
         before = held()
         try:
-            still = await store.execute(store.q.task_heartbeat(worker_id, lease_seconds))
-        except Exception as exc:
+            still = await store.execute(
+                store.q.task_heartbeat(worker_id, sorted(before), lease_seconds)
+            )
+        except (Exception, Disconnected) as exc:
             log.warning("heartbeat failed: %s", exc)
             continue
         for task_id in before - still:
@@ -54,7 +62,7 @@ async def reaper_loop(
             if expired:
                 log.info("cancelled %d run(s) past their deadline", expired)
             await store.execute(store.q.worker_mark_lost(stale_seconds))
-        except Exception as exc:
+        except (Exception, Disconnected) as exc:
             log.warning("reaper failed: %s", exc)
 
 
@@ -69,6 +77,6 @@ async def status_loop(
         try:
             waiting, next_wake = await store.execute(store.q.task_waiting_summary(queues))
             report(waiting, next_wake)
-        except Exception as exc:
+        except (Exception, Disconnected) as exc:
             log.warning("status query failed: %s", exc)
         await asyncio.sleep(interval)

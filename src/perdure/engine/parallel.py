@@ -181,7 +181,7 @@ def _outcome(ex: Execution, recorded: Step) -> Any:
 async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> None:
     q = ex.env.store.q
     waiting_for = {"steps": len(pending), "first": pending[0][1]}
-    async with ex.env.store.pool.connection() as conn, conn.transaction():
+    async with ex.env.store.transaction() as conn:
         # The run's row lock orders this park against the branches'
         # completions: a branch finishing after it sees the parked task.
         await execute_async(conn, q.run_lock(ex.task.run_id))
@@ -238,7 +238,7 @@ async def finish_unreachable(
             }
         )
     q = ex.env.store.q
-    async with ex.env.store.pool.connection() as conn, conn.transaction():
+    async with ex.env.store.transaction() as conn:
         await execute_async(conn, q.run_lock(ex.task.run_id))
         leased, _, _ = await execute_async(
             conn,

@@ -93,7 +93,7 @@ async def wait_for_signal(ex: Execution, name: str, timeout: float | None) -> An
     ex.end_of_history()
     q, fence = ex.env.store.q, ex.task.fence
     timed_out = False
-    async with ex.env.store.pool.connection() as conn, conn.transaction():
+    async with ex.env.store.transaction() as conn:
         # The run's row lock orders this wait against send_signal: either the
         # signal is committed and found below, or our 'waiting' state is
         # committed first and the sender sees it and wakes the run.

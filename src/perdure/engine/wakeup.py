@@ -20,10 +20,11 @@ log = logging.getLogger("perdure.wakeup")
 class Wakeup:
     """A background LISTEN loop that sets :attr:`event` on each notification."""
 
-    def __init__(self, url: str, channel: str) -> None:
+    def __init__(self, url: str, channel: str, application_name: str = "perdure-listen") -> None:
         """Listen on ``channel`` of the server at ``url`` once :meth:`start` is called."""
         self.url = url
         self.channel = channel
+        self.application_name = application_name
         self.event = asyncio.Event()
         self.connected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -46,7 +47,7 @@ class Wakeup:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, application_name="perdure-listen"
+                    self.url, autocommit=True, application_name=self.application_name
                 ) as conn:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     self.connected.set()
@@ -63,4 +64,6 @@ class Wakeup:
                 log.warning("listener lost its connection (%s); retrying in %.1f s", exc, delay)
                 self.event.set()
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                # Capped, like the pools' reconnection: back within a few
+                # seconds of the server, a handful of attempts a minute.
+                delay = min(delay * 2, 5.0)

@@ -22,6 +22,7 @@ from typing import Any
 
 from perdure.engine import arguments, graph, maintenance, outcome
 from perdure.engine.arguments import validate_name
+from perdure.engine.control import Disconnected
 from perdure.engine.executor import ExecutionEnv, WorkflowSpec
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.wakeup import Wakeup
@@ -139,12 +140,16 @@ class Worker:
     async def run(self) -> None:
         """Serve until :meth:`request_stop` is called (or the task is cancelled)."""
         opts = self.options
+        # Every connection of this worker is named perdure-worker-<id>[-kind],
+        # so that pg_stat_activity tells whose it is.
+        name = f"perdure-worker-{self.id}"[:50]
         store = AsyncStore(
             self.url,
             self.q,
             min_size=2,
             max_size=opts.concurrency + 4,
-            name=f"perdure-worker-{self.id}"[:60],
+            name=name,
+            unavailable=Disconnected,
         )
         await store.open()
         threads = ThreadPoolExecutor(
@@ -159,7 +164,7 @@ class Worker:
             specs=self.specs,
         )
         self._env = env
-        wakeup = Wakeup(self.url, self.q.channel)
+        wakeup = Wakeup(self.url, self.q.channel, f"{name}-listen")
         background: list[asyncio.Task[None]] = []
         try:
             if self.before_start is not None:
@@ -209,7 +214,7 @@ class Worker:
                 job.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await wakeup.stop()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, Disconnected):
                 await store.execute(self.q.worker_stop(self.id))
             await store.close()
             if env.sync_pool is not None:
@@ -254,7 +259,7 @@ class Worker:
                     if opts.exit_when_idle and not self.running and (due is None or due > 0):
                         return
                 backoff = 0.0
-            except Exception as exc:
+            except (Exception, Disconnected) as exc:
                 # The database went away or refused us: back off (bounded, so a
                 # long outage costs a reconnect attempt every few seconds, not
                 # a busy loop) and try again without restarting the worker.
@@ -320,6 +325,10 @@ class Worker:
         except asyncio.CancelledError:
             result = "cancelled"
             raise
+        except Disconnected as exc:
+            result = "disconnected"
+            log.warning("run %s: lost the database mid-execution (%s)", task.run_id, exc)
+            await self._hand_back(env.store, task)
         except Exception:
             # A database error mid-execution: the task stays claimed and its
             # lease lapses, so another worker (or this one) replays it.
@@ -330,6 +339,40 @@ class Worker:
             self._slot_freed.set()
             self._emit("task_done", {"run_id": task.run_id, "outcome": result})
         return result
+
+    async def _hand_back(self, store: AsyncStore, task: ClaimedTask) -> None:
+        """Give back a task whose execution lost the database, as soon as it answers.
+
+        The checkpoints hold everything done so far, so the run can be
+        replayed at once by any worker. Until the task is handed back it stays
+        in ``running``: its heartbeat holds the lease, and it takes no lapse.
+        If the database stays away longer than twice the lease, the lease is
+        left to lapse and the reaper makes the task claimable instead.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * self.options.lease_seconds
+        delay = 0.25
+        while True:
+            try:
+                await store.execute(
+                    self.q.task_release(
+                        task.fence,
+                        delay_seconds=0,
+                        failed=False,
+                        event="run_released",
+                        detail_json='{"reason": "database unreachable"}',
+                    )
+                )
+                log.info("run %s handed back after the database came back", task.run_id)
+                return
+            except (Exception, Disconnected) as exc:
+                if loop.time() + delay > deadline or self.stop_requested.is_set():
+                    log.warning(
+                        "run %s not handed back (%s); its lease will lapse", task.run_id, exc
+                    )
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     def _report_waiting(self, waiting: int, next_wake: datetime | None) -> None:
         """Log the number of waiting runs and the next wake-up when they change."""
@@ -365,7 +408,7 @@ class Worker:
         for held in leftovers:
             # Handing the task back now lets another worker resume the run at
             # once instead of waiting for the lease to lapse.
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, Disconnected):
                 await store.execute(
                     self.q.task_release(
                         held.task.fence, delay_seconds=0, failed=False, event="run_released"

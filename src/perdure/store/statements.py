@@ -251,12 +251,15 @@ class Statements(ParallelStatements):
             queues=list(queues),
         )
 
-    def task_heartbeat(self, worker_id: str, lease_seconds: float) -> Statement[set[int]]:
-        """Extend every lease this worker holds; the ids it still holds."""
+    def task_heartbeat(
+        self, worker_id: str, task_ids: Sequence[int], lease_seconds: float
+    ) -> Statement[set[int]]:
+        """Extend the leases of ``task_ids`` this worker holds; the ids it still holds."""
         return self._stmt(
             "task_heartbeat",
             lambda found: {int(r["id"]) for r in found},
             worker_id=worker_id,
+            task_ids=list(task_ids),
             lease_seconds=lease_seconds,
         )
 

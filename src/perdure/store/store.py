@@ -8,14 +8,15 @@ starts atomically with the caller's business write.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from perdure.errors import DatabaseUnavailable
 from perdure.store.statement import Statement
@@ -23,6 +24,29 @@ from perdure.store.statements import Statements
 
 T = TypeVar("T")
 log = logging.getLogger("perdure.store")
+
+#: SQLSTATEs that say the server is going away, not yet back, or full, rather
+#: than that the statement was wrong: admin_shutdown (pg_terminate_backend, a
+#: fast shutdown), crash_shutdown, cannot_connect_now (starting up) and
+#: too_many_connections. Class 08 (connection exceptions) counts as well.
+_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database could not be reached, not that a statement failed.
+
+    A lost or refused connection, a server shutting down or starting up, no
+    free connection slot, or no pooled connection within the pool's timeout.
+    An error that the server raised for the statement itself (a constraint,
+    a deadlock, a serialization failure) is not.
+    """
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return False
+    state = exc.sqlstate
+    # No SQLSTATE: libpq itself failed (connection refused, closed mid-query).
+    return state is None or state.startswith("08") or state in _UNAVAILABLE_STATES
 
 
 def execute_sync(conn: psycopg.Connection[Any], stmt: Statement[T]) -> T:
@@ -42,7 +66,14 @@ async def execute_async(conn: psycopg.AsyncConnection[Any], stmt: Statement[T]) 
 
 
 class AsyncStore:
-    """A connection pool plus the statements of one schema."""
+    """A connection pool plus the statements of one schema.
+
+    When the database cannot be reached (see :func:`is_unavailable`), every
+    method raises ``unavailable`` (by default :class:`DatabaseUnavailable`)
+    from the driver's error. A worker passes an engine signal that user code
+    cannot catch, so that a lost connection stops an execution instead of
+    passing for a failure of the step it interrupted.
+    """
 
     def __init__(
         self,
@@ -52,10 +83,20 @@ class AsyncStore:
         min_size: int = 1,
         max_size: int = 10,
         name: str = "perdure",
+        reconnect_seconds: float = 5.0,
+        unavailable: type[BaseException] = DatabaseUnavailable,
     ) -> None:
-        """Prepare a pool of up to ``max_size`` connections to ``url`` (opened by :meth:`open`)."""
+        """Prepare a pool of up to ``max_size`` connections to ``url`` (opened by :meth:`open`).
+
+        While the server is away the pool retries connecting with backoff;
+        ``reconnect_seconds`` caps the wait between two attempts, so that the
+        pool is back within a few seconds of the server, however long it was
+        gone, without trying more than a few times a second.
+        """
         self.url = url
         self.q = statements
+        self.unavailable = unavailable
+        self.reconnect_seconds = reconnect_seconds
         self.pool = AsyncConnectionPool(
             url,
             min_size=min_size,
@@ -66,6 +107,12 @@ class AsyncStore:
             # A connection that died with the server is noticed at checkout
             # instead of failing the statement that happens to get it.
             check=AsyncConnectionPool.check_connection,
+            # psycopg_pool doubles the wait between attempts until it gives up
+            # after reconnect_timeout; after a long outage the next attempt
+            # could be minutes away. Giving up early and starting a new round
+            # at once (_reconnect_again) caps the wait instead.
+            reconnect_timeout=reconnect_seconds,
+            reconnect_failed=_reconnect_again,
         )
 
     async def open(self, timeout: float = 30.0) -> None:
@@ -83,10 +130,11 @@ class AsyncStore:
         self, stmt: Statement[T], conn: psycopg.AsyncConnection[Any] | None = None
     ) -> T:
         """Run ``stmt`` on ``conn`` if given, else on a pooled autocommit connection."""
-        if conn is not None:
-            return await execute_async(conn, stmt)
-        async with self.pool.connection() as pooled:
-            return await execute_async(pooled, stmt)
+        with self.reachable():
+            if conn is not None:
+                return await execute_async(conn, stmt)
+            async with self.pool.connection() as pooled:
+                return await execute_async(pooled, stmt)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -95,5 +143,51 @@ class AsyncStore:
         Pass the connection to :meth:`execute`; the transaction commits when
         the block ends, or rolls back if it raises.
         """
-        async with self.pool.connection() as conn, conn.transaction():
-            yield conn
+        with self.reachable():
+            async with self.pool.connection() as conn, conn.transaction():
+                yield conn
+
+    def reachable(self) -> contextlib.AbstractContextManager[None]:
+        """A block in which "database unreachable" errors become ``unavailable``."""
+        return reachable(self.unavailable)
+
+    def sync_pool(self, max_size: int, name: str) -> ConnectionPool:
+        """A sync pool on the same server, with the same reconnection policy (opened)."""
+        return ConnectionPool(
+            self.url,
+            min_size=0,
+            max_size=max_size,
+            kwargs={"autocommit": True, "application_name": name},
+            open=True,
+            name=name,
+            check=ConnectionPool.check_connection,
+            reconnect_timeout=self.reconnect_seconds,
+            reconnect_failed=_reconnect_again_sync,
+        )
+
+
+@contextlib.contextmanager
+def reachable(unavailable: type[BaseException]) -> Iterator[None]:
+    """Turn a driver error that means "database unreachable" into ``unavailable``."""
+    try:
+        yield
+    except Exception as exc:
+        if is_unavailable(exc):
+            raise unavailable(f"PostgreSQL is unreachable: {exc}") from exc
+        raise
+
+
+async def _reconnect_again(pool: AsyncConnectionPool) -> None:
+    """After a round of reconnection attempts gave up: start another one now."""
+    log.warning("pool %r still cannot reach PostgreSQL; trying again", pool.name)
+    # check() grows the pool again when it has no connection left; on a pool
+    # being closed there is nothing to do.
+    with contextlib.suppress(Exception):
+        await pool.check()
+
+
+def _reconnect_again_sync(pool: ConnectionPool) -> None:
+    """:func:`_reconnect_again` for a sync pool."""
+    log.warning("pool %r still cannot reach PostgreSQL; trying again", pool.name)
+    with contextlib.suppress(Exception):
+        pool.check()

@@ -125,8 +125,12 @@ FROM {schema}.tasks
 WHERE status = 'ready' AND queue = ANY(%(queues)s) AND available_at > {now};
 
 -- name: task_heartbeat
--- Extend the leases of every task this worker holds and mark it alive.
+-- Extend the leases of the tasks this worker is executing and mark it alive.
 -- Returns the ids still held; a task missing from the answer was taken away.
+-- Only the ids the worker names are extended: a task it claimed but no longer
+-- executes (the execution died on a database error, or the claim's answer was
+-- lost with its connection) must lapse, not be held for as long as the worker
+-- lives.
 WITH alive AS (
     UPDATE {schema}.workers SET heartbeat_at = {now}, status = 'running'
     WHERE id = %(worker_id)s
@@ -134,7 +138,7 @@ WITH alive AS (
 ), extended AS (
     UPDATE {schema}.tasks
     SET lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
-    WHERE worker_id = %(worker_id)s AND status = 'claimed'
+    WHERE id = ANY(%(task_ids)s) AND worker_id = %(worker_id)s AND status = 'claimed'
     RETURNING id
 )
 SELECT id FROM extended;
