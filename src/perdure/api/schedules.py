@@ -90,7 +90,7 @@ def _checked(
         raise InvalidSchedule(name, "max_catchup", max_catchup, "an integer from 1 to 10000")
     if isinstance(workflow, str):
         arguments.validate_name("workflow", workflow)
-    elif not callable(workflow):
+    elif workflow is not None and not callable(workflow):
         raise UnknownWorkflow(repr(workflow))
     what = f"the input of schedule {name or workflow!r}"
     text = serialization.dumps(input, what, max_payload_bytes)
@@ -184,19 +184,26 @@ class SchedulesMixin:
         """
         if name is None:
             raise InvalidSchedule(None, "name", name, "add_schedule needs a name")
+        if workflow is None:
+            raise InvalidSchedule(name, "workflow", workflow, "add_schedule needs a workflow")
         checked = _checked(
             name, cron, workflow, input, timezone, catchup, max_catchup, self.max_payload_bytes
         )
-        return self._portal.call(self._upsert(checked, "api", None))
+        return self._portal.call(self._upsert(checked, "api"))
 
-    async def _upsert(
-        self, definition: ScheduleDef, source: str, store: AsyncStore | None
-    ) -> ScheduleInfo:
-        target = store or await self._get_store()
+    async def _resolve(self, definition: ScheduleDef, store: AsyncStore) -> tuple[str, str]:
+        """(schedule name, workflow name); UnknownWorkflow unless the workflow is known."""
         name, workflow = definition.resolve(self.registry)
         if self.registry.get(workflow) is None:
-            if await target.execute(self.q.workflow_lookup(workflow, None)) is None:
+            if await store.execute(self.q.workflow_lookup(workflow, None)) is None:
                 raise UnknownWorkflow(workflow)
+        return name, workflow
+
+    async def _upsert(
+        self, definition: ScheduleDef, source: str, store: AsyncStore | None = None
+    ) -> ScheduleInfo:
+        target = store or await self._get_store()
+        name, workflow = await self._resolve(definition, target)
         now = await target.execute(self.q.schedule_now())
         info = await target.execute(
             self.q.schedule_upsert(
@@ -215,10 +222,13 @@ class SchedulesMixin:
         return info
 
     async def _register_schedules(self, store: AsyncStore) -> None:
-        """Record the schedules declared in code (after the workflows are registered)."""
+        """Record the schedules declared in code (after the workflows are registered).
+
+        Every declaration is checked before the first is written.
+        """
         names: dict[str, ScheduleDef] = {}
         for definition in self._schedule_defs:
-            name, _ = definition.resolve(self.registry)
+            name, _ = await self._resolve(definition, store)
             if names.get(name, definition) != definition:
                 raise WorkflowDefinitionError(
                     f"schedule {name!r} is declared twice: give each schedule its own name="
@@ -270,6 +280,22 @@ class SchedulesMixin:
 
     async def _trigger(self, name: str) -> ticking.Started | None:
         return await ticking.trigger(await self._get_store(), name)
+
+    def tick_schedules(self) -> list[RunHandle]:
+        """Start the runs of every schedule due now, as a worker's ticker does; their handles.
+
+        Workers do this by themselves; this is for tests (``perdure.testing``)
+        and scripts, and with a VirtualClock it ticks at the clock's time. A
+        tick already started is not started again.
+        """
+        ticked = self._portal.call(self._tick_schedules())
+        return [
+            RunHandle(self, s.run_id, created=s.created)  # type: ignore[arg-type]
+            for s in ticked.started
+        ]
+
+    async def _tick_schedules(self) -> ticking.Ticked:
+        return await ticking.tick_due(await self._get_store())
 
     def upcoming_ticks(self, name: str, count: int = 5) -> list[datetime]:
         """The next ``count`` ticks of schedule ``name``, from its next tick on, in UTC."""
