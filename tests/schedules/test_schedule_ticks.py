@@ -205,11 +205,11 @@ def test_concurrent_tickers_start_each_tick_once(
         clock.advance(minutes=1)
         barrier = threading.Barrier(len(tickers))
 
-        def tick(app: perdure.App) -> None:
+        def tick(app: perdure.App, barrier: threading.Barrier) -> None:
             barrier.wait()
             app.tick_schedules()
 
-        threads = [threading.Thread(target=tick, args=(t,)) for t in tickers]
+        threads = [threading.Thread(target=tick, args=(t, barrier)) for t in tickers]
         for thread in threads:
             thread.start()
         for thread in threads:

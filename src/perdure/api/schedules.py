@@ -9,6 +9,7 @@ them with ``perdure schedules ...`` or the methods here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,7 +46,8 @@ class ScheduleDef:
 
     name: str | None
     cron: _cron.Cron
-    workflow: WorkflowRef
+    #: None only until ``@app.schedule`` is applied to the workflow function.
+    workflow: WorkflowRef | None
     input_json: str
     catchup: str
     max_catchup: int
@@ -53,6 +55,8 @@ class ScheduleDef:
     def resolve(self, registry: Registry) -> tuple[str, str]:
         """(schedule name, workflow name): a workflow function is looked up in ``registry``."""
         workflow = self.workflow
+        if workflow is None:
+            raise WorkflowDefinitionError(f"schedule {self.name!r} names no workflow")
         if not isinstance(workflow, str):
             found = registry.by_function(workflow)
             if found is None:
@@ -64,7 +68,7 @@ class ScheduleDef:
 def _checked(
     name: str | None,
     expression: object,
-    workflow: object,
+    workflow: WorkflowRef | None,
     input: Any,
     timezone: object,
     catchup: object,
@@ -150,16 +154,7 @@ class SchedulesMixin:
                     raise WorkflowDefinitionError(
                         f"@app.schedule decorates a workflow function, not {fn!r}"
                     )
-                self._schedule_defs.append(
-                    ScheduleDef(
-                        checked.name,
-                        checked.cron,
-                        fn,
-                        checked.input_json,
-                        checked.catchup,
-                        checked.max_catchup,
-                    )
-                )
+                self._schedule_defs.append(dataclasses.replace(checked, workflow=fn))
             return fn
 
         return decorate
