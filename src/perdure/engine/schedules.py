@@ -117,7 +117,8 @@ async def tick_one(store: AsyncStore, name: str) -> list[Started] | None:
             row["max_catchup"],
         )
     for run in started:
-        log.info("schedule %s: started run %s for %s", name, run.run_id, run.tick.isoformat())
+        if run.created:
+            log.info("schedule %s: started run %s for %s", name, run.run_id, run.tick.isoformat())
     return started
 
 
