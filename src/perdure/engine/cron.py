@@ -44,6 +44,8 @@ class Cron:
 def zone(timezone: object, schedule: str | None = None) -> ZoneInfo:
     """The ZoneInfo of an IANA name (``"Europe/Paris"``) or a ZoneInfo; else InvalidSchedule."""
     if isinstance(timezone, ZoneInfo):
+        if not timezone.key:  # ZoneInfo.from_file: no name to record
+            raise InvalidSchedule(schedule, "timezone", timezone, "give a ZoneInfo with a key")
         return timezone
     if not isinstance(timezone, str) or not timezone or "\x00" in timezone:
         raise InvalidSchedule(schedule, "timezone", timezone, "give an IANA name such as 'UTC'")
