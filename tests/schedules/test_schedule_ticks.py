@@ -85,6 +85,22 @@ def test_each_tick_starts_one_run_that_knows_the_tick_it_covers(
     assert len(_runs(db)) == 1
 
 
+def test_a_test_app_ticks_without_a_worker_having_registered_it(
+    make_app: Callable[..., perdure.App], clock: perdure.VirtualClock
+) -> None:
+    app = make_app(clock=clock)
+
+    @app.workflow("nightly_report")
+    def nightly_report(ctx: perdure.SyncContext, input: Any) -> str:
+        return f"{input} for {ctx.scheduled_at:%Y-%m-%d}"
+
+    app.add_schedule("nightly", "0 2 * * *", workflow="nightly_report", input="totals")
+    clock.advance(days=1)
+    (run,) = app.tick_schedules()
+    drain(app)
+    assert run.result(timeout=0) == "totals for 2024-03-30"
+
+
 def test_graph_steps_read_the_tick_too(
     make_app: Callable[..., perdure.App], clock: perdure.VirtualClock
 ) -> None:

@@ -113,6 +113,7 @@ class SchedulesMixin:
 
         async def _run(self, stmt: Statement[T]) -> T: ...
         async def _get_store(self) -> AsyncStore: ...
+        async def _register(self, store: AsyncStore | None = None) -> None: ...
 
     def schedule(
         self,
@@ -281,7 +282,9 @@ class SchedulesMixin:
 
         Workers do this by themselves; this is for tests (``perdure.testing``)
         and scripts, and with a VirtualClock it ticks at the clock's time. A
-        tick already started is not started again.
+        tick already started is not started again. Like a worker's start, it
+        first records this App's workflows and schedules, so the workflows of
+        a test's own App can be started.
         """
         ticked = self._portal.call(self._tick_schedules())
         return [
@@ -290,7 +293,10 @@ class SchedulesMixin:
         ]
 
     async def _tick_schedules(self) -> ticking.Ticked:
-        return await ticking.tick_due(await self._get_store())
+        store = await self._get_store()
+        if self.registry.all():
+            await self._register(store)
+        return await ticking.tick_due(store)
 
     def upcoming_ticks(self, name: str, count: int = 5) -> list[datetime]:
         """The next ``count`` ticks of schedule ``name``, from its next tick on, in UTC."""
