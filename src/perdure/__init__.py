@@ -23,6 +23,7 @@ from perdure.errors import (
     DatabaseUnavailable,
     EventTimeout,
     InvalidRunState,
+    InvalidSchedule,
     LeaseLost,
     NonDeterminismError,
     PerdureError,
@@ -32,6 +33,7 @@ from perdure.errors import (
     RunFailed,
     RunKeyConflict,
     RunNotFound,
+    ScheduleNotFound,
     SchemaError,
     SerializationError,
     SignalTimeout,
@@ -40,7 +42,7 @@ from perdure.errors import (
     UnknownWorkflow,
     WorkflowDefinitionError,
 )
-from perdure.types import HistoryEvent, Run, RunStatus, Step, StepStatus
+from perdure.types import HistoryEvent, Run, RunStatus, ScheduleInfo, Step, StepStatus
 
 __version__ = "0.1.0"
 
@@ -58,6 +60,7 @@ __all__ = [
     "GraphStep",
     "HistoryEvent",
     "InvalidRunState",
+    "InvalidSchedule",
     "LeaseLost",
     "NonDeterminismError",
     "PerdureError",
@@ -71,6 +74,8 @@ __all__ = [
     "RunKeyConflict",
     "RunNotFound",
     "RunStatus",
+    "ScheduleInfo",
+    "ScheduleNotFound",
     "SchemaError",
     "SerializationError",
     "SignalTimeout",

@@ -247,3 +247,26 @@ class StepTimeout(PerdureError, TimeoutError):
         self.step = step
         self.timeout = timeout
         super().__init__(f"step {step!r} did not finish within {timeout:g} s")
+
+
+class InvalidSchedule(ConfigurationError):
+    """A schedule's definition is invalid: its cron expression, time zone, catch-up policy or name.
+
+    ``schedule`` names the schedule (None when it has no name yet), ``field``
+    the argument at fault and ``value`` what was given.
+    """
+
+    def __init__(self, schedule: str | None, field: str, value: object, reason: str) -> None:
+        self.schedule = schedule
+        self.field = field
+        self.value = value
+        where = f"schedule {schedule!r}" if schedule else "schedule"
+        super().__init__(f"{where}: invalid {field} {value!r}: {reason}")
+
+
+class ScheduleNotFound(PerdureError, LookupError):
+    """No schedule with this name exists."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"no schedule named {name!r} (perdure schedules list shows them)")

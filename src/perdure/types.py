@@ -89,6 +89,9 @@ class Run:
     parent_run_id: str | None = None
     steps_completed: int | None = None
     waiting_for: dict[str, Any] | None = None
+    #: The schedule that started the run and the tick it covers, if one did.
+    schedule: str | None = None
+    scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -179,3 +182,29 @@ class WorkflowInfo:
     #: What the registry records: for a graph, its steps and edges.
     definition: dict[str, Any] = field(default_factory=dict)
     fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """A schedule as recorded in the ``schedules`` table. Times are aware, in UTC."""
+
+    name: str
+    #: The cron expression, read on the wall clock of ``timezone``.
+    cron: str
+    timezone: str
+    #: The workflow each tick starts (its newest registered version), and its input.
+    workflow: str
+    input: Any
+    #: What happens to ticks missed while no worker ran: "latest", "all" or "skip".
+    catchup: str
+    max_catchup: int
+    #: "code" (declared with @app.schedule) or "api" (app.add_schedule).
+    source: str
+    paused: bool
+    #: The first tick not yet started.
+    next_tick: datetime
+    #: The last tick started, and its run.
+    last_tick: datetime | None
+    last_run_id: str | None
+    created_at: datetime
+    updated_at: datetime

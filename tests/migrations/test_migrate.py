@@ -103,7 +103,7 @@ def test_upgrading_keeps_a_run_parked_at_a_signal_wakeable(
         "created_at) VALUES (%s, 'w', 'w', 1, 'ready', now() + interval '1 year', now())",
         (run_id,),
     )
-    assert migrate.migrate(pg_url, schema) == [3, 4]
+    assert migrate.migrate(pg_url, schema) == [m.version for m in migrate.available()][2:]
     db.execute(f"SELECT {schema}.send_signal(%s, 'go')", (run_id,))
     (due,) = db.execute(
         f"SELECT available_at <= now() FROM {schema}.tasks WHERE run_id = %s", (run_id,)
@@ -115,10 +115,9 @@ def test_upgrading_keeps_a_run_parked_at_a_signal_wakeable(
     ("files", "message"),
     [
         (["0001_a.sql", "0002_b.sql", "0002_c.sql"], "two migrations are numbered 0002"),
-        (["0001_a.sql", "0003_c.sql"], "0002 is missing"),
     ],
 )
-def test_migration_numbers_are_unique_and_contiguous(
+def test_migration_numbers_are_unique(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: list[str], message: str
 ) -> None:
     folder = tmp_path / "sql" / "migrations"

@@ -44,6 +44,7 @@ def test_names_are_entity_first_and_rendering_fills_both_placeholders() -> None:
             "signal",
             "event",
             "queue",
+            "schedule",
         }
         assert name.split("_")[0] in entities | {"stream"}
         assert "{schema}" not in body and "{now}" not in body

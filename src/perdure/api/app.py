@@ -27,6 +27,7 @@ from perdure.api.portal import Portal
 from perdure.api.queues import QueueDef, QueuesMixin
 from perdure.api.reading import ReadingMixin
 from perdure.api.registry import Registry, WorkflowDef
+from perdure.api.schedules import ScheduleDef, SchedulesMixin
 from perdure.clock import Clock
 from perdure.engine import arguments, serialization
 from perdure.engine.arguments import validate_name
@@ -52,7 +53,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class App(ReadingMixin, MessagingMixin, QueuesMixin):
+class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
     """A perdure application: the workflows it defines and the database they run on.
 
     The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an
@@ -96,6 +97,7 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin):
         self.pool_size = arguments.integer("pool_size", pool_size, minimum=1, maximum=1000)
         self.registry = Registry()
         self._queues: dict[str, QueueDef] = {}
+        self._schedule_defs: list[ScheduleDef] = []
         self.q = Statements(self.schema, self.clock)
         self._portal = Portal()
         self._store: AsyncStore | None = None
@@ -249,6 +251,7 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin):
                 )
             )
         await self._register_queues(target)
+        await self._register_schedules(target)
 
     # Starting runs -----------------------------------------------------------------
 

@@ -51,6 +51,20 @@ class _Base:
         """The worker executing this run now."""
         return self._execution.task.fence.worker_id
 
+    @property
+    def scheduled_at(self) -> datetime | None:
+        """The tick this run covers (aware, UTC) if a schedule started it, else None.
+
+        The same on every replay and retry: a report uses it, not the clock,
+        to know which period it covers.
+        """
+        return self._execution.task.scheduled_at
+
+    @property
+    def schedule(self) -> str | None:
+        """The name of the schedule that started this run, if one did."""
+        return self._execution.task.schedule
+
     def _sleep(self, delay: float | timedelta) -> Coroutine[Any, Any, None]:
         return waits.sleep(self._execution, seconds=arguments.seconds("sleep delay", delay))
 

@@ -87,7 +87,17 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
 
 
 def _register() -> None:
-    from perdure.cli import demo, embedded, migrate, queues, replay, runs, worker, workflows
+    from perdure.cli import (
+        demo,
+        embedded,
+        migrate,
+        queues,
+        replay,
+        runs,
+        schedules,
+        worker,
+        workflows,
+    )
 
     for command in (
         demo.demo,
@@ -96,6 +106,7 @@ def _register() -> None:
         migrate.migrate,
         queues.queues,
         runs.runs,
+        schedules.schedules,
         worker.worker,
         workflows.workflows,
     ):

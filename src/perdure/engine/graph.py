@@ -21,6 +21,7 @@ import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from perdure.engine import serialization
@@ -80,6 +81,9 @@ class StepContext:
     attempt: int
     #: The payload of the signal that opened this step's gate, if it has one.
     signal: Any = None
+    #: The schedule that started the run and the tick it covers, if one did.
+    schedule: str | None = None
+    scheduled_at: datetime | None = None
 
 
 async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
@@ -134,7 +138,15 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
 
     async def body() -> Any:
         payload = await _open_gate(ex, step) if step.signal and kind == "step" else None
-        ctx = StepContext(task.run_id, spec.name, name, task.fence.attempt, payload)
+        ctx = StepContext(
+            task.run_id,
+            spec.name,
+            name,
+            task.fence.attempt,
+            payload,
+            task.schedule,
+            task.scheduled_at,
+        )
         return await ex._call(fn, (ctx, value), {})
 
     try:

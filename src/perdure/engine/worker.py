@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import arguments, graph, maintenance, outcome
+from perdure.engine import arguments, graph, maintenance, outcome, schedules
 from perdure.engine.arguments import validate_name
 from perdure.engine.control import Disconnected
 from perdure.engine.executor import ExecutionEnv, WorkflowSpec
@@ -200,6 +200,10 @@ class Worker:
                     )
                 ),
             ]
+            if not opts.exit_when_idle:
+                background.append(
+                    asyncio.create_task(schedules.tick_loop(store, opts.poll_seconds))
+                )
             log.info(
                 "worker %s serving queues %s with concurrency %d",
                 self.id,

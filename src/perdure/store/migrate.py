@@ -55,10 +55,14 @@ def available() -> list[Migration]:
                 f"two migrations are numbered {first.version:04d}: "
                 f"{first.version:04d}_{first.name}.sql and {second.version:04d}_{second.name}.sql"
             )
-    for index, migration in enumerate(found, start=1):
-        if migration.version != index:
-            raise SchemaError(f"migration numbers must be contiguous; {index:04d} is missing")
+    # Numbers may leave gaps: branches built in parallel each take a number
+    # given to them, and a branch runs before the others have landed.
     return found
+
+
+def latest(migrations: list[Migration]) -> int:
+    """The highest version among ``migrations`` (0 if none)."""
+    return migrations[-1].version if migrations else 0
 
 
 def _lock_key(schema: str) -> int:
@@ -117,11 +121,11 @@ def migrate(url: str, schema: str, upto: int | None = None) -> list[int]:
     something to apply and the role may not, SchemaError says so.
     """
     migrations = available()
-    target = len(migrations) if upto is None else min(upto, len(migrations))
+    target = latest(migrations) if upto is None else min(upto, latest(migrations))
     with psycopg.connect(url, autocommit=True) as conn:
         check_server(conn)
         try:
-            if _check_newer(conn, schema, len(migrations)) >= target:
+            if _check_newer(conn, schema, latest(migrations)) >= target:
                 return []
             return _apply(conn, schema, migrations, upto)
         except psycopg.errors.InsufficientPrivilege as exc:
@@ -163,8 +167,10 @@ def _apply(
             ).format(ident)
         )
         # Read again under the lock: another process may have migrated meanwhile.
-        have = _check_newer(conn, schema, len(migrations))
-        for migration in migrations[have:upto]:
+        have = _check_newer(conn, schema, latest(migrations))
+        for migration in migrations:
+            if migration.version <= have or (upto is not None and migration.version > upto):
+                continue
             with conn.transaction():
                 conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
                 conn.execute(migration.sql.encode())
@@ -198,7 +204,7 @@ def ensure_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) ->
     """Raise SchemaError unless the server is supported and ``schema`` is at this code's version."""
     check_server(conn)
     have = current_version(conn, schema)
-    want = len(available())
+    want = latest(available())
     if have < want:
         raise SchemaError(
             f"schema {schema!r} is at version {have} but this code needs {want}: "

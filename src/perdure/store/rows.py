@@ -11,6 +11,7 @@ from perdure.types import (
     QueueInfo,
     Run,
     RunStatus,
+    ScheduleInfo,
     Step,
     StepStatus,
     WorkerInfo,
@@ -57,6 +58,9 @@ class ClaimedTask:
     gather_start: int | None = None
     #: The run's status when the task was claimed ('compensating' matters).
     run_status: str | None = None
+    #: The schedule that started the run and the tick it covers, if one did.
+    schedule: str | None = None
+    scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,8 @@ def run(r: Row) -> Run:
         parent_run_id=str(r["parent_run_id"]) if r.get("parent_run_id") else None,
         steps_completed=r.get("steps_completed"),
         waiting_for=r.get("waiting_for"),
+        schedule=r.get("schedule"),
+        scheduled_at=r.get("scheduled_at"),
     )
 
 
@@ -125,6 +131,13 @@ def history(r: Row) -> HistoryEvent:
 def queue(r: Row) -> QueueInfo:
     """A ``queue_list`` row as a QueueInfo: its columns are the fields, by name."""
     return QueueInfo(**{f.name: r[f.name] for f in fields(QueueInfo)})
+
+
+def schedule(r: Row) -> ScheduleInfo:
+    """A ``schedules`` row as a ScheduleInfo."""
+    values = {f.name: r[f.name] for f in fields(ScheduleInfo)}
+    values["last_run_id"] = str(r["last_run_id"]) if r["last_run_id"] else None
+    return ScheduleInfo(**values)
 
 
 def worker(r: Row) -> WorkerInfo:
@@ -176,4 +189,6 @@ def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
         step_name=r.get("step_name"),
         gather_start=r.get("gather_start"),
         run_status=r.get("run_status"),
+        schedule=r.get("schedule"),
+        scheduled_at=r.get("scheduled_at"),
     )
