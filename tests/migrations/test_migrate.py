@@ -115,9 +115,10 @@ def test_upgrading_keeps_a_run_parked_at_a_signal_wakeable(
     ("files", "message"),
     [
         (["0001_a.sql", "0002_b.sql", "0002_c.sql"], "two migrations are numbered 0002"),
+        (["0001_a.sql", "0003_c.sql"], "0002 is missing"),
     ],
 )
-def test_migration_numbers_are_unique(
+def test_migration_numbers_are_unique_and_contiguous(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: list[str], message: str
 ) -> None:
     folder = tmp_path / "sql" / "migrations"

@@ -55,8 +55,9 @@ def available() -> list[Migration]:
                 f"two migrations are numbered {first.version:04d}: "
                 f"{first.version:04d}_{first.name}.sql and {second.version:04d}_{second.name}.sql"
             )
-    # Numbers may leave gaps: branches built in parallel each take a number
-    # given to them, and a branch runs before the others have landed.
+    for index, migration in enumerate(found, start=1):
+        if migration.version != index:
+            raise SchemaError(f"migration numbers must be contiguous; {index:04d} is missing")
     return found
 
 
