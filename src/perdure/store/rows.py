@@ -60,12 +60,26 @@ class ClaimedTask:
 
 
 @dataclass(frozen=True)
+class Queueing:
+    """How a new run queues, beyond its priority: partition key, dedup key, tags (JSON)."""
+
+    partition_key: str | None = None
+    dedup_key: str | None = None
+    tags_json: str | None = None
+
+
+@dataclass(frozen=True)
 class StartResult:
     """The answer of ``run_insert``: the run, and whether this call created it."""
 
     run_id: str
     workflow: str
     created: bool
+
+
+def start_result(r: Row) -> StartResult:
+    """A ``run_insert`` or ``run_debounce`` row as a StartResult."""
+    return StartResult(str(r["id"]), r["workflow"], bool(r["created"]))
 
 
 def run(r: Row) -> Run:
@@ -88,6 +102,10 @@ def run(r: Row) -> Run:
         parent_run_id=str(r["parent_run_id"]) if r.get("parent_run_id") else None,
         steps_completed=r.get("steps_completed"),
         waiting_for=r.get("waiting_for"),
+        priority=r.get("priority", 0),
+        partition_key=r.get("partition_key"),
+        dedup_key=r.get("dedup_key"),
+        tags=r.get("tags"),
     )
 
 
@@ -155,6 +173,7 @@ def workflow(r: Row) -> WorkflowInfo:
         counts={k: int(v) for k, v in (r["counts"] or {}).items()},
         definition=r.get("definition") or {},
         fingerprint=r.get("fingerprint"),
+        workers=list(r.get("workers") or []),
     )
 
 

@@ -83,14 +83,16 @@ WITH capacity AS (
     WHERE r.id = c.run_id AND c.kind = 'run'
       AND r.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
                            'compensation_failed', 'paused')
-    RETURNING r.id
+    -- The input as this update found it: a debounced start (run_debounce)
+    -- that committed while this statement waited for the row is included.
+    RETURNING r.id, r.input
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id)
     SELECT run_id, {now}, CASE WHEN kind = 'run' THEN 'run_claimed' ELSE 'step_claimed' END,
            step_position, step_name, attempt, %(worker_id)s
     FROM claimed
 )
-SELECT c.*, r.input, r.status AS run_status,
+SELECT c.*, coalesce(s.input, r.input) AS input, r.status AS run_status,
        CASE WHEN c.kind = 'run' THEN s.id IS NULL
             ELSE r.status IN ('completed', 'failed', 'cancelled', 'compensated',
                               'compensation_failed', 'paused') END AS finished,
