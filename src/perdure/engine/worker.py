@@ -282,7 +282,9 @@ class Worker:
         the served queues has one, the claim is the plain single statement.
         """
 
-        def claim(locked: list[str], queues: list[str], limit: int) -> Statement[list[ClaimedTask]]:
+        def claim(
+            locked: list[str], queues: list[str], limit: int, throttled: bool = False
+        ) -> Statement[list[ClaimedTask]]:
             return self.q.task_claim(
                 worker_id=self.id,
                 queues=queues,
@@ -291,6 +293,7 @@ class Worker:
                 limit=limit,
                 lease_seconds=self.options.lease_seconds,
                 locked=locked,
+                throttled=throttled,
             )
 
         if self._limited == []:
@@ -309,14 +312,7 @@ class Worker:
             if throttled:
                 claims.insert(
                     0 if self._throttled_first else len(claims),
-                    lambda limit: self.q.task_claim_throttled(
-                        worker_id=self.id,
-                        queues=throttled,
-                        names=names,
-                        versions=versions,
-                        limit=limit,
-                        lease_seconds=self.options.lease_seconds,
-                    ),
+                    lambda limit: claim(locked, throttled, limit, throttled=True),
                 )
             self._throttled_first = not self._throttled_first
             claimed: list[ClaimedTask] = []

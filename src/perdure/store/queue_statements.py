@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from perdure.errors import ConfigurationError
 from perdure.store import rows
-from perdure.store.rows import ClaimedTask, Queueing, StartResult
+from perdure.store.rows import Queueing, StartResult
 from perdure.store.statement import Row, Statement, first
 from perdure.types import QueueInfo
 
@@ -94,28 +94,6 @@ class QueueStatements:
             dedup_key=queueing.dedup_key,
             input=input_json,
             tags=queueing.tags_json,
-        )
-
-    def task_claim_throttled(
-        self,
-        *,
-        worker_id: str,
-        queues: Sequence[str],
-        names: Sequence[str],
-        versions: Sequence[int],
-        limit: int,
-        lease_seconds: float,
-    ) -> Statement[list[ClaimedTask]]:
-        """Claim up to ``limit`` due tasks of throttled queues (rows locked by this transaction)."""
-        return self._stmt(
-            "task_claim_throttled",
-            lambda found: [rows.claimed_task(r, worker_id) for r in found],
-            worker_id=worker_id,
-            queues=list(queues),
-            names=list(names),
-            versions=list(versions),
-            limit=limit,
-            lease_seconds=lease_seconds,
         )
 
     def task_next_due_throttled(

@@ -226,15 +226,18 @@ class Statements(ParallelStatements, QueueStatements):
         limit: int,
         lease_seconds: float,
         locked: Sequence[str] = (),
+        throttled: bool = False,
     ) -> Statement[list[ClaimedTask]]:
         """Claim up to ``limit`` due tasks, within the limits of their queues.
 
         ``locked`` names the globally limited queues whose rows this
         transaction locked (:meth:`queue_lock`); any other queue with a global
-        limit gets no task.
+        limit gets no task. With ``throttled``, ``queues`` are queues with a
+        partition or rate limit, all locked, and the claim is
+        ``task_claim_throttled``.
         """
         return self._stmt(
-            "task_claim",
+            "task_claim_throttled" if throttled else "task_claim",
             lambda found: [rows.claimed_task(r, worker_id) for r in found],
             worker_id=worker_id,
             queues=list(queues),
