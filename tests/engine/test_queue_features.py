@@ -250,3 +250,29 @@ def test_queues_set_accepts_the_new_settings_from_the_command_line(
     for bad in ("ten/1m", "0/1m", "10/0", "10/"):
         refused = runner.invoke(cli, [*base, "--rate-limit", bad])
         assert refused.exit_code == 2 and "neither N/PERIOD" in refused.output, bad
+
+
+def test_a_retried_run_keeps_its_priority_and_partition_key(
+    make_app: Callable[..., perdure.App], db: psycopg.Connection[Any]
+) -> None:
+    app = make_app()
+
+    @app.workflow("flaky")
+    def flaky(ctx: perdure.SyncContext) -> None:
+        raise perdure.PermanentError("no")
+
+    handle = app.start("flaky", priority=7, partition_key="customer-7")
+    testing.drain(app)
+    assert app.get_run(handle.id).status == perdure.RunStatus.FAILED
+    app.retry(handle.id)
+    task = db.execute("SELECT priority, partition_key FROM tasks WHERE run_id = %s", (handle.id,))
+    assert task.fetchall() == [(7, "customer-7")]
+
+
+def test_the_tags_filter_uses_the_gin_index(vapp: perdure.App, db: psycopg.Connection[Any]) -> None:
+    vapp.start("echo", 0, tags={"customer": "7"})
+    db.execute("SET enable_seqscan = off")
+    plan = db.execute(
+        "EXPLAIN SELECT id FROM runs WHERE tags @> %s::jsonb", ('{"customer": "7"}',)
+    ).fetchall()
+    assert "runs_tags_idx" in " ".join(row[0] for row in plan)

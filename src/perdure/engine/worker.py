@@ -242,6 +242,7 @@ class Worker:
                 if free > 0:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
+                    self._slot_freed.clear()
                     claimed = await self._claim(store, want, names, versions)
                     for task in claimed:
                         self._start(task, env)
@@ -258,7 +259,10 @@ class Worker:
                             # since this worker last looked. Look again, under
                             # the queue locks.
                             self._limited = None
-                    if opts.exit_when_idle and not self.running and (due is None or due > 0):
+                    # A run that finished since the claim may have left
+                    # work its limit held back: look again before leaving.
+                    idle = not self.running and not self._slot_freed.is_set()
+                    if opts.exit_when_idle and idle and (due is None or due > 0):
                         return
                 backoff = 0.0
             except (Exception, Disconnected) as exc:
