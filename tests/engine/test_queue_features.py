@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import perdure
+from helpers import BackgroundWorker, wait_until
 from perdure import testing
 from perdure.cli.main import cli
 
@@ -276,3 +277,26 @@ def test_the_tags_filter_uses_the_gin_index(vapp: perdure.App, db: psycopg.Conne
         "EXPLAIN SELECT id FROM runs WHERE tags @> %s::jsonb", ('{"customer": "7"}',)
     ).fetchall()
     assert "runs_tags_idx" in " ".join(row[0] for row in plan)
+
+
+def test_a_rate_limit_set_while_a_worker_claims_on_the_plain_path_holds_at_once(
+    app: perdure.App,
+) -> None:
+    @app.workflow("echo", queue="jobs")
+    def echo(ctx: perdure.SyncContext, value: Any) -> Any:
+        return value
+
+    with BackgroundWorker(app, concurrency=4, poll_seconds=0.05) as worker:
+        assert app.start("echo", "warm").result(timeout=30) == "warm"
+        wait_until(lambda: worker.worker._limited == [], 10, what="the plain claim path")
+        app.set_queue("jobs", rate_limit=(1, 3600))
+        handles = [app.start("echo", n) for n in range(3)]
+        wait_until(
+            lambda: sum(app.get_run(h.id).status == "completed" for h in handles) == 1,
+            20,
+            what="one run inside the new limit",
+        )
+        before = worker.count("worker_idle")
+        wait_until(lambda: worker.count("worker_idle") >= before + 3, 20, what="more claims")
+        assert sum(app.get_run(h.id).status == "completed" for h in handles) == 1
+        assert worker.worker._throttled == ["jobs"]
