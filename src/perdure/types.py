@@ -92,6 +92,14 @@ class Run:
     #: The schedule that started the run and the tick it covers, if one did.
     schedule: str | None = None
     scheduled_at: datetime | None = None
+    #: Higher runs are claimed first; FIFO within a priority.
+    priority: int = 0
+    #: Counted against its queue's partition_concurrency (and per-key rate limit).
+    partition_key: str | None = None
+    #: At most one run per (queue, dedup_key) waits to start.
+    dedup_key: str | None = None
+    #: Searchable attributes: ``list_runs(tags=...)``, ``perdure runs list --tag``.
+    tags: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,19 @@ class QueueInfo:
     paused: int
     #: When the settings last changed; None for a queue without settings.
     updated_at: datetime | None
+    #: Tasks of one partition key running at once, at most.
+    partition_concurrency: int | None = None
+    #: Tasks claimed per ``rate_period`` seconds, at most (per key if ``rate_per_key``).
+    rate_limit: int | None = None
+    rate_period: float | None = None
+    rate_per_key: bool = False
+    #: How long the oldest ready task has been due, in seconds; None when none is.
+    oldest_seconds: float | None = None
+
+    @property
+    def depth(self) -> int:
+        """Tasks due now and waiting for a worker (the same as ``ready``)."""
+        return self.ready
 
 
 @dataclass(frozen=True)
@@ -182,6 +203,8 @@ class WorkflowInfo:
     #: What the registry records: for a graph, its steps and edges.
     definition: dict[str, Any] = field(default_factory=dict)
     fingerprint: str | None = None
+    #: Live workers that have this version's code, so claim its runs.
+    workers: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

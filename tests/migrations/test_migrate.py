@@ -111,6 +111,42 @@ def test_upgrading_keeps_a_run_parked_at_a_signal_wakeable(
     assert due, "the signal did not wake a run parked before the upgrade"
 
 
+def test_upgrading_to_queue_features_keeps_queued_runs_claimable(
+    pg_url: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    """Migration 6 adds columns with defaults: a run queued before it is claimed after it."""
+    import perdure
+
+    assert migrate.migrate(pg_url, schema, upto=4) == [1, 2, 3, 4]
+    run_id = "01900000-0000-7000-8000-000000000002"
+    db.execute(
+        f"INSERT INTO {schema}.runs (id, workflow, version, queue, status, input, created_at, "
+        "updated_at) VALUES (%s, 'w', 1, 'w', 'queued', '7', now(), now())",
+        (run_id,),
+    )
+    db.execute(
+        f"INSERT INTO {schema}.tasks (run_id, queue, workflow, version, priority, status, "
+        "available_at, created_at) VALUES (%s, 'w', 'w', 1, 5, 'ready', now(), now())",
+        (run_id,),
+    )
+    db.execute(f"INSERT INTO {schema}.queues VALUES ('w', 1, NULL, now(), now())")
+    assert 6 in migrate.migrate(pg_url, schema)
+    app = perdure.App(pg_url, schema=schema)
+
+    @app.workflow("w")
+    def w(ctx: perdure.SyncContext, n: int) -> int:
+        return n + 1
+
+    try:
+        assert app.run_until_complete(run_id) == 8
+        run = app.get_run(run_id)
+        assert (run.priority, run.partition_key, run.tags) == (0, None, None)
+        (queue,) = [q for q in app.queues() if q.name == "w"]
+        assert (queue.concurrency, queue.rate_limit, queue.rate_per_key) == (1, None, False)
+    finally:
+        app.close()
+
+
 @pytest.mark.parametrize(
     ("files", "message"),
     [

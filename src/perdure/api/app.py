@@ -28,6 +28,7 @@ from perdure.api.queues import QueueDef, QueuesMixin
 from perdure.api.reading import ReadingMixin
 from perdure.api.registry import Registry, WorkflowDef
 from perdure.api.schedules import ScheduleDef, SchedulesMixin
+from perdure.api.start_options import StartOptions
 from perdure.clock import Clock
 from perdure.engine import arguments, serialization
 from perdure.engine.arguments import validate_name
@@ -263,16 +264,20 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
         delay: float | timedelta | None,
         priority: int,
         timeout: float | timedelta | None = None,
-    ) -> Statement[Any]:
+        options: StartOptions | None = None,
+        newest: bool = False,
+    ) -> tuple[Statement[Any], Statement[Any] | None]:
+        """The run's insert, and the debounce that goes first (None without debounce)."""
         name, version, queue = resolved
         key = arguments.optional_text("key", key, max_length=arguments.MAX_KEY_LENGTH)
         priority = arguments.integer(
             "priority", priority, minimum=-arguments.INT32_MAX, maximum=arguments.INT32_MAX
         )
-        delay_seconds = arguments.seconds("delay", 0 if delay is None else delay)
+        queueing, window = (options or StartOptions()).checked(key, delay)
+        delay_seconds = arguments.seconds("delay", window or (0 if delay is None else delay))
         timeout_seconds = arguments.optional_seconds("timeout", timeout)
         text = serialization.dumps(input, f"the input of workflow {name!r}", self.max_payload_bytes)
-        return self.q.run_insert(
+        insert = self.q.run_insert(
             run_id=new_run_id(),
             workflow=name,
             version=version,
@@ -282,7 +287,15 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
             priority=priority,
             delay_seconds=delay_seconds,
             timeout_seconds=timeout_seconds,
+            queueing=queueing,
+            newest=newest,
         )
+        if window is None:
+            return insert, None
+        debounce = self.q.run_debounce(
+            workflow=name, queue=queue, key=key, input_json=text, queueing=queueing
+        )
+        return insert, debounce
 
     def _local(
         self, workflow: str | Callable[..., Any], version: int | None
@@ -316,6 +329,10 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
         priority: int = 0,
         timeout: float | timedelta | None = None,
         conn: psycopg.Connection[Any] | None = None,
+        partition_key: str | None = None,
+        dedup_key: str | None = None,
+        debounce: float | timedelta | None = None,
+        tags: dict[str, str] | None = None,
     ) -> RunHandle:
         """Start a run of ``workflow`` with ``input``; return its handle.
 
@@ -325,7 +342,18 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
         An unknown workflow or a non-JSON input is refused before anything is
         written. ``delay`` makes the run due later; ``timeout`` cancels it
         (reason "deadline") if it has not finished that long after the start.
+        Without ``version`` the run is pinned to the newest version registered
+        (in the database, or in this App's code if newer).
+
+        Queueing (docs/queues.md): higher ``priority`` is claimed first;
+        ``partition_key`` counts the run against its queue's per-key limits;
+        with ``dedup_key``, a start while a run of the queue with that key
+        waits to start returns that run; with ``debounce`` (seconds, and a
+        ``key`` or ``dedup_key``), starts within the window collapse into one
+        run that starts when the window ends, with the latest input. ``tags``
+        (str: str) are searchable with ``list_runs(tags=...)``.
         """
+        options = StartOptions(partition_key, dedup_key, debounce, tags)
         run = self._run
         if conn is not None:
             if not isinstance(conn, psycopg.Connection):
@@ -341,7 +369,7 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
                 return execute_sync(caller, stmt)
 
         return self._portal.call(
-            self._start(run, workflow, input, key, version, delay, priority, timeout)
+            self._start(run, workflow, input, key, version, delay, priority, timeout, options)
         )
 
     async def start_async(
@@ -355,11 +383,18 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
         priority: int = 0,
         timeout: float | timedelta | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
+        partition_key: str | None = None,
+        dedup_key: str | None = None,
+        debounce: float | timedelta | None = None,
+        tags: dict[str, str] | None = None,
     ) -> RunHandle:
         """Start a run from async code; see :meth:`start`."""
+        options = StartOptions(partition_key, dedup_key, debounce, tags)
         if conn is None:
             return await self._portal.run(
-                self._start(self._run, workflow, input, key, version, delay, priority, timeout)
+                self._start(
+                    self._run, workflow, input, key, version, delay, priority, timeout, options
+                )
             )
         if not isinstance(conn, psycopg.AsyncConnection):
             raise ConfigurationError(
@@ -371,7 +406,9 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
         async def run(stmt: Statement[T]) -> T:
             return await execute_async(caller, stmt)
 
-        return await self._start(run, workflow, input, key, version, delay, priority, timeout)
+        return await self._start(
+            run, workflow, input, key, version, delay, priority, timeout, options
+        )
 
     async def _start(
         self,
@@ -383,6 +420,7 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
         delay: float | timedelta | None,
         priority: int,
         timeout: float | timedelta | None,
+        options: StartOptions,
     ) -> RunHandle:
         name, resolved = self._local(workflow, version)
         if not self._schema_ready:
@@ -392,12 +430,21 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
             if row is None:
                 raise UnknownWorkflow(name, version)
             resolved = (row["name"], row["version"], row["queue"])
-        stmt = self._insert_statement(resolved, input, key, delay, priority, timeout)
+        stmt, debounce = self._insert_statement(
+            resolved, input, key, delay, priority, timeout, options, newest=version is None
+        )
         # A concurrent start with the same key can leave this statement's
         # snapshot without either row (see run_insert); a new statement sees it.
-        for _ in range(5):
+        # A debounced start first tries to collapse into the run that waits
+        # to start; if another start inserted that run meanwhile, the insert
+        # finds it and the next round collapses into it.
+        for attempt in range(5):
+            if debounce is not None:
+                collapsed = await run(debounce)
+                if collapsed is not None:
+                    return self._checked(collapsed, name, key)
             result = await run(stmt)
-            if result is not None:
+            if result is not None and (result.created or debounce is None or attempt > 0):
                 return self._checked(result, name, key)
         raise RunNotFound(key or "")
 

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from perdure.api.portal import Portal
+from perdure.api.start_options import tags_json
 from perdure.engine import arguments
 from perdure.errors import ConfigurationError, ResultTimeout, RunCancelled, RunFailed, RunNotFound
 from perdure.store.statement import Statement
@@ -61,8 +62,12 @@ class ReadingMixin:
         before: datetime | None = None,
         limit: int = 50,
         parent: str | None = None,
+        tags: dict[str, str] | None = None,
     ) -> list[Run]:
-        """Runs newest first, filtered by status, workflow, creation time and parent run."""
+        """Runs newest first, filtered by status, workflow, creation time and parent run.
+
+        ``tags`` keeps the runs whose tags include every given pair.
+        """
         if status is not None:
             try:
                 status = RunStatus(status).value
@@ -87,6 +92,7 @@ class ReadingMixin:
                     before=before,
                     limit=limit,
                     parent=parent,
+                    tags_json=tags_json("tags", tags),
                 )
             )
         )
@@ -112,7 +118,8 @@ class ReadingMixin:
         return self._portal.call(self._run(self.q.worker_list()))
 
     def workflows(self) -> list[WorkflowInfo]:
-        """Registered workflow versions with run counts by status."""
+        """Registered workflow versions with run counts by status and the live workers
+        that serve each (a version no live worker has gets none of its runs claimed)."""
         return self._portal.call(self._run(self.q.workflow_list()))
 
     async def _wait_result(self, run_id: str, timeout: float | None) -> Any:

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perdure.cli import render
+from perdure.cli.run_queueing import queueing_rows, tags_option, unserved_versions, waits_for
 from perdure.types import HistoryEvent, Run, RunStatus, Step
 
 if TYPE_CHECKING:
@@ -67,6 +68,14 @@ def runs() -> None:
 @click.option(
     "--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="At most N runs."
 )
+@click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    metavar="NAME=VALUE",
+    callback=tags_option,
+    help="Only runs with this tag (repeatable: runs with every one).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.pass_obj
 def list_runs(
@@ -76,20 +85,29 @@ def list_runs(
     parent: str | None,
     since: datetime | None,
     limit: int,
+    tags: dict[str, str] | None,
     as_json: bool,
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first.
+
+    A queued run of a version no live worker has is marked: it waits for a
+    worker with that version (``perdure workflows list`` shows who serves what).
+    """
     with state.app() as app:
         found = app.list_runs(
-            status=status, workflow=workflow, since=since, limit=limit, parent=parent
+            status=status, workflow=workflow, since=since, limit=limit, parent=parent, tags=tags
         )
-    out = render.listing(found, as_json, "no runs match", runs_table)
+        unserved = unserved_versions(app, found)
+    out = render.listing(found, as_json, "no runs match", lambda runs: runs_table(runs, unserved))
     if out is not None and len(found) == limit:
         out.print(f"showing the newest {limit}; use --limit to see more", style="dim")
 
 
-def runs_table(found: list[Run]) -> Table:
-    """The runs as a table; each run's key is on the line under its id."""
+def runs_table(found: list[Run], unserved: set[tuple[str, int]] | None = None) -> Table:
+    """The runs as a table; each run's key is on the line under its id.
+
+    A queued run whose version no live worker has says so under its status.
+    """
     table = render.table()
     table.add_column("run (key)", no_wrap=True)
     table.add_column("workflow", overflow="fold")
@@ -105,10 +123,13 @@ def runs_table(found: list[Run]) -> Table:
             ident.append("\n")
             key = run.key if len(run.key) <= len(run.id) else run.key[: len(run.id) - 1] + "…"
             ident.append(key, style="dim")
+        status = render.status_text(run.status)
+        if waits_for(run, unserved or set()):
+            status.append(f"\nno worker has v{run.version}", style="dim")
         table.add_row(
             ident,
             render.text(f"{run.workflow}@{run.version}"),
-            render.status_text(run.status),
+            status,
             render.text(render.format_time_short(run.created_at, now)),
             render.text(render.format_duration(run_duration(run, now))),
             render.text(run.steps_completed),
@@ -136,6 +157,7 @@ def show(state: CliState, ref: str, with_history: bool, as_json: bool) -> None:
         steps = app.steps(run.id)
         children = app.list_runs(parent=run.id, limit=1000)
         events = app.history(run.id) if with_history else None
+        unserved = unserved_versions(app, [run, *children])
     if as_json:
         document: dict[str, Any] = {"run": run, "steps": steps, "children": children}
         if events is not None:
@@ -143,7 +165,7 @@ def show(state: CliState, ref: str, with_history: bool, as_json: bool) -> None:
         render.echo_json(document)
         return
     out = render.console()
-    out.print(run_header(run))
+    out.print(run_header(run, unserved))
     if run.error:
         out.print()
         out.print(error_block(run.error))
@@ -152,13 +174,13 @@ def show(state: CliState, ref: str, with_history: bool, as_json: bool) -> None:
     if children:
         out.print()
         out.print(Text(f"child runs ({len(children)})", style="bold"))
-        out.print(runs_table(children))
+        out.print(runs_table(children, unserved))
     if events is not None:
         out.print()
         out.print(history_table(events) if events else Text("no history", style="dim"))
 
 
-def run_header(run: Run) -> Table:
+def run_header(run: Run, unserved: set[tuple[str, int]] | None = None) -> Table:
     """The run's record as ``label  value`` lines."""
     rows: list[tuple[str, Text | str]] = [
         ("id", render.text(run.id)),
@@ -167,6 +189,10 @@ def run_header(run: Run) -> Table:
         ("key", render.text(run.key)),
         ("status", render.status_text(run.status)),
     ]
+    worker = waits_for(run, unserved or set())
+    if worker:
+        rows.append(("waiting for", render.text(f"{worker} (no live worker has it)")))
+    rows += queueing_rows(run)
     if run.waiting_for:
         rows.append(("waiting for", render.text(render.dumps(run.waiting_for))))
     if run.parent_run_id:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import click
+from rich.text import Text
 
 from perdure.cli import render
 
@@ -21,10 +22,12 @@ def workflows() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.pass_obj
 def list_workflows(state: CliState, as_json: bool) -> None:
-    """List registered workflow versions with their run counts by status.
+    """List registered workflow versions: queue, live workers, run counts by status.
 
     A workflow is registered when a worker serving it starts, or by
-    ``perdure migrate --app APP``.
+    ``perdure migrate --app APP``. A run is pinned to the version that started
+    it and only a worker with that version claims it: a version without a
+    live worker shows "none", and its queued runs wait.
     """
     with state.app() as app:
         found = app.workflows()
@@ -44,6 +47,7 @@ def list_workflows(state: CliState, as_json: bool) -> None:
     table.add_column("queue", overflow="fold")
     table.add_column("kind", no_wrap=True)
     table.add_column("registered", no_wrap=True)
+    table.add_column("workers", overflow="fold")
     table.add_column("runs", overflow="fold")
     for info in found:
         table.add_row(
@@ -52,9 +56,17 @@ def list_workflows(state: CliState, as_json: bool) -> None:
             render.text(info.queue),
             render.text(info.kind),
             render.text(render.format_time(info.updated_at, seconds=False)),
+            workers_text(info.workers),
             render.counts_text(info.counts),
         )
     out.print(table)
+
+
+def workers_text(workers: list[str]) -> Text:
+    """The live workers serving a version, one per line, or "none" in red."""
+    if not workers:
+        return render.text("none", style="red")
+    return render.text("\n".join(workers))
 
 
 @workflows.command("show")
@@ -84,6 +96,7 @@ def show_workflow(state: CliState, name: str, version: int | None, as_json: bool
                 ("queue", render.text(info.queue)),
                 ("fingerprint", render.text(info.fingerprint)),
                 ("registered", render.text(render.format_time(info.updated_at))),
+                ("workers", workers_text(info.workers)),
                 ("runs", render.counts_text(info.counts)),
             ]
         )

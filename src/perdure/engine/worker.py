@@ -124,6 +124,10 @@ class Worker:
         #: under their locks found them; None when unknown. While it is empty,
         #: claims take the plain one-statement path.
         self._limited: list[str] | None = None
+        #: Those of them with a partition or rate limit: claimed by
+        #: task_claim_throttled, left out of task_next_due.
+        self._throttled: list[str] = []
+        self._throttled_first = False
         #: Runs of this worker's queues waiting for a future time, and the next wake-up.
         self.waiting = 0
         self.next_wake: datetime | None = None
@@ -242,6 +246,7 @@ class Worker:
                 if free > 0:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
+                    self._slot_freed.clear()
                     claimed = await self._claim(store, want, names, versions)
                     for task in claimed:
                         self._start(task, env)
@@ -249,9 +254,7 @@ class Worker:
                         continue
                     timeout = opts.poll_seconds
                     self._emit("worker_idle", {"free": free - len(claimed)})
-                    due = await store.execute(
-                        self.q.task_next_due(self.id, self.queues, names, versions)
-                    )
+                    due = await self._next_due(store, names, versions)
                     if due is not None:
                         timeout = min(timeout, max(due, 0.0))
                         if due <= 0:
@@ -260,7 +263,10 @@ class Worker:
                             # since this worker last looked. Look again, under
                             # the queue locks.
                             self._limited = None
-                    if opts.exit_when_idle and not self.running and (due is None or due > 0):
+                    # A run that finished since the claim may have left
+                    # work its limit held back: look again before leaving.
+                    idle = not self.running and not self._slot_freed.is_set()
+                    if opts.exit_when_idle and idle and (due is None or due > 0):
                         return
                 backoff = 0.0
             except (Exception, Disconnected) as exc:
@@ -284,24 +290,69 @@ class Worker:
         the served queues has one, the claim is the plain single statement.
         """
 
-        def claim(locked: list[str]) -> Statement[list[ClaimedTask]]:
+        def claim(
+            locked: list[str], queues: list[str], limit: int, throttled: bool = False
+        ) -> Statement[list[ClaimedTask]]:
             return self.q.task_claim(
                 worker_id=self.id,
-                queues=self.queues,
+                queues=queues,
                 names=names,
                 versions=versions,
-                limit=want,
+                limit=limit,
                 lease_seconds=self.options.lease_seconds,
                 locked=locked,
+                throttled=throttled,
             )
 
         if self._limited == []:
-            return await store.execute(claim([]))
+            return await store.execute(claim([], self.queues, want))
         async with store.transaction() as conn:
-            locked = await store.execute(self.q.queue_lock(self.queues), conn)
-            claimed = await store.execute(claim(locked), conn)
+            locks = await store.execute(self.q.queue_lock(self.queues), conn)
+            locked = [name for name, _ in locks]
+            throttled = [name for name, is_throttled in locks if is_throttled]
+            plain = [queue for queue in self.queues if queue not in throttled]
+            # Throttled queues (partition or rate limits) have a claim of their
+            # own; the others keep task_claim. The two take turns going first,
+            # so that neither kind crowds the other out of a worker's batch.
+            claims: list[Callable[[int], Statement[list[ClaimedTask]]]] = []
+            if plain:
+                claims.append(lambda limit: claim(locked, plain, limit))
+            if throttled:
+                claims.insert(
+                    0 if self._throttled_first else len(claims),
+                    lambda limit: claim(locked, throttled, limit, throttled=True),
+                )
+            self._throttled_first = not self._throttled_first
+            claimed: list[ClaimedTask] = []
+            for make in claims:
+                if len(claimed) < want:
+                    more = await store.execute(make(want - len(claimed)), conn)
+                    claimed.extend(more)
         self._limited = locked
+        self._throttled = throttled
         return claimed
+
+    async def _next_due(
+        self, store: AsyncStore, names: list[str], versions: list[int]
+    ) -> float | None:
+        """Seconds until the next task this worker may claim is due (None: none known).
+
+        Throttled queues answer separately, with only future moments: their
+        due tasks may be held back by a limit, and must not make the worker spin.
+        """
+        plain = [queue for queue in self.queues if queue not in self._throttled]
+        found: list[float] = []
+        if plain:
+            due = await store.execute(self.q.task_next_due(self.id, plain, names, versions))
+            if due is not None:
+                found.append(due)
+        if self._throttled:
+            due = await store.execute(
+                self.q.task_next_due_throttled(self._throttled, names, versions)
+            )
+            if due is not None:
+                found.append(due)
+        return min(found) if found else None
 
     async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
         self._slot_freed.clear()

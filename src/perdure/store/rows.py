@@ -64,12 +64,26 @@ class ClaimedTask:
 
 
 @dataclass(frozen=True)
+class Queueing:
+    """How a new run queues, beyond its priority: partition key, dedup key, tags (JSON)."""
+
+    partition_key: str | None = None
+    dedup_key: str | None = None
+    tags_json: str | None = None
+
+
+@dataclass(frozen=True)
 class StartResult:
     """The answer of ``run_insert``: the run, and whether this call created it."""
 
     run_id: str
     workflow: str
     created: bool
+
+
+def start_result(r: Row) -> StartResult:
+    """A ``run_insert`` or ``run_debounce`` row as a StartResult."""
+    return StartResult(str(r["id"]), r["workflow"], bool(r["created"]))
 
 
 def run(r: Row) -> Run:
@@ -94,6 +108,10 @@ def run(r: Row) -> Run:
         waiting_for=r.get("waiting_for"),
         schedule=r.get("schedule"),
         scheduled_at=r.get("scheduled_at"),
+        priority=r.get("priority", 0),
+        partition_key=r.get("partition_key"),
+        dedup_key=r.get("dedup_key"),
+        tags=r.get("tags"),
     )
 
 
@@ -168,6 +186,7 @@ def workflow(r: Row) -> WorkflowInfo:
         counts={k: int(v) for k, v in (r["counts"] or {}).items()},
         definition=r.get("definition") or {},
         fingerprint=r.get("fingerprint"),
+        workers=list(r.get("workers") or []),
     )
 
 

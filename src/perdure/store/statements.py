@@ -10,7 +10,7 @@ sync connection (transactional start, ``ctx.transaction``) with one definition.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -21,13 +21,14 @@ from perdure.errors import ConfigurationError
 from perdure.store import rows
 from perdure.store.parallel_statements import ParallelStatements
 from perdure.store.queries import render
-from perdure.store.rows import ClaimedTask, Fence, StartResult
+from perdure.store.queue_statements import QueueStatements
+from perdure.store.rows import ClaimedTask, Fence, Queueing, StartResult
 from perdure.store.schedule_statements import ScheduleStatements
 from perdure.store.statement import Row, Statement
 from perdure.store.statement import count as _count
 from perdure.store.statement import first as _first
 from perdure.store.statement import pair as _pair
-from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, WorkflowInfo
+from perdure.types import HistoryEvent, Run, Step, WorkerInfo, WorkflowInfo
 
 T = TypeVar("T")
 
@@ -50,7 +51,7 @@ def validate_schema(name: object) -> str:
     return name
 
 
-class Statements(ParallelStatements, ScheduleStatements):
+class Statements(ParallelStatements, QueueStatements, ScheduleStatements):
     """Builds every statement perdure issues, for one schema and one clock."""
 
     def __init__(self, schema: str, clock: Clock) -> None:
@@ -81,11 +82,19 @@ class Statements(ParallelStatements, ScheduleStatements):
         delay_seconds: float = 0.0,
         parent_run_id: str | None = None,
         timeout_seconds: float | None = None,
+        queueing: Queueing | None = None,
+        newest: bool = False,
     ) -> Statement[StartResult | None]:
-        """Create a run with its first task, or find the run that has ``key``."""
+        """Create a run with its first task, or find the run that has ``key``.
+
+        ``queueing`` carries the partition key, dedup key and tags; with
+        ``newest``, a newer version registered in the database replaces
+        ``version`` (and its queue replaces ``queue``).
+        """
+        extra = queueing or Queueing()
         return self._stmt(
             "run_insert",
-            _first(lambda r: StartResult(str(r["id"]), r["workflow"], bool(r["created"]))),
+            _first(rows.start_result),
             run_id=run_id,
             workflow=workflow,
             version=version,
@@ -96,6 +105,10 @@ class Statements(ParallelStatements, ScheduleStatements):
             delay_seconds=delay_seconds,
             parent_run_id=parent_run_id,
             timeout_seconds=timeout_seconds,
+            newest=newest,
+            partition_key=extra.partition_key,
+            dedup_key=extra.dedup_key,
+            tags=extra.tags_json,
         )
 
     def run_get(self, run_id: str) -> Statement[Run | None]:
@@ -119,8 +132,9 @@ class Statements(ParallelStatements, ScheduleStatements):
         before: datetime | None = None,
         limit: int = 50,
         parent: str | None = None,
+        tags_json: str | None = None,
     ) -> Statement[list[Run]]:
-        """Runs newest first, filtered."""
+        """Runs newest first, filtered; ``tags_json`` is a JSON object the tags must contain."""
         return self._stmt(
             "run_list",
             lambda found: [rows.run(r) for r in found],
@@ -130,6 +144,7 @@ class Statements(ParallelStatements, ScheduleStatements):
             before=before,
             limit=limit,
             parent=parent,
+            tags=tags_json,
         )
 
     def run_complete(self, fence: Fence, output_json: str) -> Statement[tuple[int, int]]:
@@ -212,15 +227,18 @@ class Statements(ParallelStatements, ScheduleStatements):
         limit: int,
         lease_seconds: float,
         locked: Sequence[str] = (),
+        throttled: bool = False,
     ) -> Statement[list[ClaimedTask]]:
         """Claim up to ``limit`` due tasks, within the limits of their queues.
 
         ``locked`` names the globally limited queues whose rows this
         transaction locked (:meth:`queue_lock`); any other queue with a global
-        limit gets no task.
+        limit gets no task. With ``throttled``, ``queues`` are queues with a
+        partition or rate limit, all locked, and the claim is
+        ``task_claim_throttled``.
         """
         return self._stmt(
-            "task_claim",
+            "task_claim_throttled" if throttled else "task_claim",
             lambda found: [rows.claimed_task(r, worker_id) for r in found],
             worker_id=worker_id,
             queues=list(queues),
@@ -306,38 +324,6 @@ class Statements(ParallelStatements, ScheduleStatements):
     def task_lock_fenced(self, fence: Fence) -> Statement[bool]:
         """Lock a held task row for a transaction step; False if the lease is gone."""
         return self._stmt("task_lock_fenced", lambda found: bool(found), **fence.params())
-
-    # Queues -------------------------------------------------------------------
-
-    def queue_lock(self, queues: Sequence[str]) -> Statement[list[str]]:
-        """Lock the globally limited queues among ``queues`` (in a transaction); their names."""
-        return self._stmt(
-            "queue_lock", lambda found: [r["name"] for r in found], queues=list(queues)
-        )
-
-    def queue_set(self, name: str, limits: Mapping[str, int | None]) -> Statement[bool]:
-        """Write the settings in ``limits`` (others are kept); True if anything changed.
-
-        ``limits`` maps ``concurrency`` and/or ``worker_concurrency`` to a
-        limit, or to None for no limit.
-        """
-        unknown = set(limits) - {"concurrency", "worker_concurrency"}
-        if unknown:
-            raise ConfigurationError(f"unknown queue settings: {', '.join(sorted(unknown))}")
-        return self._stmt(
-            "queue_set",
-            lambda found: bool(found),
-            name=name,
-            channel=self.channel,
-            concurrency=limits.get("concurrency"),
-            worker_concurrency=limits.get("worker_concurrency"),
-            set_concurrency="concurrency" in limits,
-            set_worker_concurrency="worker_concurrency" in limits,
-        )
-
-    def queue_list(self, name: str | None = None) -> Statement[list[QueueInfo]]:
-        """Every known queue (or the one named) with its limits and task counts."""
-        return self._stmt("queue_list", lambda found: [rows.queue(r) for r in found], name=name)
 
     # Steps and history -------------------------------------------------------
 
@@ -510,6 +496,14 @@ class Statements(ParallelStatements, ScheduleStatements):
         """A registered workflow version (the newest when ``version`` is None)."""
         return self._stmt("workflow_lookup", _first(dict), name=name, version=version)
 
-    def workflow_list(self) -> Statement[list[WorkflowInfo]]:
-        """Every registered workflow version with run counts."""
-        return self._stmt("workflow_list", lambda found: [rows.workflow(r) for r in found])
+    def workflow_list(self, stale_seconds: float = 60.0) -> Statement[list[WorkflowInfo]]:
+        """Every registered workflow version with run counts and its live workers.
+
+        A worker is live while its status is running and its last heartbeat
+        is at most ``stale_seconds`` old.
+        """
+        return self._stmt(
+            "workflow_list",
+            lambda found: [rows.workflow(r) for r in found],
+            stale_seconds=stale_seconds,
+        )

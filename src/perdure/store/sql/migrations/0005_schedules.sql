@@ -1,4 +1,4 @@
--- perdure schema, version 7: schedules.
+-- perdure schema, version 5: schedules.
 --
 -- A schedule starts a run of a workflow at every tick of a cron expression,
 -- read in an explicit time zone. Every worker ticks the due schedules; each

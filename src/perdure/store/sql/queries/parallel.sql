@@ -13,7 +13,8 @@ WITH branches AS (
     SELECT b.position, b.name
     FROM unnest(%(positions)s::integer[], %(names)s::text[]) AS b(position, name)
 ), held AS (
-    SELECT run_id, queue, workflow, version, priority FROM {schema}.tasks
+    SELECT run_id, queue, workflow, version, priority, partition_key
+    FROM {schema}.tasks
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
       AND status = 'claimed'
 ), todo AS (
@@ -43,9 +44,10 @@ WITH branches AS (
     ON CONFLICT (run_id, position) DO NOTHING
 ), spawned AS (
     INSERT INTO {schema}.tasks (run_id, kind, step_position, step_name, gather_start, queue,
-                                workflow, version, priority, status, available_at, created_at)
+                                workflow, version, priority, partition_key, status, available_at,
+                                created_at)
     SELECT h.run_id, 'step', t.position, t.name, %(gather_start)s, h.queue, h.workflow,
-           h.version, h.priority, 'ready', {now}, {now}
+           h.version, h.priority, h.partition_key, 'ready', {now}, {now}
     FROM todo t, held h
     RETURNING id
 ), waiting AS (
@@ -123,7 +125,8 @@ WITH branches AS (
     FROM unnest(%(positions)s::integer[], %(names)s::text[], %(kinds)s::text[])
          AS b(position, name, kind)
 ), run AS (
-    SELECT id, queue, workflow, version FROM {schema}.runs WHERE id = %(run_id)s
+    SELECT id, queue, workflow, version, priority, partition_key
+    FROM {schema}.runs WHERE id = %(run_id)s
 ), todo AS (
     SELECT b.* FROM branches b
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.tasks t
@@ -138,9 +141,9 @@ WITH branches AS (
     ON CONFLICT (run_id, position) DO NOTHING
 ), spawned AS (
     INSERT INTO {schema}.tasks (run_id, kind, step_position, step_name, queue, workflow, version,
-                                status, available_at, created_at)
-    SELECT run.id, 'step', t.position, t.name, run.queue, run.workflow, run.version, 'ready',
-           {now}, {now}
+                                priority, partition_key, status, available_at, created_at)
+    SELECT run.id, 'step', t.position, t.name, run.queue, run.workflow, run.version,
+           run.priority, run.partition_key, 'ready', {now}, {now}
     FROM todo t, run
     RETURNING step_name
 ), event AS (

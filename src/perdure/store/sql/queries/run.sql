@@ -3,35 +3,86 @@
 
 -- name: run_insert
 -- Start a run: the run row, its first task and its history entry in one
--- statement. ON CONFLICT makes a repeated key return the existing run; the
--- second SELECT finds it. Under a concurrent insert of the same key, this
--- statement's snapshot may predate the winner's commit and return no row: the
--- caller then runs it again, and the fresh snapshot sees the winner.
-WITH inserted AS (
+-- statement. ON CONFLICT makes a repeated key return the existing run, and a
+-- dedup_key return the run of its queue that waits to start with that key
+-- (runs_dedup_key_idx); the last SELECTs find it. Under a concurrent insert of
+-- the same key, this statement's snapshot may predate the winner's commit and
+-- return no row: the caller then runs it again, and the fresh snapshot sees
+-- the winner.
+WITH target AS (
+    -- The version the run is pinned to: the caller's. When the caller did not
+    -- pin one (%(newest)s), the newest version registered in the database
+    -- wins if it is newer than the caller's code: a deploy that registered
+    -- version 3 makes unpinned starts run version 3, even from an App that
+    -- has only version 2. Its queue is that version's.
+    SELECT coalesce(w.version, %(version)s) AS version, coalesce(w.queue, %(queue)s) AS queue
+    FROM (SELECT) one
+    LEFT JOIN LATERAL (
+        SELECT version, queue FROM {schema}.workflows
+        WHERE %(newest)s AND name = %(workflow)s AND version > %(version)s
+        ORDER BY version DESC LIMIT 1
+    ) w ON true
+), inserted AS (
     INSERT INTO {schema}.runs (id, workflow, version, queue, key, status, input, parent_run_id,
-                               created_at, updated_at, deadline_at)
-    VALUES (%(run_id)s, %(workflow)s, %(version)s, %(queue)s, %(key)s, 'queued', %(input)s::jsonb,
-            %(parent_run_id)s, {now}, {now},
-            {now} + make_interval(secs => %(timeout_seconds)s::float8))
-    ON CONFLICT (key) DO NOTHING
-    RETURNING id, workflow, status, created_at
+                               created_at, updated_at, deadline_at, priority, partition_key,
+                               dedup_key, tags)
+    SELECT %(run_id)s, %(workflow)s, target.version, target.queue, %(key)s, 'queued',
+           %(input)s::jsonb, %(parent_run_id)s, {now}, {now},
+           {now} + make_interval(secs => %(timeout_seconds)s::float8), %(priority)s,
+           %(partition_key)s, %(dedup_key)s, %(tags)s::jsonb
+    FROM target
+    ON CONFLICT DO NOTHING
+    RETURNING id, workflow, version, queue, priority, partition_key, status, created_at
 ), task AS (
-    INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, priority, status,
-                                available_at, created_at)
-    SELECT id, 'run', %(queue)s, %(workflow)s, %(version)s, %(priority)s, 'ready',
+    INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, priority, partition_key,
+                                status, available_at, created_at)
+    SELECT id, 'run', queue, workflow, version, priority, partition_key, 'ready',
            {now} + make_interval(secs => %(delay_seconds)s), {now}
     FROM inserted
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, detail)
-    SELECT id, {now}, 'run_created', jsonb_build_object('workflow', %(workflow)s, 'version', %(version)s,
-                                                       'queue', %(queue)s, 'key', %(key)s)
+    SELECT id, {now}, 'run_created', jsonb_build_object('workflow', workflow, 'version', version,
+                                                       'queue', queue, 'key', %(key)s)
     FROM inserted
 )
 SELECT id, workflow, status, created_at, true AS created FROM inserted
 UNION ALL
-SELECT id, workflow, status, created_at, false AS created
-FROM {schema}.runs
-WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM inserted);
+(SELECT id, workflow, status, created_at, false AS created
+ FROM {schema}.runs
+ WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM inserted))
+UNION ALL
+(SELECT id, workflow, status, created_at, false AS created
+ FROM {schema}.runs
+ WHERE queue = (SELECT queue FROM target) AND dedup_key = %(dedup_key)s
+   AND status = 'queued' AND started_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM inserted))
+LIMIT 1;
+
+-- name: run_debounce
+-- A debounced start: give the run that has this key (or this dedup_key in
+-- its queue) and has not started yet the latest input. Its start time is
+-- left as it is: the window opened by the first start. The run's row lock
+-- orders this against the claim, whose update of the same row returns the
+-- input it finds after waiting (see task_claim), so the run executes with
+-- the input of the last start that collapsed into it. No row: nothing to
+-- collapse into, the caller inserts a new run.
+WITH target AS (
+    SELECT id FROM {schema}.runs
+    WHERE workflow = %(workflow)s AND status = 'queued' AND started_at IS NULL
+      AND (key = %(key)s OR (queue = %(queue)s AND dedup_key = %(dedup_key)s))
+    LIMIT 1
+    FOR UPDATE
+), debounced AS (
+    UPDATE {schema}.runs r
+    SET input = %(input)s::jsonb, tags = coalesce(%(tags)s::jsonb, r.tags), updated_at = {now}
+    FROM target
+    WHERE r.id = target.id AND r.status = 'queued' AND r.started_at IS NULL
+    RETURNING r.id, r.workflow, r.status, r.created_at
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event)
+    SELECT id, {now}, 'run_debounced' FROM debounced
+)
+SELECT id, workflow, status, created_at, false AS created FROM debounced;
 
 -- name: run_get
 -- One run by id.
@@ -58,6 +109,8 @@ WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
   AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
   AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s)
   AND (%(parent)s::uuid IS NULL OR r.parent_run_id = %(parent)s::uuid)
+  -- Tags: runs whose tags contain every given pair (GIN index runs_tags_idx).
+  AND (%(tags)s::jsonb IS NULL OR r.tags @> %(tags)s::jsonb)
 ORDER BY r.created_at DESC, r.id DESC
 LIMIT %(limit)s;
 
@@ -158,7 +211,7 @@ WITH revived AS (
         error = CASE WHEN r.status = 'compensation_failed' THEN r.error END
     FROM (SELECT id, status AS previous FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE) o
     WHERE r.id = o.id AND r.status IN ('failed', 'cancelled', 'compensation_failed')
-    RETURNING r.id, r.workflow, r.version, r.queue, o.previous
+    RETURNING r.id, r.workflow, r.version, r.queue, r.priority, r.partition_key, o.previous
 ), cleared AS (
     DELETE FROM {schema}.steps s USING revived
     WHERE s.run_id = revived.id
@@ -168,9 +221,10 @@ WITH revived AS (
                ELSE s.status <> 'completed' OR s.kind = 'gather' END
     RETURNING s.position
 ), task AS (
-    INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, status, available_at,
-                                created_at)
-    SELECT id, 'run', queue, workflow, version, 'ready', {now}, {now} FROM revived
+    INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, priority, partition_key,
+                                status, available_at, created_at)
+    SELECT id, 'run', queue, workflow, version, priority, partition_key, 'ready', {now}, {now}
+    FROM revived
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, detail)
     SELECT id, {now}, 'run_retried',

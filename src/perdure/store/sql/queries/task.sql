@@ -20,11 +20,16 @@ WITH capacity AS (
     -- limit set a moment ago holds even for a worker that has not seen it.
     -- Claimed tasks are few (at most the workers' concurrency), so counting
     -- them through tasks_claimed_idx is cheap.
+    -- A queue with a partition or rate limit gives no slot here either: its
+    -- tasks are claimed by task_claim_throttled only (a worker that has not
+    -- seen such a limit yet finds its tasks due and looks under the locks).
     SELECT q.name,
            least(CASE WHEN q.concurrency IS NULL THEN NULL
                       WHEN q.name = ANY(%(locked)s) THEN q.concurrency - held.running
                       ELSE 0 END,
-                 q.worker_concurrency - held.mine) AS free
+                 q.worker_concurrency - held.mine,
+                 CASE WHEN q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+                      THEN 0 END) AS free
     FROM {schema}.queues q
     CROSS JOIN LATERAL (
         SELECT count(*) AS running,
@@ -33,7 +38,8 @@ WITH capacity AS (
         WHERE t.status = 'claimed' AND t.queue = q.name
     ) held
     WHERE q.name = ANY(%(queues)s)
-      AND (q.concurrency IS NOT NULL OR q.worker_concurrency IS NOT NULL)
+      AND (q.concurrency IS NOT NULL OR q.worker_concurrency IS NOT NULL
+           OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)
 ), ready AS (
     SELECT id, queue, priority, available_at
     FROM {schema}.tasks
@@ -83,14 +89,16 @@ WITH capacity AS (
     WHERE r.id = c.run_id AND c.kind = 'run'
       AND r.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
                            'compensation_failed', 'paused')
-    RETURNING r.id
+    -- The input as this update found it: a debounced start (run_debounce)
+    -- that committed while this statement waited for the row is included.
+    RETURNING r.id, r.input
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id)
     SELECT run_id, {now}, CASE WHEN kind = 'run' THEN 'run_claimed' ELSE 'step_claimed' END,
            step_position, step_name, attempt, %(worker_id)s
     FROM claimed
 )
-SELECT c.*, r.input, r.status AS run_status, r.schedule, r.scheduled_at,
+SELECT c.*, coalesce(s.input, r.input) AS input, r.status AS run_status, r.schedule, r.scheduled_at,
        CASE WHEN c.kind = 'run' THEN s.id IS NULL
             ELSE r.status IN ('completed', 'failed', 'cancelled', 'compensated',
                               'compensation_failed', 'paused') END AS finished,

@@ -49,12 +49,20 @@ ORDER BY version DESC
 LIMIT 1;
 
 -- name: workflow_list
--- Every registered workflow version with run counts by status.
+-- Every registered workflow version with run counts by status and the live
+-- workers that have its code (a worker records "name@version" for each
+-- version it serves): a version no live worker has gets no run claimed.
+-- Live: status 'running' with a heartbeat in the last %(stale_seconds)s.
 SELECT w.name, w.version, w.queue, w.kind, w.updated_at, w.definition, w.fingerprint,
        coalesce((SELECT jsonb_object_agg(c.status, c.n)
                  FROM (SELECT status, count(*) AS n FROM {schema}.runs r
                        WHERE r.workflow = w.name AND r.version = w.version
-                       GROUP BY status) c), '{}'::jsonb) AS counts
+                       GROUP BY status) c), '{}'::jsonb) AS counts,
+       ARRAY(SELECT k.id FROM {schema}.workers k
+             WHERE k.status = 'running'
+               AND k.heartbeat_at > {now} - make_interval(secs => %(stale_seconds)s)
+               AND w.name || '@' || w.version = ANY(k.workflows)
+             ORDER BY k.id) AS workers
 FROM {schema}.workflows w
 ORDER BY w.name, w.version DESC;
 
