@@ -22,6 +22,7 @@ import psycopg
 
 from perdure.api.graph import Graph
 from perdure.api.handle import RunHandle
+from perdure.api.manage import ManageMixin, check_reason
 from perdure.api.messaging import MessagingMixin
 from perdure.api.portal import Portal
 from perdure.api.queues import QueueDef, QueuesMixin
@@ -52,7 +53,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class App(ReadingMixin, MessagingMixin, QueuesMixin):
+class App(ReadingMixin, MessagingMixin, QueuesMixin, ManageMixin):
     """A perdure application: the workflows it defines and the database they run on.
 
     The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an
@@ -414,7 +415,7 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin):
 
     async def _retry(self, ref: str) -> RunHandle:
         run = await self._find(ref)
-        if not await self._run(self.q.run_retry(run.id)):
+        if not await self._run(self.q.run_retry([run.id])):
             raise InvalidRunState(run.id, run.status.value, "retry")
         return RunHandle(self, run.id, created=False)
 
@@ -427,14 +428,12 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin):
         return await self._portal.run(self._cancel(ref, reason))
 
     async def _cancel(self, ref: str, reason: str) -> Run:
-        if not isinstance(reason, str) or not arguments.storable(reason):
-            raise ConfigurationError(
-                f"reason must be a string without NUL characters or lone surrogates, not {reason!r}"
-            )
+        check_reason(reason)
         run = await self._find(ref)
-        row = await self._run(self.q.run_cancel(run.id, reason[:1000]))
-        if row is None:
+        found = await self._run(self.q.run_cancel([run.id], reason[:1000]))
+        if not found:
             raise RunNotFound(ref)
+        row = found[0]
         previous = RunStatus(row["previous_status"])
         if not row["changed"] and previous != RunStatus.CANCELLED:
             raise InvalidRunState(run.id, previous.value, "cancel")

@@ -8,9 +8,10 @@ import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from perdure.api.filters import RunFilter
 from perdure.api.portal import Portal
 from perdure.engine import arguments
-from perdure.errors import ConfigurationError, ResultTimeout, RunCancelled, RunFailed, RunNotFound
+from perdure.errors import ResultTimeout, RunCancelled, RunFailed, RunNotFound
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.types import HistoryEvent, Run, RunStatus, Step, WorkerInfo, WorkflowInfo
@@ -63,30 +64,16 @@ class ReadingMixin:
         parent: str | None = None,
     ) -> list[Run]:
         """Runs newest first, filtered by status, workflow, creation time and parent run."""
-        if status is not None:
-            try:
-                status = RunStatus(status).value
-            except ValueError:
-                known = ", ".join(s.value for s in RunStatus)
-                raise ConfigurationError(f"status must be one of {known}, not {status!r}") from None
-        workflow = arguments.optional_text("workflow", workflow, max_length=128)
-        arguments.timestamp("since", since)
-        arguments.timestamp("before", before)
+        found = RunFilter(
+            status=status, workflow=workflow, since=since, before=before, parent=parent
+        ).checked()
         arguments.integer("limit", limit, minimum=1, maximum=10_000)
-        if parent is not None:
-            try:
-                parent = str(uuid.UUID(str(parent)))
-            except ValueError:
-                raise ConfigurationError(f"parent must be a run id, not {parent!r}") from None
         return self._portal.call(
             self._run(
                 self.q.run_list(
-                    status=status,
-                    workflow=workflow,
-                    since=since,
-                    before=before,
+                    status=None if found.status is None else str(found.status),
                     limit=limit,
-                    parent=parent,
+                    **found.params(),
                 )
             )
         )

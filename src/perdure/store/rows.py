@@ -88,7 +88,15 @@ def run(r: Row) -> Run:
         parent_run_id=str(r["parent_run_id"]) if r.get("parent_run_id") else None,
         steps_completed=r.get("steps_completed"),
         waiting_for=r.get("waiting_for"),
+        restarted_from=_text(r.get("restarted_from")),
+        forked_from=_text(r.get("forked_from")),
+        fork_step=r.get("fork_step"),
     )
+
+
+def _text(value: Any) -> str | None:
+    """A uuid (or other) column as text; None stays None."""
+    return None if value is None else str(value)
 
 
 def step(r: Row) -> Step:
