@@ -46,6 +46,7 @@ def test_bulk_retry_dry_run_counts_exactly_the_runs_then_retried(
     old = app.start("job", {"n": 99, "fail": True})
     drain(app)
     assert _statuses(app, [*failing, *others, old]) == {"failed"}
+    assert _statuses(app, fine) == {"completed"}
     db.execute(
         "UPDATE runs SET created_at = created_at - interval '3 hours' WHERE id = %s", (old.id,)
     )

@@ -87,7 +87,19 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
 
 
 def _register() -> None:
-    from perdure.cli import demo, embedded, migrate, queues, replay, runs, worker, workflows
+    from perdure.cli import (
+        demo,
+        embedded,
+        manage,
+        migrate,
+        queues,
+        replay,
+        runs,
+        worker,
+        workflows,
+    )
+
+    manage.attach(runs.runs)
 
     for command in (
         demo.demo,
