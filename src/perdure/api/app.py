@@ -269,6 +269,9 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, ManageMixin):
         )
         delay_seconds = arguments.seconds("delay", 0 if delay is None else delay)
         timeout_seconds = arguments.optional_seconds("timeout", timeout)
+        local = self.registry.get(name, version)
+        if local is not None:
+            input = local.check_input(input)  # a typed input is validated before any write
         text = serialization.dumps(input, f"the input of workflow {name!r}", self.max_payload_bytes)
         return self.q.run_insert(
             run_id=new_run_id(),

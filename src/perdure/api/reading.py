@@ -16,6 +16,9 @@ from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.types import HistoryEvent, Run, RunStatus, Step, WorkerInfo, WorkflowInfo
 
+if TYPE_CHECKING:
+    from perdure.api.registry import Registry
+
 T = TypeVar("T")
 
 
@@ -25,6 +28,7 @@ class ReadingMixin:
     if TYPE_CHECKING:
         _portal: Portal
         q: Statements
+        registry: Registry
 
         async def _run(self, stmt: Statement[T]) -> T: ...
 
@@ -112,7 +116,9 @@ class ReadingMixin:
                 raise RunNotFound(run_id)
             status = RunStatus(row["status"])
             if status == RunStatus.COMPLETED:
-                return row["output"]
+                # The workflow's code, when this App has it, rebuilds a typed result.
+                local = self.registry.get(row["workflow"], row["version"])
+                return row["output"] if local is None else local.rebuild_result(row["output"])
             if status.is_failure:
                 raise RunFailed(run_id, row["error"], status.value)
             if status == RunStatus.CANCELLED:
