@@ -97,13 +97,13 @@ class ManageMixin:
         ``forked_from`` (and the step in ``fork_step``). UnknownStep if the
         original has no such step. ``key`` makes the call idempotent.
         """
-        return self._portal.call(self._copy(ref, key, priority, from_step))
+        return self._portal.call(self._copy(ref, key, priority, _fork_point(from_step)))
 
     async def fork_async(
         self, ref: str, *, from_step: str | int, key: str | None = None, priority: int = 0
     ) -> RunHandle:
         """Fork a run (async); see :meth:`fork`."""
-        return await self._portal.run(self._copy(ref, key, priority, from_step))
+        return await self._portal.run(self._copy(ref, key, priority, _fork_point(from_step)))
 
     async def _copy(
         self, ref: str, key: str | None, priority: int, from_step: str | int | None
@@ -112,10 +112,6 @@ class ManageMixin:
         priority = arguments.integer(
             "priority", priority, minimum=-arguments.INT32_MAX, maximum=arguments.INT32_MAX
         )
-        if isinstance(from_step, int) and not isinstance(from_step, bool):
-            arguments.integer("from_step", from_step, minimum=0)
-        elif from_step is not None:
-            arguments.label("from_step", from_step)
         run = await self._find(ref)
         fork_step: str | None = None
         positions: list[int] = []
@@ -279,6 +275,13 @@ class ManageMixin:
             if len(page) < size or (limit is not None and len(done + skipped) >= limit):
                 break
         return BulkResult(operation, dry_run, done, skipped)
+
+
+def _fork_point(from_step: object) -> str | int:
+    """``from_step`` if it is a step name or a position (ConfigurationError if not)."""
+    if isinstance(from_step, int) and not isinstance(from_step, bool):
+        return arguments.integer("from_step", from_step, minimum=0)
+    return arguments.label("from_step", from_step)
 
 
 def check_reason(reason: object) -> str:
