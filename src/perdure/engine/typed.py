@@ -26,6 +26,7 @@ optionals of those.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -33,6 +34,7 @@ import inspect
 import sys
 import types
 import typing
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -149,16 +151,20 @@ def return_hint(fn: Callable[..., Any]) -> Hint:
     return _hints(fn)[1]
 
 
+# Weak keys: a step written as a lambda is a new function at every call, and a
+# strong cache would keep each one alive, with whatever it captured.
+_HINTS: weakref.WeakKeyDictionary[Any, tuple[dict[int, Hint], Hint]] = weakref.WeakKeyDictionary()
+
+
 def _hints(fn: Callable[..., Any]) -> tuple[dict[int, Hint], Hint]:
     try:
-        return _cached_hints(fn)
-    except TypeError:  # an unhashable callable
-        return _read_hints(fn)
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached_hints(fn: Callable[..., Any]) -> tuple[dict[int, Hint], Hint]:
-    return _read_hints(fn)
+        return _HINTS[fn]
+    except (KeyError, TypeError):  # not seen yet, or not weakly referenceable
+        pass
+    found = _read_hints(fn)
+    with contextlib.suppress(TypeError):
+        _HINTS[fn] = found
+    return found
 
 
 def _read_hints(fn: Callable[..., Any]) -> tuple[dict[int, Hint], Hint]:
@@ -166,6 +172,8 @@ def _read_hints(fn: Callable[..., Any]) -> tuple[dict[int, Hint], Hint]:
     target: Any = fn
     while isinstance(target, functools.partial):
         target = target.func
+    if inspect.isfunction(target) and not target.__annotations__:
+        return {}, UNTYPED  # a lambda, say: nothing to read
     if not (inspect.isfunction(target) or inspect.ismethod(target)) and callable(target):
         target = type(target).__call__.__get__(target)  # a callable object: its __call__
     try:
