@@ -228,3 +228,14 @@ def test_untyped_annotations_are_left_alone(app: perdure.App) -> None:
         return n  # annotated int, but no model or dataclass: nothing is checked
 
     assert app.run_until_complete(app.start("loose", "not a number")) == "not a number"
+
+
+def test_a_result_that_does_not_fit_its_annotation_fails_the_run(app: perdure.App) -> None:
+    @app.workflow("bad_result")
+    async def bad_result(ctx: perdure.Context) -> Line:
+        return {"sku": "tea"}  # type: ignore[return-value]
+
+    handle = app.start("bad_result")
+    with pytest.raises(perdure.RunFailed, match="the result of workflow 'bad_result'"):
+        app.run_until_complete(handle)
+    assert handle.get().error["type"] == "perdure.errors.InvalidPayload"
