@@ -111,6 +111,9 @@ def test_restart_and_fork_print_the_new_run(
     assert f"forks run {original} at step 'maybe': 1 recorded step(s) reused" in forked.output
     lineage = {(r.restarted_from, r.forked_from) for r in app.list_runs(workflow="flaky")}
     assert {(original, None), (None, original)} <= lineage
+    fork_id = forked.output.split()[1]
+    shown = invoke("runs", "show", fork_id)
+    assert f"forked from  {original} at 'maybe'" in shown.output
 
     unknown = invoke("runs", "fork", original, "--from-step", "nope")
     assert unknown.exit_code == 1

@@ -171,6 +171,10 @@ def run_header(run: Run) -> Table:
         rows.append(("waiting for", render.text(render.dumps(run.waiting_for))))
     if run.parent_run_id:
         rows.append(("parent", render.text(run.parent_run_id)))
+    if run.restarted_from:
+        rows.append(("restarted from", render.text(run.restarted_from)))
+    if run.forked_from:
+        rows.append(("forked from", render.text(f"{run.forked_from} at {run.fork_step!r}")))
     rows += [
         ("created", render.text(render.format_time(run.created_at))),
         ("started", render.text(render.format_time(run.started_at))),
