@@ -88,6 +88,11 @@ def test_bulk_cancel_with_yes_and_json(
     assert _statuses(failed) == ["cancelled"] * 3
     nothing = invoke("runs", "cancel", "--workflow", "flaky", "--yes")
     assert nothing.exit_code == 0 and "0 run(s) would be cancelled" in nothing.output
+    failed_ones = invoke("runs", "cancel", "--status", "failed", "--dry-run")
+    assert "0 run(s) would be cancelled" in failed_ones.output
+    assert "cancel applies to queued, running, waiting, paused, compensating runs" in (
+        failed_ones.output
+    )
 
 
 def test_a_run_and_a_filter_together_or_neither_is_a_usage_error(

@@ -18,7 +18,7 @@ import click
 from rich.table import Table
 
 from perdure.api.filters import RunFilter
-from perdure.api.manage import DEFAULT_BATCH, MAX_BATCH
+from perdure.api.manage import CANCELLABLE, DEFAULT_BATCH, MAX_BATCH, RETRYABLE
 from perdure.cli import render
 from perdure.cli.runs import _since_option, _steer
 from perdure.types import BulkResult, RunRef, RunStatus
@@ -142,6 +142,10 @@ def _bulk(state: CliState, operation: str, options: dict[str, Any], extra: dict[
         preview = act(wanted, dry_run=True, limit=options["limit"], **extra)
         if options["dry_run"] or not preview.runs:
             _report(preview, as_json)
+            applies = CANCELLABLE if operation == "cancel" else RETRYABLE
+            if wanted.status is not None and wanted.status not in applies and not as_json:
+                known = ", ".join(s.value for s in applies)
+                render.err_console().print(f"{operation} applies to {known} runs", style="dim")
             return
         if not as_json:
             _report(preview, False)
