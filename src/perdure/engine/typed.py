@@ -83,7 +83,7 @@ class Hint:
 
     annotation: Any = Any
 
-    @property
+    @functools.cached_property
     def typed(self) -> bool:
         """True when the annotation names a model or dataclass (else rebuilding is a no-op)."""
         return _involves_types(self.annotation)

@@ -153,17 +153,21 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM marked) AS 
 -- instead: only the failed compensation steps are cleared, and the step that
 -- failed the run stays failed. %(statuses)s, when not NULL, narrows the
 -- statuses revived (a bulk retry's filter, checked again under the row lock).
--- Rows are locked in id order, so two batches never deadlock.
-WITH revived AS (
+-- Rows are locked in id order, so two batches never deadlock. The statuses
+-- are tested on the locked rows (o), not on runs (r): a test on r invites the
+-- planner to scan runs by status and join the batch to every row it finds.
+WITH o AS MATERIALIZED (
+    SELECT id, status AS previous FROM {schema}.runs
+    WHERE id IN (SELECT unnest(%(run_ids)s::uuid[])) ORDER BY id FOR UPDATE
+), revived AS (
     UPDATE {schema}.runs r
-    SET status = CASE WHEN r.status = 'compensation_failed' THEN 'compensating'
+    SET status = CASE WHEN o.previous = 'compensation_failed' THEN 'compensating'
                       ELSE 'queued' END,
         output = NULL, completed_at = NULL, updated_at = {now},
-        error = CASE WHEN r.status = 'compensation_failed' THEN r.error END
-    FROM (SELECT id, status AS previous FROM {schema}.runs
-          WHERE id = ANY(%(run_ids)s::uuid[]) ORDER BY id FOR UPDATE) o
-    WHERE r.id = o.id AND r.status IN ('failed', 'cancelled', 'compensation_failed')
-      AND (%(statuses)s::text[] IS NULL OR r.status = ANY(%(statuses)s::text[]))
+        error = CASE WHEN o.previous = 'compensation_failed' THEN r.error END
+    FROM o
+    WHERE r.id = o.id AND o.previous IN ('failed', 'cancelled', 'compensation_failed')
+      AND (%(statuses)s::text[] IS NULL OR o.previous = ANY(%(statuses)s::text[]))
     RETURNING r.id, r.workflow, r.version, r.queue, o.previous
 ), cleared AS (
     DELETE FROM {schema}.steps s USING revived
@@ -199,7 +203,7 @@ SELECT id FROM revived;
 -- status before the call, so cancelling twice is recognised as a no-op.
 WITH target AS (
     SELECT id, status FROM {schema}.runs
-    WHERE id = ANY(%(run_ids)s::uuid[]) ORDER BY id FOR UPDATE
+    WHERE id IN (SELECT unnest(%(run_ids)s::uuid[])) ORDER BY id FOR UPDATE
 ), cancelled AS (
     UPDATE {schema}.runs r
     SET status = 'cancelled', completed_at = {now}, updated_at = {now}, waiting_for = NULL,
