@@ -102,6 +102,9 @@ def test_a_run_and_a_filter_together_or_neither_is_a_usage_error(
     assert both.exit_code == 2 and "not both" in both.output
     neither = invoke("runs", "retry")
     assert neither.exit_code == 2 and "give a run (ID_OR_KEY), or a filter" in neither.output
+    previewed = invoke("runs", "retry", failed[0].id, "--dry-run")
+    assert previewed.exit_code == 2 and "takes no ID_OR_KEY" in previewed.output
+    assert failed[0].status() == perdure.RunStatus.FAILED
 
 
 def test_restart_and_fork_print_the_new_run(

@@ -124,6 +124,8 @@ def _single(options: dict[str, Any], ref: str | None) -> bool:
         raise click.UsageError(
             "give a run (ID_OR_KEY), or a filter: --status, --workflow, --since, --before, --parent"
         )
+    if ref is not None and options["dry_run"]:
+        raise click.UsageError("--dry-run previews a filter's runs; it takes no ID_OR_KEY")
     return ref is not None
 
 
