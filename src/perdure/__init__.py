@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from perdure.api.app import App
 from perdure.api.context import ChildRun, Context, SyncChildRun, SyncContext
+from perdure.api.filters import RunFilter
 from perdure.api.graph import Graph, GraphStep
 from perdure.api.handle import RunHandle
 from perdure.clock import Clock, VirtualClock
@@ -22,6 +23,7 @@ from perdure.errors import (
     ConfigurationError,
     DatabaseUnavailable,
     EventTimeout,
+    InvalidPayload,
     InvalidRunState,
     InvalidSchedule,
     LeaseLost,
@@ -39,15 +41,26 @@ from perdure.errors import (
     SignalTimeout,
     StepFailed,
     StepTimeout,
+    UnknownStep,
     UnknownWorkflow,
     WorkflowDefinitionError,
 )
-from perdure.types import HistoryEvent, Run, RunStatus, ScheduleInfo, Step, StepStatus
+from perdure.types import (
+    BulkResult,
+    HistoryEvent,
+    Run,
+    RunRef,
+    RunStatus,
+    ScheduleInfo,
+    Step,
+    StepStatus,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "BulkResult",
     "Cancelled",
     "ChildFailed",
     "ChildRun",
@@ -59,6 +72,7 @@ __all__ = [
     "Graph",
     "GraphStep",
     "HistoryEvent",
+    "InvalidPayload",
     "InvalidRunState",
     "InvalidSchedule",
     "LeaseLost",
@@ -70,9 +84,11 @@ __all__ = [
     "Run",
     "RunCancelled",
     "RunFailed",
+    "RunFilter",
     "RunHandle",
     "RunKeyConflict",
     "RunNotFound",
+    "RunRef",
     "RunStatus",
     "ScheduleInfo",
     "ScheduleNotFound",
@@ -88,6 +104,7 @@ __all__ = [
     "StepTimeout",
     "SyncChildRun",
     "SyncContext",
+    "UnknownStep",
     "UnknownWorkflow",
     "VirtualClock",
     "Worker",

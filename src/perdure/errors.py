@@ -52,6 +52,22 @@ class SerializationError(PerdureError, TypeError):
         super().__init__(f"{what} is not a valid perdure payload: {reason}")
 
 
+class InvalidPayload(SerializationError):
+    """A value does not match the type its workflow or step declares.
+
+    Raised by ``app.start`` (and ``start_child``) when an input does not
+    validate against the workflow function's parameter annotation (a Pydantic
+    model, a dataclass, ``list[Model]``...), before anything is written; and
+    when a step's output cannot be rebuilt as its return annotation, before
+    its checkpoint is written. ``errors`` lists what was wrong, one line each.
+    """
+
+    def __init__(self, what: str, errors: list[str]) -> None:
+        self.errors = errors
+        shown = "; ".join(errors[:5]) + (f"; and {len(errors) - 5} more" if len(errors) > 5 else "")
+        super().__init__(what, f"it does not match its declared type: {shown}")
+
+
 class RunNotFound(PerdureError, LookupError):
     """No run with this id or key exists."""
 
@@ -81,6 +97,20 @@ class InvalidRunState(PerdureError):
         self.status = status
         self.operation = operation
         super().__init__(f"cannot {operation} run {run_id}: it is {status}")
+
+
+class UnknownStep(PerdureError, LookupError):
+    """A run has no step of this name to fork from."""
+
+    def __init__(self, run_id: str, step: str | int, known: list[str]) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.known = known
+        listed = ", ".join(repr(name) for name in known[:20]) or "none"
+        more = f" and {len(known) - 20} more" if len(known) > 20 else ""
+        super().__init__(
+            f"run {run_id} has no step {step!r} to fork from; its steps are: {listed}{more}"
+        )
 
 
 class LeaseLost(PerdureError):

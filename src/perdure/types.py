@@ -100,6 +100,44 @@ class Run:
     dedup_key: str | None = None
     #: Searchable attributes: ``list_runs(tags=...)``, ``perdure runs list --tag``.
     tags: dict[str, str] | None = None
+    #: The run this one restarts (``app.restart``): same workflow version and input.
+    restarted_from: str | None = None
+    #: The run this one was forked from (``app.fork``), and the step it forked at.
+    forked_from: str | None = None
+    fork_step: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A run as bulk operations report it: enough to recognise it, no payloads."""
+
+    id: str
+    workflow: str
+    version: int
+    status: RunStatus
+    key: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What ``app.cancel_runs`` / ``app.retry_runs`` matched, or did.
+
+    With ``dry_run`` True, ``runs`` are the runs the operation would act on
+    now and nothing changed. Otherwise ``runs`` are the runs it acted on, and
+    ``skipped`` those it matched but found in another state when it came to
+    them (a run that finished or was retried meanwhile), left as they were.
+    """
+
+    operation: str
+    dry_run: bool
+    runs: list[RunRef]
+    skipped: list[RunRef] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """How many runs were matched (dry run) or acted on."""
+        return len(self.runs)
 
 
 @dataclass(frozen=True)

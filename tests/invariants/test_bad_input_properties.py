@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import perdure
-from perdure import testing
+from perdure import RunFilter, testing
 from perdure.engine import serialization
 
 TABLES = ("runs", "tasks", "history", "steps", "signals", "events", "queues")
@@ -378,6 +378,21 @@ APP_CALLS: dict[str, Callable[[perdure.App, str, Any], Any]] = {
     "pause(ref=)": lambda app, run, v: app.pause(v),
     "resume(ref=)": lambda app, run, v: app.resume(v),
     "retry(ref=)": lambda app, run, v: app.retry(v),
+    "restart(ref=)": lambda app, run, v: app.restart(v),
+    "restart(key=)": lambda app, run, v: app.restart(run, key=v),
+    "restart(priority=)": lambda app, run, v: app.restart(run, priority=v),
+    "fork(from_step=)": lambda app, run, v: app.fork(run, from_step=v),
+    "fork(key=)": lambda app, run, v: app.fork(run, from_step=0, key=v),
+    "cancel_runs(filter=)": lambda app, run, v: app.cancel_runs(v),
+    "cancel_runs(reason=)": lambda app, run, v: app.cancel_runs(RunFilter(runs=[run]), reason=v),
+    "cancel_runs(batch_size=)": lambda app, run, v: app.cancel_runs(RunFilter(), batch_size=v),
+    "retry_runs(limit=)": lambda app, run, v: app.retry_runs(RunFilter(), dry_run=True, limit=v),
+    "retry_runs(dry_run=)": lambda app, run, v: app.retry_runs(RunFilter(runs=[run]), dry_run=v),
+    "RunFilter(status=)": lambda app, run, v: app.retry_runs(RunFilter(status=v), dry_run=True),
+    "RunFilter(workflow=)": lambda app, run, v: app.retry_runs(RunFilter(workflow=v), dry_run=True),
+    "RunFilter(since=)": lambda app, run, v: app.retry_runs(RunFilter(since=v), dry_run=True),
+    "RunFilter(parent=)": lambda app, run, v: app.retry_runs(RunFilter(parent=v), dry_run=True),
+    "RunFilter(runs=)": lambda app, run, v: app.retry_runs(RunFilter(runs=v), dry_run=True),
     "get_run(ref=)": lambda app, run, v: app.get_run(v),
     "steps(ref=)": lambda app, run, v: app.steps(v),
     "history(ref=)": lambda app, run, v: app.history(v),

@@ -22,6 +22,7 @@ import psycopg
 
 from perdure.api.graph import Graph
 from perdure.api.handle import RunHandle
+from perdure.api.manage import ManageMixin, check_reason
 from perdure.api.messaging import MessagingMixin
 from perdure.api.portal import Portal
 from perdure.api.queues import QueueDef, QueuesMixin
@@ -54,7 +55,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
+class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin, ManageMixin):
     """A perdure application: the workflows it defines and the database they run on.
 
     The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an
@@ -276,6 +277,9 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
         queueing, window = (options or StartOptions()).checked(key, delay)
         delay_seconds = arguments.seconds("delay", window or (0 if delay is None else delay))
         timeout_seconds = arguments.optional_seconds("timeout", timeout)
+        local = self.registry.get(name, version)
+        if local is not None:
+            input = local.check_input(input)  # a typed input is validated before any write
         text = serialization.dumps(input, f"the input of workflow {name!r}", self.max_payload_bytes)
         insert = self.q.run_insert(
             run_id=new_run_id(),
@@ -464,7 +468,7 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
 
     async def _retry(self, ref: str) -> RunHandle:
         run = await self._find(ref)
-        if not await self._run(self.q.run_retry(run.id)):
+        if not await self._run(self.q.run_retry([run.id])):
             raise InvalidRunState(run.id, run.status.value, "retry")
         return RunHandle(self, run.id, created=False)
 
@@ -477,14 +481,12 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin):
         return await self._portal.run(self._cancel(ref, reason))
 
     async def _cancel(self, ref: str, reason: str) -> Run:
-        if not isinstance(reason, str) or not arguments.storable(reason):
-            raise ConfigurationError(
-                f"reason must be a string without NUL characters or lone surrogates, not {reason!r}"
-            )
+        check_reason(reason)
         run = await self._find(ref)
-        row = await self._run(self.q.run_cancel(run.id, reason[:1000]))
-        if row is None:
+        found = await self._run(self.q.run_cancel([run.id], reason[:1000]))
+        if not found:
             raise RunNotFound(ref)
+        row = found[0]
         previous = RunStatus(row["previous_status"])
         if not row["changed"] and previous != RunStatus.CANCELLED:
             raise InvalidRunState(run.id, previous.value, "cancel")

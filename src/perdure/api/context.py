@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from perdure.engine import arguments, children, parallel, waits
+from perdure.engine import arguments, children, parallel, typed, waits
 from perdure.engine.arguments import validate_name
 from perdure.engine.executor import Execution, Rollback, call_sync
 from perdure.engine.parallel import StepCall
@@ -155,10 +155,12 @@ class _Base:
         label = str(name or getattr(fn, "__name__", None) or "rollback")
         self._execution.rollbacks.append(Rollback(label, fn, args, kwargs, retry))
 
-    def _wait(self, name: str, timeout: float | timedelta | None) -> Coroutine[Any, Any, Any]:
+    def _wait(
+        self, name: str, timeout: float | timedelta | None, kind: Any = None
+    ) -> Coroutine[Any, Any, Any]:
         validate_name("signal", name)
         seconds = arguments.optional_seconds("signal timeout", timeout)
-        return waits.wait_for_signal(self._execution, name, seconds)
+        return waits.wait_for_signal(self._execution, name, seconds, typed.of(kind))
 
     def _publish(
         self, kind: str, key: str, value: Any, closed: bool = False
@@ -244,14 +246,26 @@ class Context(_Base):
         """Wait durably until the timezone-aware datetime ``when``."""
         await self._sleep_until(when)
 
-    async def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any:
+    @overload
+    async def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any: ...
+
+    @overload
+    async def wait_for_signal(
+        self, name: str, timeout: float | timedelta | None = None, *, type: type[T]
+    ) -> T: ...
+
+    async def wait_for_signal(
+        self, name: str, timeout: float | timedelta | None = None, *, type: Any = None
+    ) -> Any:
         """Wait durably for the next signal ``name``; return its payload.
 
         Signals sent before the run gets here are kept and delivered in order,
         one per wait. After ``timeout`` (seconds or timedelta; None waits
-        forever) raises :class:`~perdure.SignalTimeout`.
+        forever) raises :class:`~perdure.SignalTimeout`. With ``type`` (a
+        Pydantic model, a dataclass, ``list[Model]``...) the payload is
+        rebuilt as that type (InvalidPayload if it does not fit).
         """
-        return await self._wait(name, timeout)
+        return await self._wait(name, timeout, type)
 
     async def set_event(self, key: str, value: Any) -> None:
         """Publish ``value`` under ``key`` for ``app.get_event(run_id, key)`` to read."""
@@ -416,9 +430,19 @@ class SyncContext(_Base):
         """Wait durably until ``when``; see :meth:`Context.sleep_until`."""
         self._block(self._sleep_until(when))
 
-    def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any:
+    @overload
+    def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any: ...
+
+    @overload
+    def wait_for_signal(
+        self, name: str, timeout: float | timedelta | None = None, *, type: type[T]
+    ) -> T: ...
+
+    def wait_for_signal(
+        self, name: str, timeout: float | timedelta | None = None, *, type: Any = None
+    ) -> Any:
         """Wait durably for signal ``name``; see :meth:`Context.wait_for_signal`."""
-        return self._block(self._wait(name, timeout))
+        return self._block(self._wait(name, timeout, type))
 
     def set_event(self, key: str, value: Any) -> None:
         """Publish an event; see :meth:`Context.set_event`."""

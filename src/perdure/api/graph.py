@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from perdure.api.registry import validate_identity
-from perdure.engine import arguments
+from perdure.engine import arguments, typed
 from perdure.engine.arguments import validate_name
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_policy
 from perdure.errors import ConfigurationError, WorkflowDefinitionError
@@ -253,12 +253,39 @@ class Graph:
         return self._ordered
 
     def step_input(self, step: Any, outputs: dict[int, Any], run_input: Any) -> Any:
-        """What ``step`` receives: the run input, its one dependency's output, or a dict."""
+        """What ``step`` receives: the run input, its one dependency's output, or a dict.
+
+        Each value is rebuilt as its annotation declares: the run input as the
+        step's input parameter, an output as its step's return annotation.
+        """
         if not step.depends_on:
-            return run_input
+            return typed.param_hint(step.fn, 1).rebuild(run_input, f"the input of {self.name!r}")
         if len(step.depends_on) == 1:
-            return outputs.get(step.depends_on[0])
-        return {self.steps[d].name: outputs[d] for d in step.depends_on if d in outputs}
+            return self._output(step.depends_on[0], outputs)
+        return {
+            self.steps[d].name: self._output(d, outputs) for d in step.depends_on if d in outputs
+        }
+
+    def _output(self, position: int, outputs: dict[int, Any]) -> Any:
+        return _rebuilt(self.steps[position], outputs[position]) if position in outputs else None
+
+    def check_input(self, value: Any) -> Any:
+        """``value`` validated against each first step's input annotation (InvalidPayload)."""
+        for step in self.steps:
+            hint = typed.param_hint(step.fn, 1)
+            if not step.depends_on and hint.typed:
+                value = hint.rebuild(value, f"the input of graph {self.name!r}")
+        return value
+
+    def rebuild_result(self, output: Any) -> Any:
+        """The run's result (the last steps' outputs by name), each value rebuilt."""
+        if not isinstance(output, dict):
+            return output
+        steps = {step.name: step for step in self.steps}
+        return {
+            name: _rebuilt(steps[name], value) if name in steps else value
+            for name, value in output.items()
+        }
 
     def sinks(self) -> list[GraphStep]:
         """The steps nothing depends on: the run's output is theirs, by name."""
@@ -285,6 +312,11 @@ class Graph:
     async def invoke(self, execution: Any, input: Any) -> Any:
         """Graph runs are executed step by step by the engine, never invoked whole."""
         raise WorkflowDefinitionError(f"graph {self.name!r} cannot be invoked as a function")
+
+
+def _rebuilt(step: GraphStep, value: Any) -> Any:
+    """A step's recorded output as its function's return annotation declares it."""
+    return typed.return_hint(step.fn).rebuild(value, f"the output of step {step.name!r}")
 
 
 def _takes_two(fn: Any) -> bool:

@@ -8,13 +8,17 @@ import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from perdure.api.filters import RunFilter
 from perdure.api.portal import Portal
 from perdure.api.start_options import tags_json
 from perdure.engine import arguments
-from perdure.errors import ConfigurationError, ResultTimeout, RunCancelled, RunFailed, RunNotFound
+from perdure.errors import ResultTimeout, RunCancelled, RunFailed, RunNotFound
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.types import HistoryEvent, Run, RunStatus, Step, WorkerInfo, WorkflowInfo
+
+if TYPE_CHECKING:
+    from perdure.api.registry import Registry
 
 T = TypeVar("T")
 
@@ -25,6 +29,7 @@ class ReadingMixin:
     if TYPE_CHECKING:
         _portal: Portal
         q: Statements
+        registry: Registry
 
         async def _run(self, stmt: Statement[T]) -> T: ...
 
@@ -68,30 +73,16 @@ class ReadingMixin:
 
         ``tags`` keeps the runs whose tags include every given pair.
         """
-        if status is not None:
-            try:
-                status = RunStatus(status).value
-            except ValueError:
-                known = ", ".join(s.value for s in RunStatus)
-                raise ConfigurationError(f"status must be one of {known}, not {status!r}") from None
-        workflow = arguments.optional_text("workflow", workflow, max_length=128)
-        arguments.timestamp("since", since)
-        arguments.timestamp("before", before)
+        found = RunFilter(
+            status=status, workflow=workflow, since=since, before=before, parent=parent
+        ).checked()
         arguments.integer("limit", limit, minimum=1, maximum=10_000)
-        if parent is not None:
-            try:
-                parent = str(uuid.UUID(str(parent)))
-            except ValueError:
-                raise ConfigurationError(f"parent must be a run id, not {parent!r}") from None
         return self._portal.call(
             self._run(
                 self.q.run_list(
-                    status=status,
-                    workflow=workflow,
-                    since=since,
-                    before=before,
+                    status=None if found.status is None else str(found.status),
                     limit=limit,
-                    parent=parent,
+                    **found.params(),
                     tags_json=tags_json("tags", tags),
                 )
             )
@@ -132,7 +123,9 @@ class ReadingMixin:
                 raise RunNotFound(run_id)
             status = RunStatus(row["status"])
             if status == RunStatus.COMPLETED:
-                return row["output"]
+                # The workflow's code, when this App has it, rebuilds a typed result.
+                local = self.registry.get(row["workflow"], row["version"])
+                return row["output"] if local is None else local.rebuild_result(row["output"])
             if status.is_failure:
                 raise RunFailed(run_id, row["error"], status.value)
             if status == RunStatus.CANCELLED:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from perdure.api.context import Context, SyncContext
+from perdure.engine import typed
 from perdure.engine.arguments import INT32_MAX, validate_name
 from perdure.engine.executor import Execution
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
@@ -47,6 +48,9 @@ class WorkflowDef:
             )
         self.takes_input = len(positional) == 2
         self.is_async = inspect.iscoroutinefunction(self.fn)
+        #: The input and result annotations: a model or dataclass is rebuilt from JSON.
+        self.input_hint = typed.param_hint(self.fn, 1) if self.takes_input else typed.UNTYPED
+        self.result_hint = typed.return_hint(self.fn)
 
     @property
     def fingerprint(self) -> str:
@@ -64,9 +68,18 @@ class WorkflowDef:
         """What the workflow registry records of a function workflow."""
         return {"takes_input": self.takes_input, "async": self.is_async}
 
+    def check_input(self, value: Any) -> Any:
+        """``value`` as the workflow's input annotation declares it (InvalidPayload if not)."""
+        return self.input_hint.rebuild(value, f"the input of workflow {self.name!r}")
+
+    def rebuild_result(self, output: Any) -> Any:
+        """A recorded result as the workflow's return annotation declares it."""
+        return self.result_hint.rebuild(output, f"the result of workflow {self.name!r}")
+
     async def invoke(self, execution: Execution, input: Any) -> Any:
-        """Run the workflow body: on the loop if async, else on a worker thread."""
-        args: tuple[Any, ...] = (input,) if self.takes_input else ()
+        """Run the workflow body (on the loop if async, else on a worker thread) with
+        ``input`` rebuilt as its annotation declares."""
+        args: tuple[Any, ...] = (self.check_input(input),) if self.takes_input else ()
         if self.is_async:
             return await self.fn(Context(execution), *args)
         loop = asyncio.get_running_loop()
@@ -92,6 +105,12 @@ class Definition(Protocol):
 
     def definition(self) -> dict[str, Any]:
         """What the workflow registry table records of it."""
+
+    def check_input(self, value: Any) -> Any:
+        """``value`` validated against the declared input type (InvalidPayload if not)."""
+
+    def rebuild_result(self, output: Any) -> Any:
+        """A recorded result rebuilt as the declared result type."""
 
 
 class Registry:

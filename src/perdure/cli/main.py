@@ -90,6 +90,7 @@ def _register() -> None:
     from perdure.cli import (
         demo,
         embedded,
+        manage,
         migrate,
         queues,
         replay,
@@ -98,6 +99,8 @@ def _register() -> None:
         worker,
         workflows,
     )
+
+    manage.attach(runs.runs)
 
     for command in (
         demo.demo,

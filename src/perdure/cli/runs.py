@@ -1,4 +1,4 @@
-"""``perdure runs``: list, show, retry and cancel runs."""
+"""``perdure runs``: list, show, signal, pause and resume runs (see also cli.manage)."""
 
 from __future__ import annotations
 
@@ -197,6 +197,10 @@ def run_header(run: Run, unserved: set[tuple[str, int]] | None = None) -> Table:
         rows.append(("waiting for", render.text(render.dumps(run.waiting_for))))
     if run.parent_run_id:
         rows.append(("parent", render.text(run.parent_run_id)))
+    if run.restarted_from:
+        rows.append(("restarted from", render.text(run.restarted_from)))
+    if run.forked_from:
+        rows.append(("forked from", render.text(f"{run.forked_from} at {run.fork_step!r}")))
     rows += [
         ("created", render.text(render.format_time(run.created_at))),
         ("started", render.text(render.format_time(run.started_at))),
@@ -284,23 +288,8 @@ def history_detail(detail: dict[str, Any] | None) -> str | None:
     return render.compact(detail)
 
 
-@runs.command("retry")
-@click.argument("ref", metavar="ID_OR_KEY")
-@click.pass_obj
-def retry(state: CliState, ref: str) -> None:
-    """Queue a failed or cancelled run again; it resumes at the step that failed."""
-    with state.app() as app:
-        handle = app.retry(ref)
-    click.echo(f"run {handle.id} queued again; it resumes at its failed step")
-
-
-@runs.command("cancel")
-@click.argument("ref", metavar="ID_OR_KEY")
-@click.option("--reason", default=None, help="Why, recorded in the run's history.")
-@click.pass_obj
-def cancel(state: CliState, ref: str, reason: str | None) -> None:
-    """Cancel an unfinished run (cancelling a cancelled run again changes nothing)."""
-    _steer(state, "cancel", ref, *(() if reason is None else (reason,)))
+# `runs cancel`, `runs retry` (one run or by filter), `runs restart` and
+# `runs fork` live in perdure.cli.manage.
 
 
 def _steer(state: CliState, operation: str, ref: str, *args: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from psycopg_pool import ConnectionPool
 
-from perdure.engine import faults, serialization
+from perdure.engine import faults, serialization, typed
 from perdure.engine.control import Abandon, Snooze, Suspend
 from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from perdure.errors import (
@@ -53,6 +53,9 @@ class WorkflowSpec(Protocol):
 
     async def invoke(self, execution: Execution, input: Any) -> Any:
         """Run the workflow body for ``execution`` with ``input``."""
+
+    def rebuild_result(self, output: Any) -> Any:
+        """A decoded result as the workflow declares it; InvalidPayload if it does not fit."""
 
 
 @dataclass
@@ -117,6 +120,20 @@ class Rollback:
 
 class _LeaseGone(Exception):
     """Raised inside a transaction step to roll it back when the fence fails."""
+
+
+@dataclass(frozen=True)
+class _Output:
+    """How a transaction step records its output: encode and rebuild it, then checkpoint it."""
+
+    what: str
+    rebuild: Callable[[Any], Any]
+    checkpoint: Callable[[str], Any]
+
+    def encode(self, result: Any, max_bytes: int) -> tuple[str, Any]:
+        """The output's JSON text and the value the workflow receives (its declared type)."""
+        text, decoded = serialization.roundtrip(result, self.what, max_bytes)
+        return text, self.rebuild(decoded)
 
 
 @dataclass
@@ -231,6 +248,7 @@ class Execution:
         retry: RetryPolicy | None,
         body: Callable[[_Attempt], Awaitable[tuple[str | None, Any]]],
         reserved: tuple[int, Step | None] | None = None,
+        rebuild: Callable[[Any], Any] | None = None,
     ) -> Any:
         """Replay step ``name`` from its checkpoint, or run ``body`` and record it.
 
@@ -238,6 +256,8 @@ class Execution:
         the body wrote its checkpoint itself (a transaction step). A failure of
         the body is the step's failure; a failure to checkpoint is not.
         ``reserved`` is the position (and checkpoint) a gather already took.
+        ``rebuild`` turns a recorded output into the step's declared type on
+        replay; ``body`` applies it itself, before its checkpoint.
         """
         if reserved is None:
             await self.gate()
@@ -245,7 +265,8 @@ class Execution:
         else:
             position, recorded = reserved
         if recorded is not None and recorded.status not in _UNFINISHED:
-            return self._replayed(recorded)
+            replayed = self._replayed(recorded)
+            return replayed if rebuild is None else rebuild(replayed)
         if position != self.branch_position:
             self.end_of_history()
         attempt = _Attempt(
@@ -288,8 +309,15 @@ class Execution:
         *,
         kind: str = "step",
         reserved: tuple[int, Step | None] | None = None,
+        returns: typed.Hint | None = None,
     ) -> Any:
-        """Run a plain step once per run (at least once across crashes)."""
+        """Run a plain step once per run (at least once across crashes).
+
+        Its output is rebuilt as ``returns`` (default: ``fn``'s return
+        annotation) declares, the first time as on every replay.
+        """
+        what = f"the output of step {name!r}"
+        rebuild = functools.partial((returns or typed.return_hint(fn)).rebuild, what=what)
 
         async def body(attempt: _Attempt) -> tuple[str | None, Any]:
             if timeout is None:
@@ -301,11 +329,10 @@ class Execution:
                     raise StepTimeout(name, timeout) from None
             if isinstance(result, Snooze):
                 raise result
-            return serialization.roundtrip(
-                result, f"the output of step {name!r}", self.env.max_payload_bytes
-            )
+            text, decoded = serialization.roundtrip(result, what, self.env.max_payload_bytes)
+            return text, rebuild(decoded)
 
-        return await self._run_step(name, kind, retry, body, reserved)
+        return await self._run_step(name, kind, retry, body, reserved, rebuild)
 
     async def transaction(
         self,
@@ -317,35 +344,36 @@ class Execution:
     ) -> Any:
         """Run ``fn(conn, ...)`` and write its checkpoint in one database transaction."""
         what = f"the output of transaction step {name!r}"
+        rebuild = functools.partial(typed.return_hint(fn).rebuild, what=what)
 
         async def body(attempt: _Attempt) -> tuple[str | None, Any]:
             checkpoint = functools.partial(self._checkpoint_statement, attempt, "completed")
+            output = _Output(what, rebuild, checkpoint)
             if inspect.iscoroutinefunction(fn):
-                decoded = await self._transaction_async(fn, args, kwargs, what, checkpoint)
+                decoded = await self._transaction_async(fn, args, kwargs, output)
             else:
                 decoded = await self.loop.run_in_executor(
                     self.env.threads,
-                    functools.partial(self._transaction_sync, fn, args, kwargs, what, checkpoint),
+                    functools.partial(self._transaction_sync, fn, args, kwargs, output),
                 )
             return None, decoded
 
-        return await self._run_step(name, "transaction", retry, body)
+        return await self._run_step(name, "transaction", retry, body, rebuild=rebuild)
 
     async def _transaction_async(
         self,
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        what: str,
-        checkpoint: Callable[[str], Any],
+        output: _Output,
     ) -> Any:
         q = self.env.store.q
         async with self.env.store.transaction() as conn:
             if not await execute_async(conn, q.task_lock_fenced(self.task.fence)):
                 raise _LeaseGone()
             result = await fn(conn, *args, **kwargs)
-            text, decoded = serialization.roundtrip(result, what, self.env.max_payload_bytes)
-            leased, written, run_status = await execute_async(conn, checkpoint(text))
+            text, decoded = output.encode(result, self.env.max_payload_bytes)
+            leased, written, run_status = await execute_async(conn, output.checkpoint(text))
             self.run_status = run_status or self.run_status
             if not (leased and written):
                 raise _LeaseGone()
@@ -356,8 +384,7 @@ class Execution:
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        what: str,
-        checkpoint: Callable[[str], Any],
+        output: _Output,
     ) -> Any:
         q = self.env.store.q
         pool = self.env.get_sync_pool()
@@ -365,8 +392,8 @@ class Execution:
             if not execute_sync(conn, q.task_lock_fenced(self.task.fence)):
                 raise _LeaseGone()
             result = fn(conn, *args, **kwargs)
-            text, decoded = serialization.roundtrip(result, what, self.env.max_payload_bytes)
-            leased, written, run_status = execute_sync(conn, checkpoint(text))
+            text, decoded = output.encode(result, self.env.max_payload_bytes)
+            leased, written, run_status = execute_sync(conn, output.checkpoint(text))
             self.run_status = run_status or self.run_status
             if not (leased and written):
                 raise _LeaseGone()

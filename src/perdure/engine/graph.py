@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from perdure.engine import serialization
+from perdure.engine import serialization, typed
 from perdure.engine.control import Suspend
 from perdure.engine.executor import Execution, ExecutionEnv
 from perdure.engine.outcome import STOPS, stopped
@@ -129,7 +129,9 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
     env.emit("branch_executing", run_id=task.run_id, step=task.step_name)
     if position >= n:
         name, kind, fn = f"compensate:{step.name}", "compensation", step.compensate
-        value = rows[step.position].output
+        value = typed.return_hint(step.fn).rebuild(
+            rows[step.position].output, f"the output of step {step.name!r}"
+        )
     else:
         outputs = {p: r.output for p, r in rows.items() if r.status == StepStatus.COMPLETED}
         name, kind, fn = step.name, "step", step.fn
@@ -151,7 +153,15 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
 
     try:
         await ex.step(
-            name, body, (), {}, step.retry, step.timeout, kind=kind, reserved=(position, recorded)
+            name,
+            body,
+            (),
+            {},
+            step.retry,
+            step.timeout,
+            kind=kind,
+            reserved=(position, recorded),
+            returns=typed.return_hint(fn),
         )
     except StepFailed:
         return "branch_failed"

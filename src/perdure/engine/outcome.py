@@ -115,9 +115,10 @@ async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> s
         # again, but its compensations must still finish.
         return await _compensate(execution, None)
     try:
-        text = serialization.dumps(
+        text, decoded = serialization.roundtrip(
             output, f"the result of workflow {spec.name!r}", env.max_payload_bytes
         )
+        spec.rebuild_result(decoded)  # refuse a result that does not fit its declared type
     except SerializationError as exc:
         return await _fail(task, env, exc)
     leased, changed = await store.execute(q.run_complete(fence, text))

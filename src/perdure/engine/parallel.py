@@ -25,6 +25,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
+from perdure.engine import typed
 from perdure.engine.control import Suspend
 from perdure.engine.executor import BranchDone, Execution, _Attempt
 from perdure.engine.retry import RetryPolicy
@@ -162,15 +163,18 @@ async def gather(
             await ex._checkpoint(attempt, "completed", json.dumps({"failed": first.position}), None)
         ex._replayed(failures[0])
     if not pending:
-        return [_outcome(ex, r) for r in records if r is not None]
+        return [
+            _outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
+        ]
     ex.end_of_history()
     await _park(ex, pending, gather_start)
     raise AssertionError("unreachable")
 
 
-def _outcome(ex: Execution, recorded: Step) -> Any:
+def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
+    """A parallel step's result: its output (rebuilt as its declared type) or its failure."""
     if recorded.status == StepStatus.COMPLETED:
-        return recorded.output
+        return typed.return_hint(call.fn).rebuild(recorded.output, f"the output of {call.name!r}")
     try:
         ex._replayed(recorded)
     except StepFailed as exc:

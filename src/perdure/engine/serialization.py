@@ -4,7 +4,9 @@ Inputs, step outputs and results are JSON values. A value is refused with a
 :class:`~perdure.errors.SerializationError` when JSON cannot hold it faithfully
 (NaN, non-string keys, arbitrary objects), when PostgreSQL's ``jsonb`` cannot
 (the NUL character, lone surrogates, integers of more than 4300 digits), or
-when it is over the size limit. Workflow code always sees the decoded JSON, on
+when it is over the size limit. Pydantic models and dataclasses are stored as
+the JSON they dump to (see :mod:`perdure.engine.typed`). Workflow code always
+sees the decoded JSON, or the type its annotations declare rebuilt from it, on
 the first execution as on replay, so a tuple becomes a list both times and
 never only after a crash.
 
@@ -23,6 +25,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from perdure.engine import typed
 from perdure.errors import SerializationError
 
 #: The default largest encoded payload, in bytes (configurable per App).
@@ -75,6 +78,10 @@ class _Encoding:
             # jsonb's key order: shorter keys first, then bytewise.
             pairs.sort(key=lambda pair: _jsonb_key(pair[0]))
             return dict(pairs)
+        dumped = typed.plain(value)
+        if dumped is not typed.NOT_TYPED:
+            # A Pydantic model or a dataclass is stored as the JSON it dumps to.
+            return self.value(dumped, depth + 1)
         kind = type(value)
         raise SerializationError(
             self.what, f"a value of type {kind.__module__}.{kind.__qualname__} is not JSON"

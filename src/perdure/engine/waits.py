@@ -13,7 +13,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import serialization
+from perdure.engine import serialization, typed
 from perdure.engine.control import Suspend
 from perdure.engine.executor import Execution, _Attempt
 from perdure.errors import SignalTimeout
@@ -81,8 +81,16 @@ async def sleep(
     raise Suspend()
 
 
-async def wait_for_signal(ex: Execution, name: str, timeout: float | None) -> Any:
-    """Return the payload of the next signal ``name``; SignalTimeout after ``timeout`` s."""
+async def wait_for_signal(
+    ex: Execution, name: str, timeout: float | None, hint: typed.Hint = typed.UNTYPED
+) -> Any:
+    """Return the payload of the next signal ``name`` (rebuilt as ``hint`` declares);
+    SignalTimeout after ``timeout`` s."""
+    payload = await _signal_payload(ex, name, timeout)
+    return hint.rebuild(payload, f"the payload of signal {name!r}")
+
+
+async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> Any:
     await ex.gate()
     step_name = f"signal:{name}"
     position, recorded = ex._next(step_name, "signal")

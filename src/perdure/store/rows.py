@@ -112,7 +112,15 @@ def run(r: Row) -> Run:
         partition_key=r.get("partition_key"),
         dedup_key=r.get("dedup_key"),
         tags=r.get("tags"),
+        restarted_from=_text(r.get("restarted_from")),
+        forked_from=_text(r.get("forked_from")),
+        fork_step=r.get("fork_step"),
     )
+
+
+def _text(value: Any) -> str | None:
+    """A uuid (or other) column as text; None stays None."""
+    return None if value is None else str(value)
 
 
 def step(r: Row) -> Step:

@@ -19,6 +19,7 @@ from psycopg import sql
 from perdure.clock import Clock
 from perdure.errors import ConfigurationError
 from perdure.store import rows
+from perdure.store.manage_statements import ManageStatements
 from perdure.store.parallel_statements import ParallelStatements
 from perdure.store.queries import render
 from perdure.store.queue_statements import QueueStatements
@@ -51,7 +52,7 @@ def validate_schema(name: object) -> str:
     return name
 
 
-class Statements(ParallelStatements, QueueStatements, ScheduleStatements):
+class Statements(ParallelStatements, QueueStatements, ScheduleStatements, ManageStatements):
     """Builds every statement perdure issues, for one schema and one clock."""
 
     def __init__(self, schema: str, clock: Clock) -> None:
@@ -207,13 +208,29 @@ class Statements(ParallelStatements, QueueStatements, ScheduleStatements):
         """Stream values after ``after``, with the run's status on every row."""
         return self._stmt("stream_read", lambda found: found, run_id=run_id, key=key, after=after)
 
-    def run_retry(self, run_id: str) -> Statement[bool]:
-        """Queue a failed or cancelled run again; False if it was in neither state."""
-        return self._stmt("run_retry", lambda found: bool(found), run_id=run_id)
+    def run_retry(
+        self, run_ids: Sequence[str], statuses: Sequence[str] | None = None
+    ) -> Statement[list[str]]:
+        """Queue failed or cancelled runs again (those in ``statuses``); the ids revived."""
+        return self._stmt(
+            "run_retry",
+            lambda found: [str(r["id"]) for r in found],
+            run_ids=list(run_ids),
+            statuses=None if statuses is None else list(statuses),
+        )
 
-    def run_cancel(self, run_id: str, reason: str) -> Statement[Row | None]:
-        """Cancel an unfinished run; the row tells the previous status."""
-        return self._stmt("run_cancel", _first(dict), run_id=run_id, reason=reason)
+    def run_cancel(
+        self, run_ids: Sequence[str], reason: str, statuses: Sequence[str] | None = None
+    ) -> Statement[list[Row]]:
+        """Cancel unfinished runs (those in ``statuses``); a row per run found:
+        its ``id``, ``previous_status`` and whether it ``changed``."""
+        return self._stmt(
+            "run_cancel",
+            lambda found: found,
+            run_ids=list(run_ids),
+            reason=reason,
+            statuses=None if statuses is None else list(statuses),
+        )
 
     # Tasks ------------------------------------------------------------------
 

@@ -93,8 +93,9 @@ SELECT * FROM {schema}.runs WHERE id = %(run_id)s;
 SELECT * FROM {schema}.runs WHERE key = %(key)s;
 
 -- name: run_status
--- The fields a waiting caller polls: status, output and error of one run.
-SELECT status, output, error FROM {schema}.runs WHERE id = %(run_id)s;
+-- The fields a waiting caller polls: status, output and error of one run,
+-- with its workflow and version (whose code rebuilds a typed result).
+SELECT status, output, error, workflow, version FROM {schema}.runs WHERE id = %(run_id)s;
 
 -- name: run_list
 -- Runs newest first, filtered; each filter is skipped when its parameter is
@@ -197,20 +198,29 @@ WITH lease AS (
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM marked) AS changed;
 
 -- name: run_retry
--- Revive a failed or cancelled run: it is queued again with a fresh task, and
--- the checkpoints of steps that did not complete are cleared so they run
--- again with fresh attempts. Completed steps stay memoized, so the run resumes
--- at the step that failed. A run whose compensation failed resumes its
--- compensations instead: only the failed compensation steps are cleared, and
--- the step that failed the run stays failed.
-WITH revived AS (
+-- Revive failed or cancelled runs (%(run_ids)s; app.retry passes one, a bulk
+-- retry a batch): each is queued again with a fresh task, and the checkpoints
+-- of steps that did not complete are cleared so they run again with fresh
+-- attempts. Completed steps stay memoized, so the run resumes at the step
+-- that failed. A run whose compensation failed resumes its compensations
+-- instead: only the failed compensation steps are cleared, and the step that
+-- failed the run stays failed. %(statuses)s, when not NULL, narrows the
+-- statuses revived (a bulk retry's filter, checked again under the row lock).
+-- Rows are locked in id order, so two batches never deadlock. The statuses
+-- are tested on the locked rows (o), not on runs (r): a test on r invites the
+-- planner to scan runs by status and join the batch to every row it finds.
+WITH o AS MATERIALIZED (
+    SELECT id, status AS previous FROM {schema}.runs
+    WHERE id IN (SELECT unnest(%(run_ids)s::uuid[])) ORDER BY id FOR UPDATE
+), revived AS (
     UPDATE {schema}.runs r
-    SET status = CASE WHEN r.status = 'compensation_failed' THEN 'compensating'
+    SET status = CASE WHEN o.previous = 'compensation_failed' THEN 'compensating'
                       ELSE 'queued' END,
         output = NULL, completed_at = NULL, updated_at = {now},
-        error = CASE WHEN r.status = 'compensation_failed' THEN r.error END
-    FROM (SELECT id, status AS previous FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE) o
-    WHERE r.id = o.id AND r.status IN ('failed', 'cancelled', 'compensation_failed')
+        error = CASE WHEN o.previous = 'compensation_failed' THEN r.error END
+    FROM o
+    WHERE r.id = o.id AND o.previous IN ('failed', 'cancelled', 'compensation_failed')
+      AND (%(statuses)s::text[] IS NULL OR o.previous = ANY(%(statuses)s::text[]))
     RETURNING r.id, r.workflow, r.version, r.queue, r.priority, r.partition_key, o.previous
 ), cleared AS (
     DELETE FROM {schema}.steps s USING revived
@@ -219,7 +229,7 @@ WITH revived AS (
                THEN s.kind = 'compensation' AND s.status <> 'completed'
                -- a gather's fail-fast choice goes with the failure it chose
                ELSE s.status <> 'completed' OR s.kind = 'gather' END
-    RETURNING s.position
+    RETURNING s.run_id, s.position
 ), task AS (
     INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, priority, partition_key,
                                 status, available_at, created_at)
@@ -228,21 +238,26 @@ WITH revived AS (
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, detail)
     SELECT id, {now}, 'run_retried',
-           jsonb_build_object('cleared_steps', (SELECT count(*) FROM cleared),
+           jsonb_build_object('cleared_steps',
+                              (SELECT count(*) FROM cleared c WHERE c.run_id = revived.id),
                               'previous_status', previous)
     FROM revived
 )
 SELECT id FROM revived;
 
 -- name: run_cancel
--- Cancel a run that has not finished. Its waiting or queued task is deleted;
--- a task a worker holds is left to that worker, which sees the cancellation
--- at its next ctx call (a step in flight finishes, its successor never
--- starts). SKIP LOCKED: a task being claimed this instant is let go by its
--- claimer once this commits. Returns the status before the call, so
--- cancelling twice is recognised as a no-op.
+-- Cancel runs that have not finished (%(run_ids)s; app.cancel passes one, a
+-- bulk cancel a batch). Their waiting or queued tasks are deleted; a task a
+-- worker holds is left to that worker, which sees the cancellation at its
+-- next ctx call (a step in flight finishes, its successor never starts).
+-- SKIP LOCKED: a task being claimed this instant is let go by its claimer
+-- once this commits. %(statuses)s, when not NULL, narrows the statuses
+-- cancelled (a bulk cancel's filter, checked again under the row lock). Rows
+-- are locked in id order, so two batches never deadlock. Returns each run's
+-- status before the call, so cancelling twice is recognised as a no-op.
 WITH target AS (
-    SELECT id, status FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE
+    SELECT id, status FROM {schema}.runs
+    WHERE id IN (SELECT unnest(%(run_ids)s::uuid[])) ORDER BY id FOR UPDATE
 ), cancelled AS (
     UPDATE {schema}.runs r
     SET status = 'cancelled', completed_at = {now}, updated_at = {now}, waiting_for = NULL,
@@ -252,6 +267,7 @@ WITH target AS (
     WHERE r.id = target.id
       AND target.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
                                 'compensation_failed')
+      AND (%(statuses)s::text[] IS NULL OR target.status = ANY(%(statuses)s::text[]))
     RETURNING r.id
 ), dropped AS (
     DELETE FROM {schema}.tasks
@@ -263,7 +279,8 @@ WITH target AS (
     SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', %(reason)s::text)
     FROM cancelled
 )
-SELECT target.status AS previous_status, (SELECT count(*) FROM cancelled) AS changed
+SELECT target.id, target.status AS previous_status,
+       EXISTS (SELECT 1 FROM cancelled c WHERE c.id = target.id) AS changed
 FROM target;
 
 -- name: run_pause

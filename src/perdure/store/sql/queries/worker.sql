@@ -42,7 +42,7 @@ SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, definition = EXCLUDED.definiti
 
 -- name: workflow_lookup
 -- The registered definition of a workflow: the given version, or the newest.
-SELECT name, version, queue, kind
+SELECT name, version, queue, kind, definition
 FROM {schema}.workflows
 WHERE name = %(name)s AND (%(version)s::integer IS NULL OR version = %(version)s)
 ORDER BY version DESC

@@ -1,0 +1,89 @@
+"""RunFilter: which runs a listing or a bulk operation is about.
+
+One object carries the criteria of ``app.list_runs``, ``app.cancel_runs`` and
+``app.retry_runs`` (and the CLI and dashboard that call them), so a criterion
+added here (with its SQL in ``run_list`` and ``run_select``) reaches every one
+of them. Each criterion left None matches every run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from datetime import datetime
+from typing import Any
+
+from perdure.engine import arguments
+from perdure.errors import ConfigurationError
+from perdure.types import RunStatus
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Criteria on runs; every one given must hold (None: any).
+
+    ``status``: one run status. ``workflow``: a workflow name. ``since`` /
+    ``before``: created at or after / strictly before (aware datetimes).
+    ``parent``: the child runs of this run id. ``runs``: only these run ids
+    (the CLI acts on exactly the runs its preview showed this way).
+    """
+
+    status: RunStatus | str | None = None
+    workflow: str | None = None
+    since: datetime | None = None
+    before: datetime | None = None
+    parent: str | None = None
+    runs: tuple[str, ...] | None = None
+
+    def checked(self) -> RunFilter:
+        """This filter with each criterion validated and normalised; ConfigurationError if bad."""
+        status: str | None = None
+        if self.status is not None:
+            try:
+                status = RunStatus(self.status).value
+            except ValueError:
+                known = ", ".join(s.value for s in RunStatus)
+                raise ConfigurationError(
+                    f"status must be one of {known}, not {self.status!r}"
+                ) from None
+        arguments.timestamp("since", self.since)
+        arguments.timestamp("before", self.before)
+        parent = None if self.parent is None else _run_id("parent", self.parent)
+        runs = None
+        if self.runs is not None:
+            if isinstance(self.runs, str) or not isinstance(self.runs, Iterable):
+                raise ConfigurationError(f"runs must be a list of run ids, not {self.runs!r}")
+            runs = tuple(_run_id("each of runs", ref) for ref in self.runs)
+        return replace(
+            self,
+            status=status,
+            workflow=arguments.optional_text("workflow", self.workflow, max_length=128),
+            parent=parent,
+            runs=runs,
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no criterion is set: the filter matches every run."""
+        return all(getattr(self, f.name) is None for f in fields(self))
+
+    def params(self) -> dict[str, Any]:
+        """The criteria that ``run_list`` and ``run_select`` share, as query parameters."""
+        return {
+            "workflow": self.workflow,
+            "since": self.since,
+            "before": self.before,
+            "parent": self.parent,
+        }
+
+    def statuses(self, allowed: Iterable[RunStatus]) -> list[str]:
+        """The statuses in ``allowed`` that this filter's ``status`` admits."""
+        return [s.value for s in allowed if self.status is None or s.value == self.status]
+
+
+def _run_id(what: str, value: object) -> str:
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise ConfigurationError(f"{what} must be a run id, not {value!r}") from None
