@@ -10,6 +10,7 @@ from perdure.api.app import App
 from perdure.api.context import ChildRun, Context, SyncChildRun, SyncContext
 from perdure.api.graph import Graph, GraphStep
 from perdure.api.handle import RunHandle
+from perdure.api.reading import RunFilters
 from perdure.clock import Clock, VirtualClock
 from perdure.engine.control import Snooze
 from perdure.engine.graph import StepContext
@@ -67,6 +68,7 @@ __all__ = [
     "Run",
     "RunCancelled",
     "RunFailed",
+    "RunFilters",
     "RunHandle",
     "RunKeyConflict",
     "RunNotFound",

@@ -21,6 +21,7 @@ from perdure.errors import ConfigurationError
 from perdure.store import rows
 from perdure.store.parallel_statements import ParallelStatements
 from perdure.store.queries import render
+from perdure.store.reading_statements import ReadingStatements
 from perdure.store.rows import ClaimedTask, Fence, StartResult
 from perdure.store.statement import Row, Statement
 from perdure.store.statement import count as _count
@@ -49,7 +50,7 @@ def validate_schema(name: object) -> str:
     return name
 
 
-class Statements(ParallelStatements):
+class Statements(ParallelStatements, ReadingStatements):
     """Builds every statement perdure issues, for one schema and one clock."""
 
     def __init__(self, schema: str, clock: Clock) -> None:
