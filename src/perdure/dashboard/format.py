@@ -91,12 +91,6 @@ def stamp(when: datetime | None) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
-def short_id(value: object) -> str:
-    """The first 8 characters of a run id (enough to tell runs apart on a page)."""
-    text = str(value or "")
-    return text[:8]
-
-
 def pretty(value: Any) -> str:
     """A JSON value indented for reading."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
@@ -122,7 +116,6 @@ FILTERS = {
     "compact": compact,
     "number": number,
     "pretty": pretty,
-    "short_id": short_id,
     "span": span,
     "stamp": stamp,
     "tone": tone,

@@ -139,7 +139,8 @@ def _step_lane(
         if failed_at is not None and step.started_at > failed_at:
             segments.append(_backoff(scale, failed_at, step.started_at))
         title = f"attempt {step.attempts} {status} · {fmt.between(step.started_at, end)}"
-        segments.append(scale.segment(step.started_at, end, "attempt", fmt.tone(status), title))
+        kind = "failed" if status in ("failed", "timed_out") else "attempt"
+        segments.append(scale.segment(step.started_at, end, kind, fmt.tone(status), title))
     attempts = f", {step.attempts} attempts" if step.attempts > 1 else ""
     return Lane(
         step.name,
