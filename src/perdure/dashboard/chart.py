@@ -103,6 +103,7 @@ def build(rows: list[dict[str, Any]], since: datetime, bucket: timedelta, now: d
     labels = [
         (index * slot, (since + bucket * index).strftime("%a %H:%M" if long_range else "%H:%M"))
         for index in range(0, count, step)
+        if count - index > step // 2  # no label squeezed against the right edge
     ]
     totals = {band: sum(s[band] for s in stacks) for band in BANDS}
     return Chart(rects, grid, labels, totals)
