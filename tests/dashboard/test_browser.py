@@ -7,6 +7,7 @@ under tests/artifacts/dashboard/ (ignored by git); the path is printed.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,8 @@ from dashboard.workload import SCRIPT, Flaky, Workload
 from perdure.dashboard import DashboardConfig
 from perdure.dashboard.server import BackgroundServer
 
-CHROMIUM = "/usr/bin/chromium"
+#: Debian's Chromium (apt-get install chromium; .ci/run installs it).
+CHROMIUM = os.environ.get("PERDURE_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -36,7 +38,11 @@ WAIT_MS = 30_000
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """Headless Chromium from Debian's package (no browser download)."""
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install chromium"
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install chromium`, as "
+            ".ci/run does) or point PERDURE_TEST_CHROMIUM at a Chromium binary"
+        )
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         yield launched
