@@ -91,6 +91,12 @@ def stamp(when: datetime | None) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
+def tail(value: object, keep: int = 12) -> str:
+    """The end of an id (a time-ordered id differs at its end): ``…49633e43b449``."""
+    text = str(value or "")
+    return text if len(text) <= keep else "…" + text[-keep:]
+
+
 def pretty(value: Any) -> str:
     """A JSON value indented for reading."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
@@ -118,5 +124,6 @@ FILTERS = {
     "pretty": pretty,
     "span": span,
     "stamp": stamp,
+    "tail": tail,
     "tone": tone,
 }

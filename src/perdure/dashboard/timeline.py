@@ -125,7 +125,16 @@ def _step_lane(
         failed_at = event.at
     status = step.status.value
     end = step.completed_at or now
-    if step.kind in _WAITS:
+    gate = next((e.at for e in events if e.event == "run_waiting"), None)
+    parked = False
+    if gate is not None and step.kind not in _WAITS:
+        # A graph step's approval gate: the wait for its signal, before it ran.
+        parked = step.started_at <= gate
+        opened = now if parked else step.started_at
+        segments.append(scale.segment(gate, opened, "wait", "waiting", "waiting for its signal"))
+    if parked:
+        pass
+    elif step.kind in _WAITS:
         what = "sleep" if step.kind == "sleep" else f"wait for {step.kind.replace('_', ' ')}"
         segments.append(
             scale.segment(step.started_at, end, "wait", "waiting", f"{what} · {status}")
