@@ -126,3 +126,30 @@ def test_timeline_draws_failed_attempts_backoffs_and_waits_apart() -> None:
     assert charge.detail == "step, 2 attempts"
     assert [s.kind for s in nap.segments] == ["wait"] and nap.segments[0].width == 50.0
     assert drawn.ticks[-1] == (100.0, "+20 s")
+
+
+def test_timeline_draws_a_graph_steps_approval_gate_as_a_wait() -> None:
+    run = Run(
+        "r2",
+        "g",
+        1,
+        "g",
+        None,
+        RunStatus.WAITING,
+        None,
+        None,
+        None,
+        None,
+        at(0),
+        at(1),
+        None,
+        at(5),
+    )
+    parked = Step(0, "publish", "step", StepStatus.WAITING, 0, None, None, None, at(2), None)
+    waiting = [HistoryEvent(1, at(3), "run_waiting", 0, "publish", 1, "w", {"signal": "ok"})]
+    (lane,) = timeline.build(run, [parked], waiting, at(10)).lanes[1:]
+    assert [(s.kind, s.start, s.width) for s in lane.segments] == [("wait", 30.0, 70.0)]
+    ran = Step(0, "publish", "step", StepStatus.COMPLETED, 1, "x", None, "w", at(8), at(9))
+    (lane,) = timeline.build(run, [ran], waiting, at(10)).lanes[1:]
+    assert [s.kind for s in lane.segments] == ["wait", "attempt"]
+    assert lane.segments[0].width == 50.0  # from the park at 3 s to the start at 8 s
