@@ -140,6 +140,14 @@ def test_held_tasks_and_queue_heads_show_what_is_held_and_what_waits(app: perdur
     assert app.held_tasks() == []
 
 
+def test_registered_workflows_lists_versions_without_counting_runs(app: perdure.App) -> None:
+    define(app)
+    app.start("echo", 1, version=1)
+    found = [(w.name, w.version, w.queue, w.counts) for w in app.registered_workflows()]
+    assert found == [("echo", 2, "echo", {}), ("echo", 1, "echo", {}), ("special", 1, "lane", {})]
+    assert {(w.name, w.version) for w in app.workflows()} == {(n, v) for n, v, _, _ in found}
+
+
 def test_events_lists_what_a_run_published(app: perdure.App) -> None:
     define(app)
     run = app.start("special", "x1")

@@ -209,6 +209,10 @@ class ReadingMixin:
         seconds = arguments.seconds("bucket_seconds", bucket_seconds, positive=True)
         return self._portal.call(self._run(self.q.run_activity(since, seconds)))
 
+    def registered_workflows(self) -> list[WorkflowInfo]:
+        """Registered workflow versions with their definitions, without run counts (cheap)."""
+        return self._portal.call(self._run(self.q.workflow_list_registered()))
+
     def held_tasks(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The tasks workers hold now: worker_id, run_id, kind, workflow, step_name, claimed_at."""
         arguments.integer("limit", limit, minimum=1, maximum=100_000)

@@ -124,7 +124,7 @@ class DashboardData:
 
     def filter_options(self) -> FilterOptions:
         """Workflow names, versions, queues and workers known to the database."""
-        flows = self.app.workflows()
+        flows = self.app.registered_workflows()
         return FilterOptions(
             workflows=sorted({w.name for w in flows}),
             versions=sorted({w.version for w in flows}),
@@ -160,7 +160,7 @@ class DashboardData:
         if run.parent_run_id is not None:
             parent = self.app.get_run(run.parent_run_id)
         definition: dict[str, Any] = {}
-        for info in self.app.workflows():
+        for info in self.app.registered_workflows():
             if info.name == run.workflow and info.version == run.version:
                 definition = info.definition if info.kind == "graph" else {}
         return RunView(

@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from perdure.dashboard import chart, dag, query, timeline
 from perdure.dashboard import format as fmt
-from perdure.dashboard.site import dashboard_of
+from perdure.dashboard.site import dashboard_of, is_fragment
 from perdure.errors import PerdureError, RunNotFound
 from perdure.types import RunStatus
 
@@ -57,7 +57,8 @@ def runs(request: Request) -> Response:
         "page": "runs",
         "q": asked,
         "result": page,
-        "options": board.data.filter_options(),
+        # The filter form is not part of a live refresh: skip its reads then.
+        "options": None if is_fragment(request) else board.data.filter_options(),
         "ranges": list(query.RANGES),
         "sizes": query.PAGE_SIZES,
         "statuses": [s.value for s in RunStatus],

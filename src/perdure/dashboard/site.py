@@ -39,7 +39,7 @@ class Dashboard:
         Sets a CSRF cookie when the browser has no valid one, and gives every
         template the token, the settings and what the library can do.
         """
-        fragment = request.headers.get(FRAGMENT_HEADER) == "1"
+        fragment = is_fragment(request)
         token = request.cookies.get(CSRF_COOKIE)
         fresh = not self.guard.csrf_signed(token)
         if fresh:
@@ -68,6 +68,11 @@ class Dashboard:
         if fresh and token is not None:
             set_cookie(request, response, CSRF_COOKIE, token)
         return response
+
+
+def is_fragment(request: Request) -> bool:
+    """Whether the request is a live refresh, which gets the page's live part only."""
+    return request.headers.get(FRAGMENT_HEADER) == "1"
 
 
 def set_cookie(request: HTTPConnection, response: Response, name: str, value: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from perdure.store import rows
 from perdure.store.statement import Row, Statement
-from perdure.types import Run
+from perdure.types import Run, WorkflowInfo
 
 T = TypeVar("T")
 
@@ -81,3 +81,9 @@ class ReadingStatements:
     def event_list(self, run_id: str) -> Statement[list[Row]]:
         """The events a run published, in the order it first set them."""
         return self._stmt("event_list", _all_rows, run_id=run_id)
+
+    def workflow_list_registered(self) -> Statement[list[WorkflowInfo]]:
+        """Every registered workflow version with its definition (counts left empty)."""
+        return self._stmt(
+            "workflow_list_registered", lambda found: [rows.workflow(r) for r in found]
+        )

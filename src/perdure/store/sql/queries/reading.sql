@@ -82,3 +82,12 @@ SELECT key, value, position, updated_at
 FROM {schema}.events
 WHERE run_id = %(run_id)s
 ORDER BY position;
+
+-- name: workflow_list_registered
+-- Every registered workflow version with its definition, without run counts:
+-- what the dashboard's filters and run pages need, at the cost of the
+-- registry table alone (workflow_list counts runs too).
+SELECT w.name, w.version, w.queue, w.kind, w.updated_at, w.definition, w.fingerprint,
+       '{}'::jsonb AS counts
+FROM {schema}.workflows w
+ORDER BY w.name, w.version DESC;
