@@ -192,7 +192,10 @@ def test_headers_forbid_inline_scripts_and_framing(make_client: MakeClient) -> N
 def test_a_foreign_host_header_is_refused_without_a_token(make_client: MakeClient) -> None:
     client = make_client()
     assert client.get("/", headers={"host": "evil.example"}).status_code == 400
-    assert client.get("/", headers={"host": "localhost:8080"}).status_code == 200
+    assert client.get("/", headers={"host": "evil.example:8080"}).status_code == 400
+    assert client.get("/", headers={"host": "127.0.0.1.evil.example"}).status_code == 400
+    for host in ("localhost:8080", "127.0.0.2:80", "[::1]:8080", "LOCALHOST"):
+        assert client.get("/", headers={"host": host}).status_code == 200, host
 
 
 def test_user_text_is_escaped_everywhere(

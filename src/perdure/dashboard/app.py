@@ -12,7 +12,6 @@ from importlib import resources
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount
@@ -22,7 +21,15 @@ from perdure.api.app import App
 from perdure.dashboard import actions, pages
 from perdure.dashboard.config import DashboardConfig
 from perdure.dashboard.data import DashboardData
-from perdure.dashboard.security import ASGIApp, Guard, Receive, Scope, SecurityHeaders, Send
+from perdure.dashboard.security import (
+    ASGIApp,
+    Guard,
+    LoopbackHostOnly,
+    Receive,
+    Scope,
+    SecurityHeaders,
+    Send,
+)
 from perdure.dashboard.site import Dashboard, templates
 
 _PUBLIC = ("/login", "/static/")
@@ -62,7 +69,8 @@ class TokenGate:
 def create_app(app: App, config: DashboardConfig | None = None) -> Starlette:
     """The dashboard of ``app`` as an ASGI application (serve it with uvicorn).
 
-    Raises ConfigurationError if ``config`` binds beyond loopback without a token.
+    ``config`` defaults to loopback without a token (DashboardConfig refuses
+    any other host without one).
     """
     config = config or DashboardConfig()
     dashboard = Dashboard(
@@ -82,13 +90,9 @@ def create_app(app: App, config: DashboardConfig | None = None) -> Starlette:
     if config.token is None:
         # Without a token only this machine may connect; a page of another site
         # that rebinds its DNS name to 127.0.0.1 is refused by its Host header.
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=_loopback_hosts()))
+        middleware.append(Middleware(LoopbackHostOnly))
     else:
         middleware.append(Middleware(TokenGate, dashboard=dashboard))
     web = Starlette(routes=routes, middleware=middleware, exception_handlers=pages.HANDLERS)
     web.state.dashboard = dashboard
     return web
-
-
-def _loopback_hosts() -> list[str]:
-    return ["localhost", "127.0.0.1", "[::1]", "::1"]

@@ -12,7 +12,7 @@ from starlette.routing import Route
 from perdure.dashboard import chart, dag, query, timeline
 from perdure.dashboard import format as fmt
 from perdure.dashboard.site import dashboard_of, is_fragment
-from perdure.errors import PerdureError, RunNotFound
+from perdure.errors import DatabaseUnavailable, PerdureError, RunNotFound
 from perdure.types import RunStatus
 
 #: What an action's redirect says on the run page (?done=...).
@@ -137,6 +137,10 @@ def _refused(request: Request, exc: Exception) -> Response:
     return error_page(request, 400, type(exc).__name__, str(exc))
 
 
+def _unavailable(request: Request, exc: Exception) -> Response:
+    return error_page(request, 503, "The database cannot be reached", str(exc))
+
+
 def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return error_page(request, exc.status_code, f"Error {exc.status_code}", str(exc.detail))
@@ -144,6 +148,7 @@ def _http(request: Request, exc: Exception) -> Response:
 
 HANDLERS: dict[Any, Any] = {
     RunNotFound: _not_found,
+    DatabaseUnavailable: _unavailable,
     PerdureError: _refused,
     HTTPException: _http,
 }

@@ -8,6 +8,9 @@
   missing, differs from the cookie or carries a bad signature gets 403. A
   request authenticated by a Bearer header is not a browser's and needs none.
 - **Origin.** A POST whose Origin header names another site gets 403.
+- **Host.** Without a token, a request whose Host header is not a loopback
+  name or address gets 400: a web page cannot reach the dashboard by pointing
+  a DNS name of its own at 127.0.0.1 (DNS rebinding).
 - **Headers.** A Content-Security-Policy that allows scripts, styles and images
   from the dashboard itself only (no inline script), and no framing.
 """
@@ -21,7 +24,11 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection, Request
+from starlette.responses import PlainTextResponse
+
+from perdure.dashboard.config import is_loopback
 
 CSRF_COOKIE = "perdure_csrf"
 CSRF_FIELD = "csrf"
@@ -137,3 +144,22 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class LoopbackHostOnly:
+    """ASGI middleware: refuse (400) a request whose Host is not localhost, 127.x or ::1."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        """Wrap ``app``."""
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass requests addressed to a loopback name; answer 400 to the others."""
+        if scope["type"] == "http":
+            host = Headers(scope=scope).get("host", "")
+            name = urlsplit(f"//{host}").hostname or ""
+            if not is_loopback(name):
+                response = PlainTextResponse("400 Bad Request: invalid Host header", 400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
