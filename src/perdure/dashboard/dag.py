@@ -64,6 +64,7 @@ def layout(definition: dict[str, Any], steps: list[Step] | None = None) -> Dag |
     height = PAD * 2 + tallest * NODE_H + (tallest - 1) * GAP_Y
     width = PAD * 2 + len(columns) * NODE_W + (len(columns) - 1) * GAP_X
     recorded = {s.name: s for s in steps or [] if s.kind != "compensation"}
+    notes = {spec["name"]: _note(spec) for spec in specs}
     places: dict[str, tuple[int, int]] = {}
     nodes = []
     for column, names in sorted(columns.items()):
@@ -73,7 +74,12 @@ def layout(definition: dict[str, Any], steps: list[Step] | None = None) -> Dag |
             x = PAD + column * (NODE_W + GAP_X)
             y = top + row * (NODE_H + GAP_Y)
             places[name] = (x, y)
-            nodes.append(_node(name, x, y, recorded.get(name)))
+            if steps is None:
+                # The definition alone (the workflows page): settings, no status.
+                label = name if len(name) <= LABEL else name[: LABEL - 1] + "…"
+                nodes.append(Node(name, label, x, y, notes[name], "plain", name))
+            else:
+                nodes.append(_node(name, x, y, recorded.get(name)))
     edges = []
     for spec in specs:
         for dep in spec.get("depends_on") or []:
@@ -90,6 +96,15 @@ def _node(name: str, x: int, y: int, step: Step | None) -> Node:
     took = fmt.between(step.started_at, step.completed_at)
     attempts = f", {step.attempts} attempts" if step.attempts > 1 else ""
     return Node(name, label, x, y, status, fmt.tone(status), f"{name}: {status}{attempts}, {took}")
+
+
+def _note(spec: dict[str, Any]) -> str:
+    """What the drawing says under a step's name when no run is shown."""
+    if spec.get("signal"):
+        return f"waits for {spec['signal']}"
+    if spec.get("join") == "any":
+        return "any dependency"
+    return "when …" if spec.get("when") else ""
 
 
 def _edge(source: tuple[int, int], target: tuple[int, int]) -> str:
