@@ -89,6 +89,9 @@ def test_count_runs_counts_each_status_up_to_the_cap(app: perdure.App) -> None:
     assert set(counts) == {s.value for s in perdure.RunStatus}
     assert app.count_runs(cap=2)["queued"] == 2
     assert app.count_runs(RunFilters(queue="lane"))["queued"] == 1
+    # A narrowing filter counts the newest matching runs, at most cap of them.
+    assert app.count_runs(RunFilters(workflow="echo"))["queued"] == 3
+    assert sum(app.count_runs(RunFilters(workflow="echo"), cap=2).values()) == 2
     # The status filter does not narrow the counts: the page shows them all.
     assert app.count_runs(RunFilters(status="completed"))["queued"] == 4
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from perdure.api.portal import Portal
 from perdure.engine import arguments
 from perdure.errors import ConfigurationError, ResultTimeout, RunCancelled, RunFailed, RunNotFound
+from perdure.store.reading_statements import NARROWING
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.types import HistoryEvent, Run, RunStatus, Step, WorkerInfo, WorkflowInfo
@@ -190,13 +191,22 @@ class ReadingMixin:
     def count_runs(self, filters: RunFilters | None = None, *, cap: int = 10_000) -> dict[str, int]:
         """How many runs match ``filters`` in each status (the status filter is ignored).
 
-        Each count stops at ``cap``: a count equal to ``cap`` means "cap or
-        more", and the cost stays bounded however many runs are finished.
+        The cost is bounded however many runs are finished. With only a time
+        range (or nothing), each status is counted up to ``cap``: a count equal
+        to ``cap`` means "cap or more". With a workflow, version, queue, worker
+        or key filter, the counts are those of the newest ``cap`` matching
+        runs (so they add up to at most ``cap``).
         """
         params = (filters or RunFilters()).checked()
         arguments.integer("cap", cap, minimum=1, maximum=10_000_000)
-        statuses = [s.value for s in RunStatus]
-        return self._portal.call(self._run(self.q.run_count_by_status(params, statuses, cap)))
+        counts = dict.fromkeys((s.value for s in RunStatus), 0)
+        if any(params[name] is not None for name in NARROWING):
+            stmt = self.q.run_count_recent(params, cap)
+        else:
+            stmt = self.q.run_count_by_status(params, list(counts), cap)
+        found: dict[str, int] = self._portal.call(self._run(stmt))
+        counts.update(found)
+        return counts
 
     def run_activity(self, *, since: datetime, bucket_seconds: float) -> list[dict[str, Any]]:
         """Runs created since ``since``, counted per time bucket and current status.

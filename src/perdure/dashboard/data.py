@@ -24,6 +24,8 @@ from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, Workfl
 
 #: Counts of runs per status stop here (see App.count_runs): "10,000+".
 COUNT_CAP = 10_000
+#: The workflows page counts the statuses of each version's newest runs.
+RECENT_RUNS = 1_000
 
 
 @dataclass(frozen=True)
@@ -175,8 +177,24 @@ class DashboardData:
         )
 
     def workflows(self) -> list[WorkflowInfo]:
-        """Registered workflow versions with their run counts."""
-        return self.app.workflows()
+        """Registered workflow versions, with the statuses of each one's newest runs.
+
+        Counted among the newest RECENT_RUNS runs of each version: bounded,
+        where counting every run of a busy workflow would take seconds.
+        """
+        return [
+            dataclasses.replace(
+                info,
+                counts={
+                    status: n
+                    for status, n in self.app.count_runs(
+                        RunFilters(workflow=info.name, version=info.version), cap=RECENT_RUNS
+                    ).items()
+                    if n
+                },
+            )
+            for info in self.app.registered_workflows()
+        ]
 
     # Actions: the same App methods the CLI calls ------------------------------------
 

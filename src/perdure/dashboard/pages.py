@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from perdure.dashboard import chart, dag, query, timeline
 from perdure.dashboard import format as fmt
+from perdure.dashboard.data import RECENT_RUNS
 from perdure.dashboard.site import dashboard_of, is_fragment
 from perdure.errors import DatabaseUnavailable, PerdureError, RunNotFound
 from perdure.types import RunStatus
@@ -113,7 +114,12 @@ def workflows(request: Request) -> Response:
     board = dashboard_of(request)
     found = board.data.workflows()
     drawings = {(w.name, w.version): dag.layout(w.definition) for w in found}
-    context = {"page": "workflows", "workflows": found, "drawings": drawings}
+    context = {
+        "page": "workflows",
+        "workflows": found,
+        "drawings": drawings,
+        "recent": RECENT_RUNS,
+    }
     return board.render(request, "workflows.html", context)
 
 

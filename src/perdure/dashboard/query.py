@@ -45,6 +45,11 @@ class RunsQuery:
         return self.link() + "&" + urlencode({"after": encode_cursor(cursor)})
 
     @property
+    def narrowed(self) -> bool:
+        """Whether a workflow, version, queue, worker or key filter is set (see App.count_runs)."""
+        return any(self.form.get(k) for k in ("workflow", "version", "queue", "worker", "key"))
+
+    @property
     def filtered(self) -> bool:
         """Whether any filter other than the page size is set."""
         return any(self.form.get(k) for k in FIELDS if k != "limit")

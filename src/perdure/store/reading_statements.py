@@ -21,8 +21,17 @@ T = TypeVar("T")
 RUN_FILTERS = ("status", "workflow", "version", "queue", "worker", "key_prefix", "since", "before")
 
 
+#: The filters that narrow runs to a workflow, queue, worker or key: counted
+#: among the newest matching runs rather than per status (run_count_recent).
+NARROWING = ("workflow", "version", "queue", "worker", "key_prefix")
+
+
 def _all_rows(found: list[Row]) -> list[Row]:
     return found
+
+
+def _counts(found: list[Row]) -> dict[str, int]:
+    return {r["status"]: int(r["n"]) for r in found}
 
 
 class ReadingStatements:
@@ -59,12 +68,13 @@ class ReadingStatements:
         """How many runs of each status match ``filters``, each count stopping at ``cap``."""
         params = {name: filters.get(name) for name in RUN_FILTERS if name != "status"}
         return self._stmt(
-            "run_count_by_status",
-            lambda found: {r["status"]: int(r["n"]) for r in found},
-            statuses=list(statuses),
-            cap=cap,
-            **params,
+            "run_count_by_status", _counts, statuses=list(statuses), cap=cap, **params
         )
+
+    def run_count_recent(self, filters: Mapping[str, Any], cap: int) -> Statement[dict[str, int]]:
+        """How many of the newest ``cap`` runs matching ``filters`` are in each status."""
+        params = {name: filters.get(name) for name in RUN_FILTERS if name != "status"}
+        return self._stmt("run_count_recent", _counts, cap=cap, **params)
 
     def run_activity(self, since: datetime, bucket_seconds: float) -> Statement[list[Row]]:
         """Runs created since ``since`` per (bucket, status): rows of bucket, status, n."""

@@ -44,6 +44,26 @@ SELECT s.status,
             LIMIT %(cap)s) capped) AS n
 FROM unnest(%(statuses)s::text[]) AS s(status);
 
+-- name: run_count_recent
+-- How many of the newest %(cap)s runs matching a workflow, version, queue,
+-- worker or key filter are in each status. One ordered scan of the index
+-- that serves the filter ((workflow, created_at), (worker_id, created_at),
+-- or created_at), stopped at %(cap)s rows: a per-status count of a narrow
+-- filter would walk the status index past every run that does not match.
+SELECT newest.status, count(*) AS n
+FROM (SELECT r.status
+      FROM {schema}.runs r
+      WHERE (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s)
+        AND (%(version)s::integer IS NULL OR r.version = %(version)s)
+        AND (%(queue)s::text IS NULL OR r.queue = %(queue)s)
+        AND (%(worker)s::text IS NULL OR r.worker_id = %(worker)s)
+        AND (%(key_prefix)s::text IS NULL OR starts_with(r.key, %(key_prefix)s))
+        AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
+        AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s)
+      ORDER BY r.created_at DESC
+      LIMIT %(cap)s) newest
+GROUP BY newest.status;
+
 -- name: run_activity
 -- Runs created since %(since)s, counted per time bucket of
 -- %(bucket_seconds)s and per status (what they became): the overview's chart.
