@@ -93,7 +93,7 @@ def measure(url: str) -> None:
             "runs, 15 days deep (cursor)": f"/runs?after={deep.created_at.isoformat()}_{deep.id}",
             "runs, live refresh": "/runs",
             "one failed run": f"/runs/{sample.id}",
-            "workflows (counts every run)": "/workflows",
+            "workflows": "/workflows",
         }
         print(f"{'page':<34} {'median':>9} {'slowest':>9}")
         for label, path in pages.items():
