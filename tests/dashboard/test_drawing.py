@@ -28,6 +28,8 @@ def test_durations_and_relative_times_read_naturally() -> None:
     assert fmt.number(12345) == "12,345" and fmt.number(10000, cap=10000) == "10,000+"
     assert fmt.tone(RunStatus.COMPENSATION_FAILED) == "bad" and fmt.tone("anything") == "muted"
     assert fmt.compact({"a": "x" * 200}, 20).endswith("…")
+    assert fmt.due(at(600).isoformat(), at(0)) == "due in 10 min"
+    assert fmt.due(at(100 * 365 * 86400), at(0)) == "" and fmt.due(None) == ""
 
 
 def test_chart_stacks_statuses_per_bucket_and_scales_to_a_round_top() -> None:

@@ -54,6 +54,22 @@ def ago(when: datetime | None, reference: datetime | None = None) -> str:
     return f"{text} ago" if seconds >= 0 else f"in {text}"
 
 
+def due(when: datetime | str | None, reference: datetime | None = None) -> str:
+    """``due in 12 min`` for a wake-up or timeout; empty when there is none.
+
+    A wait without a timeout is stored with a wake time a century ahead;
+    anything more than ten years away reads as no deadline.
+    """
+    if isinstance(when, str):
+        try:
+            when = datetime.fromisoformat(when)
+        except ValueError:
+            return ""
+    if when is None or (when - (reference or now())).days > 3650:
+        return ""
+    return f"due {ago(when, reference)}"
+
+
 def span(seconds: float | None, *, coarse: bool = False) -> str:
     """A duration for people: ``85 ms``, ``2.4 s``, ``3 min 05 s``, ``2 h 10 min``, ``3 d 4 h``.
 
@@ -120,6 +136,7 @@ FILTERS = {
     "ago": ago,
     "between": between,
     "compact": compact,
+    "due": due,
     "number": number,
     "pretty": pretty,
     "span": span,
