@@ -31,9 +31,22 @@ class FutureApp(perdure.App):
         return self.start(run.workflow, run.input)
 
     def schedules(self) -> list[dict[str, Any]]:
-        """One schedule, due in an hour."""
+        """One schedule, due in an hour, shaped like perdure.ScheduleInfo."""
         tick = datetime.now(UTC) + timedelta(hours=1)
-        return [{"name": "nightly", "cron": "0 3 * * *", "workflow": "etl", "next_tick": tick}]
+        return [
+            {
+                "name": "nightly",
+                "cron": "0 3 * * *",
+                "timezone": "Europe/Paris",
+                "workflow": "etl",
+                "input": {"scope": "all"},
+                "catchup": "latest",
+                "paused": False,
+                "next_tick": tick,
+                "last_tick": None,
+                "last_run_id": None,
+            }
+        ]
 
 
 @pytest.fixture
@@ -88,7 +101,9 @@ def test_schedules_show_on_the_overview_only_when_the_library_has_them(
 ) -> None:
     with client_of(future) as client:
         page = client.get("/").text
-    assert "Schedules" in page and "0 3 * * *" in page and "nightly" in page
+    assert "Schedules" in page and "<code>0 3 * * *</code>" in page and "nightly" in page
     assert "in 59 min" in page or "in 1 h" in page
+    assert "Europe/Paris" in page and "active" in page
+    assert "catchup" not in page  # the overview keeps to the columns it names
     with client_of(defined) as client:
         assert "Schedules" not in client.get("/").text

@@ -26,6 +26,17 @@ from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, Workfl
 COUNT_CAP = 10_000
 #: The workflows page counts the statuses of each version's newest runs.
 RECENT_RUNS = 1_000
+#: What the overview shows of a schedule (perdure.ScheduleInfo), when it has them.
+SCHEDULE_COLUMNS = (
+    "name",
+    "workflow",
+    "cron",
+    "timezone",
+    "paused",
+    "next_tick",
+    "last_tick",
+    "last_run_id",
+)
 
 
 @dataclass(frozen=True)
@@ -149,11 +160,12 @@ class DashboardData:
         )
 
     def schedules(self) -> list[dict[str, Any]] | None:
-        """The App's schedules as dicts, or None when the library has no schedules."""
+        """The App's schedules as dicts of SCHEDULE_COLUMNS, or None without schedules."""
         listing = getattr(self.app, "schedules", None)
         if not callable(listing):
             return None
-        return [_as_dict(item) for item in listing()]
+        found = [_as_dict(item) for item in listing()]
+        return [{k: item[k] for k in SCHEDULE_COLUMNS if k in item} or item for item in found]
 
     def run_view(self, ref: str) -> RunView:
         """Run ``ref`` (id or key) with its steps, history, signals, events and relatives."""

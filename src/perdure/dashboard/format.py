@@ -27,6 +27,8 @@ TONES: dict[str, str] = {
     "retrying": "warn",
     "timed_out": "bad",
     "skipped": "muted",
+    # schedule states
+    "active": "ok",
     # worker statuses
     "stopped": "muted",
     "lost": "bad",
