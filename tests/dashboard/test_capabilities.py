@@ -49,11 +49,28 @@ class FutureApp(perdure.App):
         ]
 
 
+class PastApp(perdure.App):
+    """An App of a perdure without fork and schedules."""
+
+    fork = None
+    schedules = None
+
+
 @pytest.fixture
 def future(pg_url: str, schema: str) -> Iterator[FutureApp]:
     """A FutureApp with the test workflows, on this test's schema."""
     app = FutureApp(pg_url, schema=schema)
     app.forked = []
+    define(app)
+    app.register()
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def past(pg_url: str, schema: str) -> Iterator[PastApp]:
+    """A PastApp with the test workflows, on this test's schema."""
+    app = PastApp(pg_url, schema=schema)
     define(app)
     app.register()
     yield app
@@ -85,10 +102,10 @@ def test_fork_form_appears_with_the_library_call_and_starts_a_run(future: Future
     assert answer.headers["location"].endswith("?done=fork")
 
 
-def test_without_fork_there_is_no_fork_form(defined: perdure.App) -> None:
-    run = defined.start("greet", "ada")
-    drain(defined)
-    with client_of(defined) as client:
+def test_without_fork_there_is_no_fork_form(past: PastApp) -> None:
+    run = past.start("greet", "ada")
+    drain(past)
+    with client_of(past) as client:
         page = client.get(f"/runs/{run.id}")
         assert page.status_code == 200 and "Fork…" not in page.text
         csrf = client.cookies["perdure_csrf"]
@@ -97,7 +114,7 @@ def test_without_fork_there_is_no_fork_form(defined: perdure.App) -> None:
 
 
 def test_schedules_show_on_the_overview_only_when_the_library_has_them(
-    future: FutureApp, defined: perdure.App
+    future: FutureApp, past: PastApp
 ) -> None:
     with client_of(future) as client:
         page = client.get("/").text
@@ -105,5 +122,5 @@ def test_schedules_show_on_the_overview_only_when_the_library_has_them(
     assert "in 59 min" in page or "in 1 h" in page
     assert "Europe/Paris" in page and "active" in page
     assert "catchup" not in page  # the overview keeps to the columns it names
-    with client_of(defined) as client:
+    with client_of(past) as client:
         assert "Schedules" not in client.get("/").text
