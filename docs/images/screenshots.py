@@ -1,7 +1,7 @@
 """Make the dashboard screenshots of the README and docs/dashboard.md.
 
-    python docs/images/screenshots.py            # a throwaway PostgreSQL in /tmp
-    python docs/images/screenshots.py URL        # or a server you name (schema perdure_screens)
+    python docs/images/screenshots.py            # the embedded PostgreSQL (schema perdure_screens)
+    python docs/images/screenshots.py URL        # or a server you name
 
 An hour of traffic is simulated with a VirtualClock (runs started minute by
 minute, some failing), then a few runs execute on a real worker so their
@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -65,7 +63,9 @@ def define(app: perdure.App, pace: float, clock: perdure.VirtualClock | None = N
     async def checkout(ctx: perdure.Context, order: dict[str, Any]) -> dict[str, Any]:
         hold = await ctx.step("reserve_inventory", lambda: work(0.05) or f"H-{order['order_id']}")
         paid = await ctx.step(
-            "charge_card", charge, order,
+            "charge_card",
+            charge,
+            order,
             retry=perdure.RetryPolicy(max_attempts=3, initial_delay=0.2 if pace else 20),
         )
         await ctx.step("send_receipt", lambda: work(0.04))
@@ -123,11 +123,13 @@ def simulate_hour(url: str) -> None:
             wave = 6 + 5 * math.sin(minute / 7) + random.Random(minute).randint(0, 4)
             for _ in range(int(wave)):
                 order += 1
-                app.start("checkout", {"order_id": order, "total": order % 97}, key=f"order:{order}")
+                order_input = {"order_id": order, "total": order % 97}
+                app.start("checkout", order_input, key=f"order:{order}")
             if minute % 15 == 3:
                 app.start("nightly_etl", {"day": f"2026-05-{minute:02d}"})
             drain(app)
-            clock.advance(max(start + timedelta(minutes=minute + 1) - clock.wall_now(), timedelta()))
+            rest = start + timedelta(minutes=minute + 1) - clock.wall_now()
+            clock.advance(max(rest, timedelta()))
 
 
 def live_runs(url: str) -> tuple[perdure.App, str, threading.Thread, Any]:
@@ -161,42 +163,32 @@ def shoot(base: str, graph_id: str) -> None:
         page.goto(f"{base}/runs?limit=25")
         page.screenshot(path=str(HERE / "dashboard-runs.png"))
         page.goto(f"{base}/runs/{graph_id}")
-        page.screenshot(path=str(HERE / "dashboard-graph-run.png"), full_page=False,
-                        clip={"x": 0, "y": 0, "width": 1280, "height": 1000})
+        page.screenshot(
+            path=str(HERE / "dashboard-graph-run.png"),
+            full_page=False,
+            clip={"x": 0, "y": 0, "width": 1280, "height": 1000},
+        )
         browser.close()
 
 
 def main() -> None:
-    """Make the screenshots against argv[1], or a throwaway embedded PostgreSQL."""
-    server_dir = None
-    if len(sys.argv) > 1:
-        url = sys.argv[1]
-    else:
-        from perdure.store import embedded
-
-        server_dir = Path(tempfile.mkdtemp(prefix="perdure-screens-", dir="/tmp"))
-        server_dir.chmod(0o755)
-        url = embedded.ensure_server(server_dir / "pg").url
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-        simulate_hour(url)
-        app, graph_id, thread, (worker, loop) = live_runs(url)
-        server = BackgroundServer(app, DashboardConfig(port=0, refresh_seconds=0))
-        server.wait_started()
-        shoot(server.url.rstrip("/"), graph_id)
-        server.stop()
-        release.set()
-        loop.call_soon_threadsafe(worker.request_stop)
-        thread.join(30)
-        app.close()
-        print(f"screenshots written to {HERE}")
-    finally:
-        if server_dir is not None:
-            from perdure.store import embedded
-
-            embedded.stop_server(server_dir / "pg")
-            shutil.rmtree(server_dir, ignore_errors=True)
+    """Make the screenshots against argv[1], or the embedded PostgreSQL."""
+    url = sys.argv[1] if len(sys.argv) > 1 else perdure.App().url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    simulate_hour(url)
+    app, graph_id, thread, (worker, loop) = live_runs(url)
+    server = BackgroundServer(app, DashboardConfig(port=0, refresh_seconds=0))
+    server.wait_started()
+    shoot(server.url.rstrip("/"), graph_id)
+    server.stop()
+    release.set()
+    loop.call_soon_threadsafe(worker.request_stop)
+    thread.join(30)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    app.close()
+    print(f"screenshots written to {HERE}")
 
 
 if __name__ == "__main__":
