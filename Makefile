@@ -23,6 +23,9 @@ typecheck: install ## mypy --strict over the package
 demo: install ## Run the demo on the embedded PostgreSQL
 	$(BIN)/perdure demo
 
+dashboard: install ## Serve the dashboard on http://127.0.0.1:8080/ (the embedded database)
+	$(BIN)/perdure dashboard
+
 MINUTES ?= 5
 chaos: install ## Long chaos run (docs/chaos.md): make chaos MINUTES=10 [SEED=n]
 	$(BIN)/python tests/chaos/run.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
@@ -30,4 +33,4 @@ chaos: install ## Long chaos run (docs/chaos.md): make chaos MINUTES=10 [SEED=n]
 soak: install ## Soak: 8 workers at a steady rate (docs/chaos.md): make soak MINUTES=10
 	$(BIN)/python bench/soak.py --minutes $(MINUTES)
 
-.PHONY: help install test lint typecheck demo chaos soak
+.PHONY: help install test lint typecheck demo dashboard chaos soak

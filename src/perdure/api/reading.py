@@ -1,10 +1,16 @@
-"""Reading runs: find one by id or key, list them, their steps and history, wait for results."""
+"""Reading runs: find one by id or key, list them, their steps and history, wait for results.
+
+Also the observability reads the dashboard is built on (:meth:`ReadingMixin.search_runs`,
+:meth:`~ReadingMixin.count_runs`, :meth:`~ReadingMixin.run_activity`, held tasks, queue
+heads), each served by an index so that its cost does not grow with finished runs.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -12,7 +18,8 @@ from perdure.api.filters import RunFilter
 from perdure.api.portal import Portal
 from perdure.api.start_options import tags_json
 from perdure.engine import arguments
-from perdure.errors import ResultTimeout, RunCancelled, RunFailed, RunNotFound
+from perdure.errors import ConfigurationError, ResultTimeout, RunCancelled, RunFailed, RunNotFound
+from perdure.store.reading_statements import NARROWING
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.types import HistoryEvent, Run, RunStatus, Step, WorkerInfo, WorkflowInfo
@@ -21,6 +28,49 @@ if TYPE_CHECKING:
     from perdure.api.registry import Registry
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """What :meth:`ReadingMixin.search_runs` and :meth:`~ReadingMixin.count_runs` select.
+
+    Each field left None selects every run. ``since`` is inclusive, ``before``
+    exclusive (creation times); ``key_prefix`` matches the start of run keys.
+    """
+
+    status: RunStatus | str | None = None
+    workflow: str | None = None
+    version: int | None = None
+    queue: str | None = None
+    worker: str | None = None
+    key_prefix: str | None = None
+    since: datetime | None = None
+    before: datetime | None = None
+
+    def checked(self) -> dict[str, Any]:
+        """The filters as query parameters, or ConfigurationError naming a bad one."""
+        params = asdict(self)
+        params["status"] = _status(self.status)
+        for name in ("workflow", "queue", "worker"):
+            params[name] = arguments.optional_text(name, params[name], max_length=128)
+        params["key_prefix"] = arguments.optional_text(
+            "key_prefix", self.key_prefix, max_length=arguments.MAX_KEY_LENGTH
+        )
+        if self.version is not None:
+            arguments.integer("version", self.version, minimum=1)
+        arguments.timestamp("since", self.since)
+        arguments.timestamp("before", self.before)
+        return params
+
+
+def _status(status: RunStatus | str | None) -> str | None:
+    if status is None:
+        return None
+    try:
+        return RunStatus(status).value
+    except ValueError:
+        known = ", ".join(s.value for s in RunStatus)
+        raise ConfigurationError(f"status must be one of {known}, not {status!r}") from None
 
 
 class ReadingMixin:
@@ -112,6 +162,87 @@ class ReadingMixin:
         """Registered workflow versions with run counts by status and the live workers
         that serve each (a version no live worker has gets none of its runs claimed)."""
         return self._portal.call(self._run(self.q.workflow_list()))
+
+    # Observability reads (the dashboard's) ------------------------------------------
+
+    def search_runs(
+        self,
+        filters: RunFilters | None = None,
+        *,
+        limit: int = 50,
+        cursor: tuple[datetime, str] | None = None,
+    ) -> list[Run]:
+        """Runs newest first matching ``filters``, one page of at most ``limit``.
+
+        For the next page pass ``cursor=(run.created_at, run.id)`` of the last
+        run of this one: pages are read by key, not by offset, so a deep page
+        costs what the first does.
+        """
+        params = (filters or RunFilters()).checked()
+        arguments.integer("limit", limit, minimum=1, maximum=10_000)
+        if cursor is not None:
+            try:
+                at, run_id = cursor
+                arguments.timestamp("cursor", at)
+                cursor = (at, str(uuid.UUID(str(run_id))))
+            except (TypeError, ValueError):
+                raise ConfigurationError(
+                    f"cursor must be (created_at, run id) of a run, not {cursor!r}"
+                ) from None
+        return self._portal.call(self._run(self.q.run_search(params, limit=limit, cursor=cursor)))
+
+    def count_runs(self, filters: RunFilters | None = None, *, cap: int = 10_000) -> dict[str, int]:
+        """How many runs match ``filters`` in each status (the status filter is ignored).
+
+        The cost is bounded however many runs are finished. With only a time
+        range (or nothing), each status is counted up to ``cap``: a count equal
+        to ``cap`` means "cap or more". With a workflow, version, queue, worker
+        or key filter, the counts are those of the newest ``cap`` matching
+        runs (so they add up to at most ``cap``).
+        """
+        params = (filters or RunFilters()).checked()
+        arguments.integer("cap", cap, minimum=1, maximum=10_000_000)
+        counts = dict.fromkeys((s.value for s in RunStatus), 0)
+        if any(params[name] is not None for name in NARROWING):
+            stmt = self.q.run_count_recent(params, cap)
+        else:
+            stmt = self.q.run_count_by_status(params, list(counts), cap)
+        found: dict[str, int] = self._portal.call(self._run(stmt))
+        counts.update(found)
+        return counts
+
+    def run_activity(self, *, since: datetime, bucket_seconds: float) -> list[dict[str, Any]]:
+        """Runs created since ``since``, counted per time bucket and current status.
+
+        Rows of ``bucket`` (the bucket's start), ``status`` and ``n``, oldest
+        bucket first; buckets without runs are left out.
+        """
+        if not isinstance(since, datetime):
+            raise ConfigurationError(f"since must be a datetime, not {since!r}")
+        seconds = arguments.seconds("bucket_seconds", bucket_seconds, positive=True)
+        return self._portal.call(self._run(self.q.run_activity(since, seconds)))
+
+    def registered_workflows(self) -> list[WorkflowInfo]:
+        """Registered workflow versions with their definitions, without run counts (cheap)."""
+        return self._portal.call(self._run(self.q.workflow_list_registered()))
+
+    def held_tasks(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """The tasks workers hold now: worker_id, run_id, kind, workflow, step_name, claimed_at."""
+        arguments.integer("limit", limit, minimum=1, maximum=100_000)
+        return self._portal.call(self._run(self.q.task_list_claimed(limit)))
+
+    def queue_heads(self) -> list[dict[str, Any]]:
+        """Per queue with due work: ``oldest`` (the due time of its oldest unclaimed task)
+        and ``ready`` (how many are due)."""
+        return self._portal.call(self._run(self.q.task_oldest_ready()))
+
+    def events(self, ref: str) -> list[dict[str, Any]]:
+        """The events run ``ref`` published (ctx.set_event): key, value, position, updated_at."""
+        return self._portal.call(self._events(ref))
+
+    async def _events(self, ref: str) -> list[dict[str, Any]]:
+        run = await self._find(ref)
+        return await self._run(self.q.event_list(run.id))
 
     async def _wait_result(self, run_id: str, timeout: float | None) -> Any:
         timeout = arguments.optional_seconds("timeout", timeout)

@@ -18,7 +18,9 @@ from rich.table import Table
 from rich.text import Text
 
 from perdure.api.app import App
+from perdure.cli.dashboard import announce, dashboard_options, make_config
 from perdure.cli.render import safe_url
+from perdure.dashboard import serve as serve_dashboard
 from perdure.demo.runner import DemoConfig, DemoError, Summary, run_demo
 from perdure.demo.workflows import LEDGER, ORDERS, PAYMENTS, create_tables
 from perdure.store import migrate as migrations
@@ -48,9 +50,25 @@ DEMO_SCHEMA = "perdure_demo"
     is_flag=True,
     help="With --schema: drop that schema, and everything in it, before the demo.",
 )
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Then serve the dashboard over the demo's runs until Ctrl-C (see --port).",
+)
+@dashboard_options
 @click.pass_obj
 def demo(
-    state: CliState, runs: int, workers: int, seed: int | None, no_kill: bool, reset: bool
+    state: CliState,
+    runs: int,
+    workers: int,
+    seed: int | None,
+    no_kill: bool,
+    reset: bool,
+    serve: bool,
+    port: int,
+    host: str,
+    token: str | None,
+    read_only: bool,
 ) -> None:
     """Watch durable workflows survive a worker killed mid-flight.
 
@@ -60,7 +78,9 @@ def demo(
 
     Uses the schema perdure_demo (dropped and recreated each time) unless
     --schema is given, and the embedded PostgreSQL unless --database-url is.
+    With --serve it ends by serving the dashboard over the demo's runs.
     """
+    board = make_config(host, port, token, read_only) if serve else None
     console = Console(highlight=False)
     began = time.monotonic()
     schema = validate_schema(state.schema or DEMO_SCHEMA)
@@ -82,12 +102,16 @@ def demo(
     console.print(_table(summary, time.monotonic() - began))
     _hints(console, state, url, schema, summary)
     problems = summary.problems()
+    if not problems:
+        shutil.rmtree(log_dir, ignore_errors=True)
+        console.print("\n[bold green]All runs completed; every invariant held.[/]")
+    if board is not None:
+        with App(url, schema=schema) as app:
+            serve_dashboard(app, board, ready=lambda _: announce(app, board))
     if problems:
         raise click.ClickException(
             f"the demo found a problem: {'; '.join(problems)} (worker logs in {log_dir})"
         )
-    shutil.rmtree(log_dir, ignore_errors=True)
-    console.print("\n[bold green]All runs completed; every invariant held.[/]")
 
 
 def prepare_schema(url: str, schema: str, *, owned: bool, reset: bool) -> None:
@@ -212,6 +236,7 @@ def _hints(console: Console, state: CliState, url: str, schema: str, summary: Su
     base = shlex.join(prefix)
     console.print("\n[bold]Look around[/]")
     console.print(Text(f"  {base} runs list"), soft_wrap=True)
+    console.print(Text(f"  {base} dashboard   # or: perdure demo --serve"), soft_wrap=True)
     if summary.sample is not None:
         note = "   # a run recovered after the crash" if summary.recovered else ""
         show = f"  {base} runs show {shlex.quote(summary.sample)}{note}"

@@ -88,6 +88,7 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
 
 def _register() -> None:
     from perdure.cli import (
+        dashboard,
         demo,
         embedded,
         manage,
@@ -103,6 +104,7 @@ def _register() -> None:
     manage.attach(runs.runs)
 
     for command in (
+        dashboard.dashboard,
         demo.demo,
         replay.check_replay_command,
         embedded.embedded,

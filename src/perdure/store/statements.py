@@ -23,6 +23,7 @@ from perdure.store.manage_statements import ManageStatements
 from perdure.store.parallel_statements import ParallelStatements
 from perdure.store.queries import render
 from perdure.store.queue_statements import QueueStatements
+from perdure.store.reading_statements import ReadingStatements
 from perdure.store.rows import ClaimedTask, Fence, Queueing, StartResult
 from perdure.store.schedule_statements import ScheduleStatements
 from perdure.store.statement import Row, Statement
@@ -52,7 +53,9 @@ def validate_schema(name: object) -> str:
     return name
 
 
-class Statements(ParallelStatements, QueueStatements, ScheduleStatements, ManageStatements):
+class Statements(
+    ParallelStatements, QueueStatements, ScheduleStatements, ManageStatements, ReadingStatements
+):
     """Builds every statement perdure issues, for one schema and one clock."""
 
     def __init__(self, schema: str, clock: Clock) -> None:

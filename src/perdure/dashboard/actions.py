@@ -1,0 +1,124 @@
+"""The POST routes: actions on runs, login and logout.
+
+Each action checks, in order: read-only mode (403), the Origin header (403)
+and the CSRF token (403); then it calls the same App method the CLI calls,
+through :class:`~perdure.dashboard.data.DashboardData`. A refused action (a
+run in the wrong state, a payload that is not JSON) shows the run page again
+with the reason, and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from perdure.dashboard.data import DashboardData
+from perdure.dashboard.pages import run_page
+from perdure.dashboard.security import AUTH_COOKIE, CSRF_COOKIE, CSRF_FIELD, same_origin
+from perdure.dashboard.site import Dashboard, dashboard_of, set_cookie
+from perdure.errors import InvalidRunState, PerdureError, RunNotFound
+
+#: Each action: what it calls, given the data, the run and the form's fields.
+ACTIONS: dict[str, Callable[[DashboardData, str, dict[str, str]], object]] = {
+    "cancel": lambda data, ref, form: data.cancel(ref, form.get("reason", "")),
+    "retry": lambda data, ref, form: data.retry(ref),
+    "pause": lambda data, ref, form: data.pause(ref),
+    "resume": lambda data, ref, form: data.resume(ref),
+    "signal": lambda data, ref, form: data.signal(
+        ref, form.get("name", ""), form.get("payload", ""), form.get("key") or None
+    ),
+    "fork": lambda data, ref, form: data.fork(ref, form.get("step", "")),
+}
+
+
+def check_post(board: Dashboard, request: Request, form: FormData) -> None:
+    """Refuse (403) a POST from another site or without the form's CSRF token.
+
+    A request that carries the token in an Authorization header comes from a
+    script, not from a browser tricked by another site: it needs no CSRF token.
+    """
+    if not same_origin(request):
+        raise HTTPException(403, "this request comes from another site")
+    if board.guard.token is not None and board.guard.bearer(request):
+        return
+    submitted = form.get(CSRF_FIELD)
+    field = submitted if isinstance(submitted, str) else None
+    if not board.guard.csrf_ok(request.cookies.get(CSRF_COOKIE), field):
+        raise HTTPException(
+            403, "the form's CSRF token is missing or wrong: reload the page and try again"
+        )
+
+
+async def act(request: Request) -> Response:
+    """Run one action on a run, then go back to its page (or the new run's, for a fork)."""
+    board = dashboard_of(request)
+    action = request.path_params["action"]
+    if board.config.read_only:
+        raise HTTPException(403, "this dashboard is read-only")
+    if action not in ACTIONS:
+        raise HTTPException(404, f"no action {action!r}")
+    form = await request.form()
+    check_post(board, request, form)
+    ref = request.path_params["ref"]
+    fields = {k: v for k, v in form.items() if isinstance(v, str) and k != CSRF_FIELD}
+    try:
+        result = await run_in_threadpool(ACTIONS[action], board.data, ref, fields)
+    except RunNotFound:
+        raise
+    except PerdureError as exc:
+        status = 409 if isinstance(exc, InvalidRunState) else 400
+        problem = f"{action} refused: {exc}"
+        return await run_in_threadpool(
+            run_page, request, ref, status=status, problem=problem, form=fields
+        )
+    target = result if action == "fork" and isinstance(result, str) else ref
+    url = request.url_for("run", ref=target).path
+    return RedirectResponse(f"{url}?done={action}", status_code=303)
+
+
+async def login(request: Request) -> Response:
+    """Check the token typed in the login form; on success set the session cookie."""
+    board = dashboard_of(request)
+    form = await request.form()
+    check_post(board, request, form)
+    typed = form.get("token")
+    next_path = _local(str(form.get("next") or "/"))
+    if not board.guard.token_matches(typed if isinstance(typed, str) else None):
+        context = {"next": next_path, "failed": True}
+        return board.render(request, "login.html", context, status=401)
+    response = RedirectResponse(next_path, status_code=303)
+    set_cookie(request, response, AUTH_COOKIE, board.guard.session_cookie())
+    return response
+
+
+async def logout(request: Request) -> Response:
+    """Forget the session cookie."""
+    board = dashboard_of(request)
+    check_post(board, request, await request.form())
+    response = RedirectResponse(request.url_for("login").path, status_code=303)
+    response.delete_cookie(AUTH_COOKIE, path="/")
+    return response
+
+
+def _local(path: str) -> str:
+    """``path`` if it is a path on this site, else ``/`` (no open redirect)."""
+    parts = urlsplit(path)
+    if parts.scheme or parts.netloc or not path.startswith("/") or path[1:2] in ("/", "\\"):
+        return "/"
+    return path
+
+
+def routes() -> list[Route]:
+    """The POST routes."""
+    return [
+        Route("/runs/{ref}/{action}", act, methods=["POST"], name="act"),
+        Route("/login", login, methods=["POST"], name="login_post"),
+        Route("/logout", logout, methods=["POST"], name="logout"),
+    ]

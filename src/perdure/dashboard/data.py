@@ -1,0 +1,259 @@
+"""Everything the dashboard reads and does, through the library's public calls only.
+
+This is the one module between the pages and perdure: it calls
+:class:`perdure.App` methods (the same ones the CLI calls) and returns plain
+data for the templates. No SQL here, no engine, no store. When the library
+gains richer calls (more list_runs filters, queue ages, schedules, fork), this
+module is where they are swapped in; optional ones are looked up at run time,
+so a page shows a feature as soon as the library offers it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from perdure.api.app import App
+from perdure.api.reading import RunFilters
+from perdure.errors import ConfigurationError
+from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, WorkflowInfo
+
+#: Counts of runs per status stop here (see App.count_runs): "10,000+".
+COUNT_CAP = 10_000
+#: The workflows page counts the statuses of each version's newest runs.
+RECENT_RUNS = 1_000
+#: What the overview shows of a schedule (perdure.ScheduleInfo), when it has them.
+SCHEDULE_COLUMNS = (
+    "name",
+    "workflow",
+    "cron",
+    "timezone",
+    "paused",
+    "next_tick",
+    "last_tick",
+    "last_run_id",
+)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Library features that other work adds: shown once the App has them."""
+
+    fork: bool
+    schedules: bool
+
+
+@dataclass(frozen=True)
+class FilterOptions:
+    """What the runs page's selects offer."""
+
+    workflows: list[str]
+    versions: list[int]
+    queues: list[str]
+    workers: list[str]
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    """One page of runs, the counts per status, and where the next page starts."""
+
+    runs: list[Run]
+    counts: dict[str, int]
+    next_cursor: tuple[datetime, str] | None
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """A queue with its depth and how long its oldest due task has waited."""
+
+    info: QueueInfo
+    oldest_ready: datetime | None
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """A worker and the tasks it holds now."""
+
+    info: WorkerInfo
+    held: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The overview page's data."""
+
+    activity: list[dict[str, Any]]
+    counts: dict[str, int]
+    queues: list[QueueRow]
+    workers: list[WorkerRow]
+    schedules: list[dict[str, Any]] | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run with everything recorded about it."""
+
+    run: Run
+    steps: list[Step]
+    history: list[HistoryEvent]
+    signals: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    children: list[Run]
+    parent: Run | None
+    definition: dict[str, Any] = field(default_factory=dict)
+
+
+class DashboardData:
+    """The dashboard's view of one perdure App."""
+
+    def __init__(self, app: App) -> None:
+        """Read and act through ``app``."""
+        self.app = app
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Which optional library features this App has."""
+        return Capabilities(
+            fork=callable(getattr(self.app, "fork", None)),
+            schedules=callable(getattr(self.app, "schedules", None)),
+        )
+
+    # Reads -----------------------------------------------------------------------
+
+    def runs_page(
+        self, filters: RunFilters, *, cursor: tuple[datetime, str] | None, limit: int
+    ) -> RunsPage:
+        """Runs newest first matching ``filters`` after ``cursor``, with counts per status."""
+        found = self.app.search_runs(filters, limit=limit + 1, cursor=cursor)
+        counts = self.app.count_runs(filters, cap=COUNT_CAP)
+        more = len(found) > limit
+        found = found[:limit]
+        last = found[-1] if more and found else None
+        return RunsPage(found, counts, None if last is None else (last.created_at, last.id))
+
+    def filter_options(self) -> FilterOptions:
+        """Workflow names, versions, queues and workers known to the database."""
+        flows = self.app.registered_workflows()
+        return FilterOptions(
+            workflows=sorted({w.name for w in flows}),
+            versions=sorted({w.version for w in flows}),
+            queues=[q.name for q in self.app.queues()],
+            workers=[w.id for w in self.app.workers()],
+        )
+
+    def overview(self, since: datetime, bucket_seconds: float) -> Overview:
+        """Activity since ``since`` in buckets, counts, queues, workers and schedules."""
+        heads = {row["queue"]: row["oldest"] for row in self.app.queue_heads()}
+        held: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for task in self.app.held_tasks():
+            held[task["worker_id"]].append(task)
+        return Overview(
+            activity=self.app.run_activity(since=since, bucket_seconds=bucket_seconds),
+            counts=self.app.count_runs(RunFilters(since=since), cap=COUNT_CAP),
+            queues=[QueueRow(q, heads.get(q.name)) for q in self.app.queues()],
+            workers=[WorkerRow(w, held.get(w.id, [])) for w in self.app.workers()],
+            schedules=self.schedules(),
+        )
+
+    def schedules(self) -> list[dict[str, Any]] | None:
+        """The App's schedules as dicts of SCHEDULE_COLUMNS, or None without schedules."""
+        listing = getattr(self.app, "schedules", None)
+        if not callable(listing):
+            return None
+        found = [_as_dict(item) for item in listing()]
+        return [{k: item[k] for k in SCHEDULE_COLUMNS if k in item} or item for item in found]
+
+    def run_view(self, ref: str) -> RunView:
+        """Run ``ref`` (id or key) with its steps, history, signals, events and relatives."""
+        run = self.app.get_run(ref)
+        parent = None
+        if run.parent_run_id is not None:
+            parent = self.app.get_run(run.parent_run_id)
+        definition: dict[str, Any] = {}
+        for info in self.app.registered_workflows():
+            if info.name == run.workflow and info.version == run.version:
+                definition = info.definition if info.kind == "graph" else {}
+        return RunView(
+            run=run,
+            steps=self.app.steps(run.id),
+            history=self.app.history(run.id),
+            signals=self.app.signals(run.id),
+            events=self.app.events(run.id),
+            children=self.app.list_runs(parent=run.id, limit=200),
+            parent=parent,
+            definition=definition,
+        )
+
+    def workflows(self) -> list[WorkflowInfo]:
+        """Registered workflow versions, with the statuses of each one's newest runs.
+
+        Counted among the newest RECENT_RUNS runs of each version: bounded,
+        where counting every run of a busy workflow would take seconds.
+        """
+        return [
+            dataclasses.replace(
+                info,
+                counts={
+                    status: n
+                    for status, n in self.app.count_runs(
+                        RunFilters(workflow=info.name, version=info.version), cap=RECENT_RUNS
+                    ).items()
+                    if n
+                },
+            )
+            for info in self.app.registered_workflows()
+        ]
+
+    # Actions: the same App methods the CLI calls ------------------------------------
+
+    def cancel(self, ref: str, reason: str) -> Run:
+        """Cancel run ``ref`` (``perdure runs cancel``)."""
+        return self.app.cancel(ref, reason=reason or "cancelled from the dashboard")
+
+    def retry(self, ref: str) -> str:
+        """Queue failed or cancelled run ``ref`` again (``perdure runs retry``); its id."""
+        return self.app.retry(ref).id
+
+    def pause(self, ref: str) -> Run:
+        """Pause run ``ref`` (``perdure runs pause``)."""
+        return self.app.pause(ref)
+
+    def resume(self, ref: str) -> Run:
+        """Resume run ``ref`` or wake it from a sleep (``perdure runs resume``)."""
+        return self.app.resume(ref)
+
+    def signal(self, ref: str, name: str, payload_text: str, key: str | None) -> int:
+        """Send signal ``name`` with the JSON ``payload_text`` (``perdure runs signal``).
+
+        Text that is not JSON is refused with ConfigurationError before
+        anything is sent; an empty payload sends null.
+        """
+        try:
+            payload = json.loads(payload_text) if payload_text.strip() else None
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(
+                f"the payload is not valid JSON: {exc.msg} at line {exc.lineno}, "
+                f"column {exc.colno}; nothing was sent"
+            ) from None
+        return self.app.signal(ref, name, payload, key=key or None)
+
+    def fork(self, ref: str, step: str) -> str:
+        """Start a new run from run ``ref``'s step ``step`` (``perdure runs fork``); its id."""
+        fork = getattr(self.app, "fork", None)
+        if not callable(fork):
+            raise ConfigurationError("this version of perdure cannot fork runs")
+        started = fork(ref, from_step=step)
+        return str(getattr(started, "id", started))
+
+
+def _as_dict(item: Any) -> dict[str, Any]:
+    """A schedule (dataclass, mapping or object) as a dict for the template."""
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return dataclasses.asdict(item)
+    if isinstance(item, dict):
+        return dict(item)
+    return {k: v for k, v in vars(item).items() if not k.startswith("_")}

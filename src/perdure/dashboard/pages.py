@@ -1,0 +1,172 @@
+"""The pages: overview, runs, one run, workflows, and the error pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from perdure.dashboard import chart, dag, query, timeline
+from perdure.dashboard import format as fmt
+from perdure.dashboard.data import RECENT_RUNS
+from perdure.dashboard.site import dashboard_of, is_fragment
+from perdure.errors import DatabaseUnavailable, PerdureError, RunNotFound
+from perdure.types import RunStatus
+
+#: What an action's redirect says on the run page (?done=...).
+DONE = {
+    "cancel": "Run cancelled.",
+    "retry": "Run queued again: it resumes at the step that failed.",
+    "pause": "Run paused: no worker will claim it until it is resumed.",
+    "resume": "Run resumed.",
+    "signal": "Signal sent.",
+    "fork": "Run forked: this is the new run.",
+}
+
+
+def overview(request: Request) -> Response:
+    """Activity chart, counts, queues, workers and schedules."""
+    board = dashboard_of(request)
+    picked = request.query_params.get("range", "1h")
+    if picked not in chart.RANGES:
+        picked = "1h"
+    window, bucket = chart.RANGES[picked]
+    now = fmt.now()
+    since = chart.window_start(now, window, bucket)
+    data = board.data.overview(since, bucket.total_seconds())
+    context = {
+        "page": "overview",
+        "ranges": list(chart.RANGES),
+        "picked": picked,
+        "since": since,
+        "data": data,
+        "chart": chart.build(data.activity, since, bucket, now),
+        "statuses": [s.value for s in RunStatus],
+    }
+    return board.render(request, "overview.html", context)
+
+
+def runs(request: Request) -> Response:
+    """The runs list: filter form, counts per status, one page of runs."""
+    board = dashboard_of(request)
+    asked = query.parse(request.query_params, fmt.now())
+    page = board.data.runs_page(asked.filters, cursor=asked.cursor, limit=asked.limit)
+    context = {
+        "page": "runs",
+        "q": asked,
+        "result": page,
+        # The filter form is not part of a live refresh: skip its reads then.
+        "options": None if is_fragment(request) else board.data.filter_options(),
+        "ranges": list(query.RANGES),
+        "sizes": query.PAGE_SIZES,
+        "statuses": [s.value for s in RunStatus],
+        "live": asked.cursor is None,
+    }
+    return board.render(request, "runs.html", context)
+
+
+def run(request: Request) -> Response:
+    """One run: record, actions, timeline, DAG, steps, signals, children, history."""
+    return run_page(request, request.path_params["ref"])
+
+
+def run_page(
+    request: Request,
+    ref: str,
+    *,
+    status: int = 200,
+    problem: str | None = None,
+    form: dict[str, str] | None = None,
+) -> Response:
+    """The page of run ``ref``, optionally with the error of a refused action."""
+    board = dashboard_of(request)
+    view = board.data.run_view(ref)
+    now = fmt.now()
+    context: dict[str, Any] = {
+        "page": "runs",
+        "view": view,
+        "run": view.run,
+        "timeline": timeline.build(view.run, view.steps, view.history, now),
+        "dag": dag.layout(view.definition, view.steps),
+        "done": DONE.get(request.query_params.get("done", "")),
+        "problem": problem,
+        "form": form or {},
+        "live": not view.run.status.is_final,
+        "forkable": [s.name for s in view.steps if s.kind in ("step", "transaction")],
+    }
+    return board.render(request, "run.html", context, status=status)
+
+
+def find(request: Request) -> Response:
+    """Go to a run by id or key (the header's search box)."""
+    ref = request.query_params.get("ref", "").strip()
+    if not ref:
+        return RedirectResponse(request.url_for("runs").path, status_code=303)
+    found = dashboard_of(request).data.app.get_run(ref)
+    return RedirectResponse(request.url_for("run", ref=found.id).path, status_code=303)
+
+
+def workflows(request: Request) -> Response:
+    """Registered workflow versions: kind, queue, counts per status, graphs drawn."""
+    board = dashboard_of(request)
+    found = board.data.workflows()
+    drawings = {(w.name, w.version): dag.layout(w.definition) for w in found}
+    context = {
+        "page": "workflows",
+        "workflows": found,
+        "drawings": drawings,
+        "recent": RECENT_RUNS,
+    }
+    return board.render(request, "workflows.html", context)
+
+
+def login(request: Request) -> Response:
+    """The login form (for a dashboard with a token)."""
+    next_path = request.query_params.get("next", "/")
+    return dashboard_of(request).render(request, "login.html", {"next": next_path, "failed": False})
+
+
+def error_page(request: Request, status: int, title: str, message: str) -> Response:
+    """An error page (or its plain text for a live refresh)."""
+    context = {"page": "", "title": title, "message": message, "status": status}
+    return dashboard_of(request).render(request, "error.html", context, status=status)
+
+
+def _not_found(request: Request, exc: Exception) -> Response:
+    return error_page(request, 404, "Not found", str(exc))
+
+
+def _refused(request: Request, exc: Exception) -> Response:
+    return error_page(request, 400, type(exc).__name__, str(exc))
+
+
+def _unavailable(request: Request, exc: Exception) -> Response:
+    return error_page(request, 503, "The database cannot be reached", str(exc))
+
+
+def _http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return error_page(request, exc.status_code, f"Error {exc.status_code}", str(exc.detail))
+
+
+HANDLERS: dict[Any, Any] = {
+    RunNotFound: _not_found,
+    DatabaseUnavailable: _unavailable,
+    PerdureError: _refused,
+    HTTPException: _http,
+}
+
+
+def routes() -> list[Route]:
+    """The GET routes."""
+    return [
+        Route("/", overview, name="overview"),
+        Route("/runs", runs, name="runs"),
+        Route("/runs/{ref}", run, name="run"),
+        Route("/find", find, name="find"),
+        Route("/workflows", workflows, name="workflows"),
+        Route("/login", login, name="login", methods=["GET"]),
+    ]

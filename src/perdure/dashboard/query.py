@@ -1,0 +1,119 @@
+"""Reading the runs page's filter form from a query string, and writing it back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
+
+from starlette.datastructures import QueryParams
+
+from perdure.api.reading import RunFilters
+from perdure.types import RunStatus
+
+#: The time ranges the form offers ("" is all time).
+RANGES: dict[str, timedelta] = {
+    "15m": timedelta(minutes=15),
+    "1h": timedelta(hours=1),
+    "6h": timedelta(hours=6),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+PAGE_SIZES = (25, 50, 100, 200)
+#: Every field of the form, in the order of the query string it writes.
+FIELDS = ("range", "from", "to", "status", "workflow", "version", "queue", "worker", "key", "limit")
+
+
+@dataclass
+class RunsQuery:
+    """The runs page's filters as typed (``form``) and as the library takes them."""
+
+    form: dict[str, str]
+    filters: RunFilters
+    cursor: tuple[datetime, str] | None
+    limit: int
+    errors: list[str] = field(default_factory=list)
+
+    def link(self, **changes: str | None) -> str:
+        """The query string of this form with ``changes`` (None drops a field), no cursor."""
+        values = {**self.form, **changes}
+        return "?" + urlencode({k: v for k, v in values.items() if v and k in FIELDS})
+
+    def next_link(self, cursor: tuple[datetime, str]) -> str:
+        """The query string of the page after ``cursor``."""
+        return self.link() + "&" + urlencode({"after": encode_cursor(cursor)})
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether a workflow, version, queue, worker or key filter is set (see App.count_runs)."""
+        return any(self.form.get(k) for k in ("workflow", "version", "queue", "worker", "key"))
+
+    @property
+    def filtered(self) -> bool:
+        """Whether any filter other than the page size is set."""
+        return any(self.form.get(k) for k in FIELDS if k != "limit")
+
+
+def encode_cursor(cursor: tuple[datetime, str]) -> str:
+    """A page cursor for a URL: the last run's creation time and id."""
+    return f"{cursor[0].isoformat()}_{cursor[1]}"
+
+
+def parse(params: QueryParams, now: datetime) -> RunsQuery:
+    """The filters in ``params``; a value that cannot be read is named in ``errors``."""
+    form = {name: (params.get(name) or "").strip() for name in FIELDS}
+    errors: list[str] = []
+    since = before = None
+    if form["range"] in RANGES:
+        since = now - RANGES[form["range"]]
+    elif form["range"]:
+        errors.append(f"unknown time range {form['range']!r}: ignored")
+        form["range"] = ""
+    for name in ("from", "to"):
+        if form[name]:
+            try:
+                moment = datetime.fromisoformat(form[name])
+            except ValueError:
+                errors.append(f"{name}: {form[name]!r} is not a date and time: ignored")
+                form[name] = ""
+                continue
+            moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+            since, before = (moment, before) if name == "from" else (since, moment)
+    status = form["status"] or None
+    if status is not None and status not in {s.value for s in RunStatus}:
+        errors.append(f"unknown status {status!r}: ignored")
+        form["status"] = ""
+        status = None
+    version = None
+    if form["version"]:
+        if form["version"].isdigit() and 0 < int(form["version"]) < 2**31:
+            version = int(form["version"])
+        else:
+            errors.append(f"version must be a positive number, not {form['version']!r}: ignored")
+            form["version"] = ""
+    limit = int(form["limit"]) if form["limit"].isdigit() else 50
+    if limit not in PAGE_SIZES:
+        limit = 50
+    filters = RunFilters(
+        status=status,
+        workflow=form["workflow"] or None,
+        version=version,
+        queue=form["queue"] or None,
+        worker=form["worker"] or None,
+        key_prefix=form["key"] or None,
+        since=since,
+        before=before,
+    )
+    return RunsQuery(form, filters, _cursor(params.get("after"), errors), limit, errors)
+
+
+def _cursor(text: str | None, errors: list[str]) -> tuple[datetime, str] | None:
+    if not text:
+        return None
+    at, _, run_id = text.rpartition("_")
+    try:
+        return datetime.fromisoformat(at), run_id
+    except ValueError:
+        errors.append("the page cursor is not valid: showing the newest runs")
+        return None

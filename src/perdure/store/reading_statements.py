@@ -1,0 +1,99 @@
+"""Statements of the observability reads: filtered run pages, counts, activity, held work.
+
+A mixin of :class:`~perdure.store.statements.Statements`: the queries live in
+``sql/queries/reading.sql``. They serve the dashboard and anyone who wants
+the same views from code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from perdure.store import rows
+from perdure.store.statement import Row, Statement
+from perdure.types import Run, WorkflowInfo
+
+T = TypeVar("T")
+
+#: The filters run_search and run_count_by_status share; None skips one.
+RUN_FILTERS = ("status", "workflow", "version", "queue", "worker", "key_prefix", "since", "before")
+
+
+#: The filters that narrow runs to a workflow, queue, worker or key: counted
+#: among the newest matching runs rather than per status (run_count_recent).
+NARROWING = ("workflow", "version", "queue", "worker", "key_prefix")
+
+
+def _all_rows(found: list[Row]) -> list[Row]:
+    return found
+
+
+def _counts(found: list[Row]) -> dict[str, int]:
+    return {r["status"]: int(r["n"]) for r in found}
+
+
+class ReadingStatements:
+    """The statements of the observability reads; mixed into Statements."""
+
+    def _stmt(
+        self, query_name: str, decode: Callable[[list[Row]], T], **params: Any
+    ) -> Statement[T]:
+        raise NotImplementedError  # provided by Statements
+
+    def run_search(
+        self,
+        filters: Mapping[str, Any],
+        *,
+        limit: int,
+        cursor: tuple[datetime, str] | None = None,
+    ) -> Statement[list[Run]]:
+        """Runs newest first matching ``filters`` (see RUN_FILTERS), after ``cursor``.
+
+        ``cursor`` is the (created_at, id) of the last run of the previous page.
+        """
+        return self._stmt(
+            "run_search",
+            lambda found: [rows.run(r) for r in found],
+            **{name: filters.get(name) for name in RUN_FILTERS},
+            cursor_at=None if cursor is None else cursor[0],
+            cursor_id=None if cursor is None else cursor[1],
+            limit=limit,
+        )
+
+    def run_count_by_status(
+        self, filters: Mapping[str, Any], statuses: Sequence[str], cap: int
+    ) -> Statement[dict[str, int]]:
+        """How many runs of each status match ``filters``, each count stopping at ``cap``."""
+        params = {name: filters.get(name) for name in RUN_FILTERS if name != "status"}
+        return self._stmt(
+            "run_count_by_status", _counts, statuses=list(statuses), cap=cap, **params
+        )
+
+    def run_count_recent(self, filters: Mapping[str, Any], cap: int) -> Statement[dict[str, int]]:
+        """How many of the newest ``cap`` runs matching ``filters`` are in each status."""
+        params = {name: filters.get(name) for name in RUN_FILTERS if name != "status"}
+        return self._stmt("run_count_recent", _counts, cap=cap, **params)
+
+    def run_activity(self, since: datetime, bucket_seconds: float) -> Statement[list[Row]]:
+        """Runs created since ``since`` per (bucket, status): rows of bucket, status, n."""
+        return self._stmt("run_activity", _all_rows, since=since, bucket_seconds=bucket_seconds)
+
+    def task_list_claimed(self, limit: int = 1000) -> Statement[list[Row]]:
+        """The tasks workers hold now, by worker, oldest claim first."""
+        return self._stmt("task_list_claimed", _all_rows, limit=limit)
+
+    def task_oldest_ready(self) -> Statement[list[Row]]:
+        """Per queue: the oldest due, unclaimed task's due time, and how many are due."""
+        return self._stmt("task_oldest_ready", _all_rows)
+
+    def event_list(self, run_id: str) -> Statement[list[Row]]:
+        """The events a run published, in the order it first set them."""
+        return self._stmt("event_list", _all_rows, run_id=run_id)
+
+    def workflow_list_registered(self) -> Statement[list[WorkflowInfo]]:
+        """Every registered workflow version with its definition (counts left empty)."""
+        return self._stmt(
+            "workflow_list_registered", lambda found: [rows.workflow(r) for r in found]
+        )
