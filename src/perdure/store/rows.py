@@ -57,6 +57,8 @@ class ClaimedTask:
     gather_start: int | None = None
     #: The run's status when the task was claimed ('compensating' matters).
     run_status: str | None = None
+    #: The trace propagation headers the run was started with, if any.
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,4 +178,5 @@ def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
         step_name=r.get("step_name"),
         gather_start=r.get("gather_start"),
         run_status=r.get("run_status"),
+        trace_context=r.get("trace_context"),
     )

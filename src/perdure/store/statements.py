@@ -80,8 +80,12 @@ class Statements(ParallelStatements):
         delay_seconds: float = 0.0,
         parent_run_id: str | None = None,
         timeout_seconds: float | None = None,
+        trace_context_json: str | None = None,
     ) -> Statement[StartResult | None]:
-        """Create a run with its first task, or find the run that has ``key``."""
+        """Create a run with its first task, or find the run that has ``key``.
+
+        ``trace_context_json`` holds the starter's trace propagation headers.
+        """
         return self._stmt(
             "run_insert",
             _first(lambda r: StartResult(str(r["id"]), r["workflow"], bool(r["created"]))),
@@ -95,6 +99,7 @@ class Statements(ParallelStatements):
             delay_seconds=delay_seconds,
             parent_run_id=parent_run_id,
             timeout_seconds=timeout_seconds,
+            trace_context=trace_context_json,
         )
 
     def run_get(self, run_id: str) -> Statement[Run | None]:

@@ -9,10 +9,11 @@
 -- caller then runs it again, and the fresh snapshot sees the winner.
 WITH inserted AS (
     INSERT INTO {schema}.runs (id, workflow, version, queue, key, status, input, parent_run_id,
-                               created_at, updated_at, deadline_at)
+                               created_at, updated_at, deadline_at, trace_context)
     VALUES (%(run_id)s, %(workflow)s, %(version)s, %(queue)s, %(key)s, 'queued', %(input)s::jsonb,
             %(parent_run_id)s, {now}, {now},
-            {now} + make_interval(secs => %(timeout_seconds)s::float8))
+            {now} + make_interval(secs => %(timeout_seconds)s::float8),
+            %(trace_context)s::jsonb)
     ON CONFLICT (key) DO NOTHING
     RETURNING id, workflow, status, created_at
 ), task AS (

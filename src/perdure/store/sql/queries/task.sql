@@ -90,7 +90,7 @@ WITH capacity AS (
            step_position, step_name, attempt, %(worker_id)s
     FROM claimed
 )
-SELECT c.*, r.input, r.status AS run_status,
+SELECT c.*, r.input, r.status AS run_status, r.trace_context,
        CASE WHEN c.kind = 'run' THEN s.id IS NULL
             ELSE r.status IN ('completed', 'failed', 'cancelled', 'compensated',
                               'compensation_failed', 'paused') END AS finished,
