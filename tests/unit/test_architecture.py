@@ -8,8 +8,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "perdure"
 
 FORBIDDEN = {
-    "store": {"perdure.api", "perdure.engine", "perdure.cli"},
-    "engine": {"perdure.api", "perdure.cli"},
+    "store": {"perdure.api", "perdure.engine", "perdure.cli", "perdure.observability"},
+    "engine": {"perdure.api", "perdure.cli", "perdure.observability"},
+    "observability": {"perdure.api", "perdure.cli"},
     "api": {"perdure.cli"},
 }
 

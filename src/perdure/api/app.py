@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -30,6 +30,7 @@ from perdure.api.registry import Registry, WorkflowDef
 from perdure.clock import Clock
 from perdure.engine import arguments, serialization
 from perdure.engine.arguments import validate_name
+from perdure.engine.observer import Observer
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_policy
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import (
@@ -41,6 +42,7 @@ from perdure.errors import (
     WorkflowDefinitionError,
 )
 from perdure.ids import new_run_id
+from perdure.observability import tracing as _tracing
 from perdure.store import migrate as migrations
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements, validate_schema
@@ -270,6 +272,7 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin):
         timeout_seconds = arguments.optional_seconds("timeout", timeout)
         text = serialization.dumps(input, f"the input of workflow {name!r}", self.max_payload_bytes)
         return self.q.run_insert(
+            trace_context_json=_tracing.current_context_json(),
             run_id=new_run_id(),
             workflow=name,
             version=version,
@@ -442,11 +445,27 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin):
 
     # Workers -------------------------------------------------------------------------
 
-    def worker(self, **options: Any) -> Worker:
+    def worker(
+        self,
+        *,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+        tracing: bool | None = None,
+        tracer_provider: Any = None,
+        observers: Sequence[Observer] = (),
+        **options: Any,
+    ) -> Worker:
         """A worker for this App's workflows (``await worker.run()`` in async code).
 
         Options are those of :class:`~perdure.engine.worker.WorkerOptions`:
         ``concurrency``, ``queues``, ``lease_seconds``, ``poll_seconds``, ...
+        With ``metrics_port`` (0: any free port) the worker serves Prometheus
+        metrics on ``http://metrics_host:metrics_port/metrics`` while it runs.
+        It traces its runs and steps with OpenTelemetry when ``tracing`` is
+        True, or by default when the program configured a tracer provider
+        (``tracer_provider`` names one). ``observers`` are told of claims,
+        executions and steps (see :class:`~perdure.engine.observer.Observer`).
+        See docs/observability.md.
         """
         defs = self.registry.all()
         if not defs:
@@ -457,6 +476,15 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin):
             worker_options = WorkerOptions(**options)
         except TypeError as exc:
             raise ConfigurationError(f"unknown worker option: {exc}") from None
+        watching = list(observers)
+        if metrics_port is not None:
+            from perdure.observability.metrics import WorkerMetrics
+
+            watching.append(WorkerMetrics(port=metrics_port, host=metrics_host))
+        if tracing or (tracing is None and (tracer_provider is not None or _tracing.configured())):
+            from perdure.observability.tracing import TracingObserver
+
+            watching.append(TracingObserver(tracer_provider))
         self.ensure_schema()
         return Worker(
             self.url,
@@ -465,6 +493,7 @@ class App(ReadingMixin, MessagingMixin, QueuesMixin):
             worker_options,
             max_payload_bytes=self.max_payload_bytes,
             before_start=self._register,
+            observers=watching,
         )
 
     def run_worker(self, **options: Any) -> None:

@@ -118,8 +118,8 @@ class Observer:
     def dead_lettered(self, count: int) -> None:
         """This worker's reaper failed ``count`` tasks whose lease lapsed too often."""
 
-    def trace_context(self) -> str | None:
-        """Propagation headers (JSON) for a run started now, e.g. a child run."""
+    def trace_context(self, task: ClaimedTask) -> str | None:
+        """Propagation headers (JSON) for a run that ``task``'s execution starts now."""
         return None
 
 
@@ -202,10 +202,10 @@ class Observers(Observer):
         for o in self.observers:
             o.dead_lettered(count)
 
-    def trace_context(self) -> str | None:
+    def trace_context(self, task: ClaimedTask) -> str | None:
         """The first trace context an observer gives."""
         for o in self.observers:
-            found = o.trace_context()
+            found = o.trace_context(task)
             if found is not None:
                 return found
         return None

@@ -339,6 +339,12 @@ class Statements(ParallelStatements):
             set_worker_concurrency="worker_concurrency" in limits,
         )
 
+    def queue_depth(self, queues: Sequence[str]) -> Statement[list[Row]]:
+        """Tasks of ``queues`` by state (ready, running, waiting, paused) and the oldest ready."""
+        return self._stmt(
+            "queue_depth", lambda found: [dict(r) for r in found], queues=list(queues)
+        )
+
     def queue_list(self, name: str | None = None) -> Statement[list[QueueInfo]]:
         """Every known queue (or the one named) with its limits and task counts."""
         return self._stmt("queue_list", lambda found: [rows.queue(r) for r in found], name=name)
