@@ -150,7 +150,12 @@ def worker(
         served = sorted(set(queues) or {d.queue for d in app.registry.all().values()})
         # Resolving the URL starts the embedded server when no database was given.
         embedded_server = state.url is None
-        click.echo(startup_line(app, worker_id, served, embedded_server), err=True)
+        line = startup_line(app, worker_id, served, embedded_server)
+        if log_format.lower() == "json":
+            # Every line of a JSON log is JSON, the first one too.
+            logging.getLogger("perdure.worker").info("%s", line, extra={"worker_id": worker_id})
+        else:
+            click.echo(line, err=True)
         app.run_worker(
             concurrency=concurrency,
             queues=list(queues) or None,
