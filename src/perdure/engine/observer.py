@@ -29,7 +29,11 @@ if TYPE_CHECKING:
 #: applicable: ``step`` in a record about the whole run).
 LOG_FIELDS = ("run_id", "workflow", "step", "attempt", "worker_id")
 
-_current: ContextVar[dict[str, Any] | None] = ContextVar("perdure_log_fields", default=None)
+#: The task executing in this context, and its step and attempt when a step runs.
+#: The fields are built from it only when a record asks for them.
+_current: ContextVar[tuple[ClaimedTask, str | None, int | None] | None] = ContextVar(
+    "perdure_log_fields", default=None
+)
 
 run_log = logging.getLogger("perdure.run")
 step_log = logging.getLogger("perdure.step")
@@ -53,7 +57,8 @@ def log_fields(**override: Any) -> dict[str, Any]:
     current = _current.get()
     if current is None:
         return dict.fromkeys(LOG_FIELDS) | override if override else {}
-    return current | override if override else current
+    fields = task_fields(*current)
+    return fields | override if override else fields
 
 
 class Observer:
@@ -221,11 +226,12 @@ class LoggingObserver(Observer):
 
     def execution_started(self, task: ClaimedTask) -> Any:
         """Make the task's fields current; log the start at DEBUG."""
-        fields = task_fields(task)
-        token = _current.set(fields)
+        token = _current.set((task, None, None))
         if run_log.isEnabledFor(logging.DEBUG):
             what = f"step {task.step_name!r} of " if task.step_name else ""
-            run_log.debug("executing %srun %s (%s)", what, task.run_id, task.workflow, extra=fields)
+            run_log.debug(
+                "executing %srun %s (%s)", what, task.run_id, task.workflow, extra=task_fields(task)
+            )
         return token
 
     def execution_finished(
@@ -240,7 +246,7 @@ class LoggingObserver(Observer):
 
     def step_started(self, task: ClaimedTask, name: str, kind: str, attempt: int) -> Any:
         """Make the step's fields current."""
-        return _current.set(task_fields(task, name, attempt))
+        return _current.set((task, name, attempt))
 
     def step_finished(
         self,
@@ -254,8 +260,10 @@ class LoggingObserver(Observer):
         error: BaseException | None,
     ) -> None:
         """Log the attempt: DEBUG when it completed, INFO for a retry, WARNING for a failure."""
-        fields = task_fields(task, name, attempt)
         _current.reset(token)
+        if status not in ("retrying", "failed") and not step_log.isEnabledFor(logging.DEBUG):
+            return
+        fields = task_fields(task, name, attempt)
         if status == "retrying":
             step_log.info(
                 "step %r of run %s failed (attempt %d: %s); it will be retried",
@@ -274,7 +282,7 @@ class LoggingObserver(Observer):
                 _describe(error),
                 extra=fields,
             )
-        elif step_log.isEnabledFor(logging.DEBUG):
+        else:
             step_log.debug(
                 "step %r of run %s %s in %.3f s", name, task.run_id, status, seconds, extra=fields
             )
