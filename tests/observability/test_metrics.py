@@ -8,6 +8,8 @@ and then completes.
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure.engine.observer import Observer
 from perdure.errors import ConfigurationError
 from perdure.observability import WorkerMetrics
 
@@ -188,3 +191,44 @@ def test_a_bad_metrics_port_is_refused_before_the_worker_starts(
     build(app)
     with pytest.raises(ConfigurationError, match="metrics_port"):
         app.worker(metrics_port=port)
+
+
+def test_a_metrics_port_already_taken_stops_the_worker_with_a_clear_error(
+    app: perdure.App,
+) -> None:
+    build(app)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        worker = app.worker(metrics_port=taken.getsockname()[1], **OPTIONS)
+        with pytest.raises(ConfigurationError, match=r"cannot serve metrics on 127\.0\.0\.1"):
+            asyncio.run(worker.run())
+
+
+class Broken(Observer):
+    """An observer whose every hook raises."""
+
+    def step_started(self, task: Any, name: str, kind: str, attempt: int) -> Any:
+        raise RuntimeError("observer bug")
+
+    def step_finished(self, *args: Any) -> None:
+        raise RuntimeError("observer bug")
+
+    def run_finished(self, *args: Any) -> None:
+        raise RuntimeError("observer bug")
+
+
+def test_a_failing_observer_changes_nothing_for_the_runs(
+    app: perdure.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    build(app)
+    handles = [app.start("ok") for _ in range(3)]
+    with BackgroundWorker(app, observers=[Broken()], **OPTIONS):
+        assert [h.result(timeout=60) for h in handles] == [3, 3, 3]
+    failures = [r for r in caplog.records if "observer" in r.getMessage()]
+    # Logged once per hook, not once per call.
+    assert sorted(r.getMessage().split(" failed in ")[1].split(" ")[0] for r in failures) == [
+        "run_finished",
+        "step_finished",
+        "step_started",
+    ]

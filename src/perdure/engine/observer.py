@@ -65,7 +65,7 @@ class Observer:
     """Hooks the engine calls; each does nothing here. Subclass and override some."""
 
     def worker_started(self, worker: Worker) -> None:
-        """The worker registered and is about to claim (its store is open)."""
+        """The worker registered and is about to claim (its store is open); raise to refuse."""
 
     def worker_stopped(self, worker: Worker) -> None:
         """The worker stopped claiming and gave back its work."""
@@ -129,46 +129,70 @@ class Observer:
 
 
 class Observers(Observer):
-    """Several observers called in order, as one."""
+    """Several observers called in order, as one; a failing observer never stops the engine.
+
+    An exception raised by a hook is logged (the first time for that observer
+    and hook) and otherwise ignored: a metrics or tracing bug must not change
+    what happens to a run. Only ``worker_started`` may refuse the start (a
+    metrics port already taken, say).
+    """
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         """Call each of ``observers`` at every hook, in this order."""
         self.observers = tuple(observers)
+        self._failed: set[tuple[int, str]] = set()
+
+    def _call(self, observer: Observer, hook: str, *args: Any) -> Any:
+        try:
+            return getattr(observer, hook)(*args)
+        except Exception:
+            if (id(observer), hook) not in self._failed:
+                self._failed.add((id(observer), hook))
+                logging.getLogger("perdure.worker").exception(
+                    "observer %r failed in %s (later failures there are not logged)",
+                    observer,
+                    hook,
+                )
+            return None
+
+    def _all(self, hook: str, *args: Any) -> list[Any]:
+        return [self._call(o, hook, *args) for o in self.observers]
+
+    def _closing(self, hook: str, task: ClaimedTask, tokens: Any, *args: Any) -> None:
+        # Innermost (last started) first, as nested context managers would.
+        for o, t in zip(reversed(self.observers), reversed(tokens), strict=True):
+            self._call(o, hook, task, t, *args)
 
     def worker_started(self, worker: Worker) -> None:
-        """Tell each observer."""
+        """Tell each observer. An error here stops the worker before it claims anything."""
         for o in self.observers:
             o.worker_started(worker)
 
     def worker_stopped(self, worker: Worker) -> None:
         """Tell each observer."""
-        for o in self.observers:
-            o.worker_stopped(worker)
+        self._all("worker_stopped", worker)
 
     def heartbeat(self) -> None:
         """Tell each observer."""
-        for o in self.observers:
-            o.heartbeat()
+        self._all("heartbeat")
 
     def claimed(self, tasks: Sequence[ClaimedTask], seconds: float) -> None:
         """Tell each observer."""
-        for o in self.observers:
-            o.claimed(tasks, seconds)
+        self._all("claimed", tasks, seconds)
 
     def execution_started(self, task: ClaimedTask) -> Any:
         """Tell each observer; their tokens, in order."""
-        return [o.execution_started(task) for o in self.observers]
+        return self._all("execution_started", task)
 
     def execution_finished(
         self, task: ClaimedTask, token: Any, outcome: str, seconds: float
     ) -> None:
-        """Tell each observer, innermost (last started) first."""
-        for o, t in zip(reversed(self.observers), reversed(token), strict=True):
-            o.execution_finished(task, t, outcome, seconds)
+        """Tell each observer, innermost first."""
+        self._closing("execution_finished", task, token, outcome, seconds)
 
     def step_started(self, task: ClaimedTask, name: str, kind: str, attempt: int) -> Any:
         """Tell each observer; their tokens, in order."""
-        return [o.step_started(task, name, kind, attempt) for o in self.observers]
+        return self._all("step_started", task, name, kind, attempt)
 
     def step_finished(
         self,
@@ -181,38 +205,33 @@ class Observers(Observer):
         seconds: float,
         error: BaseException | None,
     ) -> None:
-        """Tell each observer, innermost (last started) first."""
-        for o, t in zip(reversed(self.observers), reversed(token), strict=True):
-            o.step_finished(task, t, name, kind, attempt, status, seconds, error)
+        """Tell each observer, innermost first."""
+        self._closing("step_finished", task, token, name, kind, attempt, status, seconds, error)
 
     def run_retrying(self, task: ClaimedTask, delay: float, error: BaseException) -> None:
         """Tell each observer."""
-        for o in self.observers:
-            o.run_retrying(task, delay, error)
+        self._all("run_retrying", task, delay, error)
 
     def run_finished(
         self, run_id: str, workflow: str, status: str, error: BaseException | None
     ) -> None:
         """Tell each observer."""
-        for o in self.observers:
-            o.run_finished(run_id, workflow, status, error)
+        self._all("run_finished", run_id, workflow, status, error)
 
     def lease_lost(self, task: ClaimedTask) -> None:
         """Tell each observer."""
-        for o in self.observers:
-            o.lease_lost(task)
+        self._all("lease_lost", task)
 
     def dead_lettered(self, count: int) -> None:
         """Tell each observer."""
-        for o in self.observers:
-            o.dead_lettered(count)
+        self._all("dead_lettered", count)
 
     def trace_context(self, task: ClaimedTask) -> str | None:
         """The first trace context an observer gives."""
         for o in self.observers:
-            found = o.trace_context(task)
+            found = self._call(o, "trace_context", task)
             if found is not None:
-                return found
+                return str(found)
         return None
 
 
