@@ -208,7 +208,7 @@ def test_a_metrics_port_already_taken_stops_the_worker_with_a_clear_error(
 class Broken(Observer):
     """An observer whose every hook raises."""
 
-    def step_started(self, task: Any, name: str, kind: str, attempt: int) -> Any:
+    def step_started(self, step: Any) -> Any:
         raise RuntimeError("observer bug")
 
     def step_finished(self, *args: Any) -> None:

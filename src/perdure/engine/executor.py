@@ -27,7 +27,7 @@ from psycopg_pool import ConnectionPool
 
 from perdure.engine import faults, serialization
 from perdure.engine.control import Abandon, Snooze, Suspend
-from perdure.engine.observer import Observer
+from perdure.engine.observer import Observer, StepAttempt
 from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from perdure.errors import (
     Cancelled,
@@ -274,7 +274,8 @@ class Execution:
         )
         self.env.emit("step_started", run_id=self.task.run_id, step=name, attempt=attempt.number)
         observer = self.env.observer
-        token = observer.step_started(self.task, name, kind, attempt.number)
+        observed = StepAttempt(self.task, name, kind, attempt.number)
+        token = observer.step_started(observed)
         # What the observer hears when the attempt ends; a stop (lease lost,
         # shutdown, cancellation, a simulated crash) leaves it 'interrupted'.
         status, error, began = "interrupted", None, time.perf_counter()
@@ -316,9 +317,7 @@ class Execution:
         finally:
             if status == "interrupted":
                 seconds = time.perf_counter() - began
-            observer.step_finished(
-                self.task, token, name, kind, attempt.number, status, seconds, error
-            )
+            observer.step_finished(observed, token, status, seconds, error)
 
     async def step(
         self,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perdure.store.rows import ClaimedTask
@@ -61,6 +62,18 @@ def log_fields(**override: Any) -> dict[str, Any]:
     return fields | override if override else fields
 
 
+@dataclass(frozen=True, slots=True)
+class StepAttempt:
+    """One attempt at one step that runs (replayed steps do not run)."""
+
+    task: ClaimedTask
+    name: str
+    #: ``step``, ``transaction`` or ``compensation``.
+    kind: str
+    #: 1 on the first try.
+    attempt: int
+
+
 class Observer:
     """Hooks the engine calls; each does nothing here. Subclass and override some."""
 
@@ -90,24 +103,21 @@ class Observer:
         lease was lost), ``branch_completed``, ``error`` (a database error) ...
         """
 
-    def step_started(self, task: ClaimedTask, name: str, kind: str, attempt: int) -> Any:
-        """Attempt ``attempt`` of step ``name`` starts (replayed steps do not start)."""
+    def step_started(self, step: StepAttempt) -> Any:
+        """A step attempt starts; the value returned comes back at its end."""
         return None
 
     def step_finished(
         self,
-        task: ClaimedTask,
+        step: StepAttempt,
         token: Any,
-        name: str,
-        kind: str,
-        attempt: int,
         status: str,
         seconds: float,
         error: BaseException | None,
     ) -> None:
         """The attempt ended: ``completed``, ``retrying``, ``failed``, ``snoozed`` or
         ``interrupted`` (lease lost, worker stopping, run cancelled); ``seconds``
-        is the time of the step's own code."""
+        is the time of the step's own code, ``error`` what it raised."""
 
     def run_retrying(self, task: ClaimedTask, delay: float, error: BaseException) -> None:
         """The workflow body raised and the run will be tried again after ``delay`` s."""
@@ -158,10 +168,10 @@ class Observers(Observer):
     def _all(self, hook: str, *args: Any) -> list[Any]:
         return [self._call(o, hook, *args) for o in self.observers]
 
-    def _closing(self, hook: str, task: ClaimedTask, tokens: Any, *args: Any) -> None:
+    def _closing(self, hook: str, subject: Any, tokens: Any, *args: Any) -> None:
         # Innermost (last started) first, as nested context managers would.
         for o, t in zip(reversed(self.observers), reversed(tokens), strict=True):
-            self._call(o, hook, task, t, *args)
+            self._call(o, hook, subject, t, *args)
 
     def worker_started(self, worker: Worker) -> None:
         """Tell each observer. An error here stops the worker before it claims anything."""
@@ -190,23 +200,20 @@ class Observers(Observer):
         """Tell each observer, innermost first."""
         self._closing("execution_finished", task, token, outcome, seconds)
 
-    def step_started(self, task: ClaimedTask, name: str, kind: str, attempt: int) -> Any:
+    def step_started(self, step: StepAttempt) -> Any:
         """Tell each observer; their tokens, in order."""
-        return self._all("step_started", task, name, kind, attempt)
+        return self._all("step_started", step)
 
     def step_finished(
         self,
-        task: ClaimedTask,
+        step: StepAttempt,
         token: Any,
-        name: str,
-        kind: str,
-        attempt: int,
         status: str,
         seconds: float,
         error: BaseException | None,
     ) -> None:
         """Tell each observer, innermost first."""
-        self._closing("step_finished", task, token, name, kind, attempt, status, seconds, error)
+        self._closing("step_finished", step, token, status, seconds, error)
 
     def run_retrying(self, task: ClaimedTask, delay: float, error: BaseException) -> None:
         """Tell each observer."""
@@ -263,17 +270,14 @@ class LoggingObserver(Observer):
             )
         _current.reset(token)
 
-    def step_started(self, task: ClaimedTask, name: str, kind: str, attempt: int) -> Any:
+    def step_started(self, step: StepAttempt) -> Any:
         """Make the step's fields current."""
-        return _current.set((task, name, attempt))
+        return _current.set((step.task, step.name, step.attempt))
 
     def step_finished(
         self,
-        task: ClaimedTask,
+        step: StepAttempt,
         token: Any,
-        name: str,
-        kind: str,
-        attempt: int,
         status: str,
         seconds: float,
         error: BaseException | None,
@@ -282,6 +286,7 @@ class LoggingObserver(Observer):
         _current.reset(token)
         if status not in ("retrying", "failed") and not step_log.isEnabledFor(logging.DEBUG):
             return
+        task, name, attempt = step.task, step.name, step.attempt
         fields = task_fields(task, name, attempt)
         if status == "retrying":
             step_log.info(

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from perdure.engine.observer import Observer
+from perdure.engine.observer import Observer, StepAttempt
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
 
@@ -233,19 +233,16 @@ class WorkerMetrics(Observer):
 
     def step_finished(
         self,
-        task: ClaimedTask,
+        step: StepAttempt,
         token: Any,
-        name: str,
-        kind: str,
-        attempt: int,
         status: str,
         seconds: float,
         error: BaseException | None,
     ) -> None:
         """Observe the attempt's time; count a retry."""
-        self._steps(task.workflow, kind, status).observe(seconds)
+        self._steps(step.task.workflow, step.kind, status).observe(seconds)
         if status == "retrying":
-            self._step_retries(task.workflow, kind).inc()
+            self._step_retries(step.task.workflow, step.kind).inc()
 
     def run_retrying(self, task: ClaimedTask, delay: float, error: BaseException) -> None:
         """Count the retry."""

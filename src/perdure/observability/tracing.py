@@ -17,7 +17,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from perdure.engine.observer import Observer
+from perdure.engine.observer import Observer, StepAttempt
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
 
@@ -125,10 +125,11 @@ class TracingObserver(Observer):
             _set_error(span, outcome)
         span.end()
 
-    def step_started(self, task: ClaimedTask, name: str, kind: str, attempt: int) -> Any:
+    def step_started(self, step: StepAttempt) -> Any:
         """Open the step's span under the task's span, and make it current."""
         from opentelemetry import context, trace
 
+        task, name = step.task, step.name
         parent = self._tasks.get(task.fence.task_id)
         span = self.tracer.start_span(
             f"perdure.step {name}",
@@ -138,19 +139,16 @@ class TracingObserver(Observer):
                 "perdure.workflow": task.workflow,
                 "perdure.workflow_version": task.version,
                 "perdure.step": name,
-                "perdure.step_kind": kind,
-                "perdure.attempt": attempt,
+                "perdure.step_kind": step.kind,
+                "perdure.attempt": step.attempt,
             },
         )
         return span, context.attach(trace.set_span_in_context(span))
 
     def step_finished(
         self,
-        task: ClaimedTask,
+        step: StepAttempt,
         token: Any,
-        name: str,
-        kind: str,
-        attempt: int,
         status: str,
         seconds: float,
         error: BaseException | None,
