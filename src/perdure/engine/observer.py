@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from perdure.errors import LeaseLost
 from perdure.store.rows import ClaimedTask
 
 if TYPE_CHECKING:
@@ -53,13 +54,10 @@ def task_fields(
     }
 
 
-def log_fields(**override: Any) -> dict[str, Any]:
-    """The log fields of the execution (and step) in progress in this context, if any."""
+def log_fields() -> dict[str, Any]:
+    """The log fields of the execution (and step) in progress in this context; {} if none."""
     current = _current.get()
-    if current is None:
-        return dict.fromkeys(LOG_FIELDS) | override if override else {}
-    fields = task_fields(*current)
-    return fields | override if override else fields
+    return task_fields(*current) if current is not None else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,26 +327,19 @@ class LoggingObserver(Observer):
             status, logging.WARNING
         )
         if run_log.isEnabledFor(level):
+            # A graph run ends inside one of its step tasks: the record is
+            # about the run, with the claim's attempt, not the step's.
+            current = _current.get()
+            fields = task_fields(current[0]) if current else dict.fromkeys(LOG_FIELDS)
+            fields.update(run_id=run_id, workflow=workflow, step=None)
             detail = f": {_describe(error)}" if error is not None else ""
-            run_log.log(
-                level,
-                "run %s (%s) %s%s",
-                run_id,
-                workflow,
-                status,
-                detail,
-                extra=log_fields(run_id=run_id, workflow=workflow, step=None),
-            )
+            run_log.log(level, "run %s (%s) %s%s", run_id, workflow, status, detail, extra=fields)
 
     def lease_lost(self, task: ClaimedTask) -> None:
         """Log at WARNING."""
-        run_log.warning(
-            "worker %s lost the lease on task %d of run %s; another worker owns it now",
-            task.fence.worker_id,
-            task.fence.task_id,
-            task.run_id,
-            extra=task_fields(task),
-        )
+        fence = task.fence
+        lost = LeaseLost(fence.task_id, fence.worker_id, fence.attempt)
+        run_log.warning("run %s: %s", task.run_id, lost, extra=task_fields(task))
 
 
 def _describe(error: BaseException | None) -> str:
