@@ -7,6 +7,9 @@ to the worker (the global provider can be set only once per process).
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 
 import psycopg
@@ -258,3 +261,33 @@ def test_a_graph_run_traces_each_step_task_in_the_trace_it_was_started_in(
     # The step task that finished the run carries the run's status.
     [last] = [s for s in executions if s.attributes and "perdure.run_status" in s.attributes]
     assert last.attributes is not None and last.attributes["perdure.step"] == "load"
+
+
+def test_without_opentelemetry_in_the_program_nothing_is_imported(
+    pg_url: str, schema: str, db: psycopg.Connection[tuple[object, ...]]
+) -> None:
+    """A program that never imports OpenTelemetry starts and serves runs without it."""
+    program = textwrap.dedent(
+        f"""
+        import sys
+        import perdure
+
+        app = perdure.App({pg_url!r}, schema={schema!r})
+
+        @app.workflow("w")
+        async def w(ctx):
+            return await ctx.step("s", lambda: 1)
+
+        handle = app.start("w")
+        assert app.run_until_complete(handle) == 1
+        app.worker()
+        loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry", "prometheus")))
+        print(loaded)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert db.execute("SELECT trace_context FROM runs").fetchall() == [(None,)]
