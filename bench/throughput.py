@@ -53,19 +53,24 @@ def once(url: str | None, runs: int, concurrency: int, metrics: bool = False) ->
     served = {"metrics_port": 0} if metrics else {}
     worker = app.worker(concurrency=concurrency, claim_batch=concurrency, **served)
 
-    async def drive() -> float:
+    async def drive() -> tuple[float, float]:
         task = asyncio.create_task(worker.run())
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for handle in handles:
             await handle.result_async(timeout=600)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         worker.request_stop()
         await task
-        return elapsed
+        return elapsed, cpu
 
-    elapsed = asyncio.run(drive())
+    elapsed, cpu = asyncio.run(drive())
     rate = runs / elapsed
-    print(f"{runs} runs x 3 steps in {elapsed:.2f} s: {rate:.0f} runs/s, {3 * rate:.0f} steps/s")
+    # CPU time of this process (worker and waiting client) per run: steadier
+    # than the rate on a machine shared with other work.
+    print(
+        f"{runs} runs x 3 steps in {elapsed:.2f} s: {rate:.0f} runs/s, {3 * rate:.0f} steps/s, "
+        f"{cpu / runs * 1e6:.0f} us CPU/run"
+    )
     with psycopg.connect(app.url, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
     app.close()

@@ -149,27 +149,39 @@ class Observers(Observer):
         """Call each of ``observers`` at every hook, in this order."""
         self.observers = tuple(observers)
         self._failed: set[tuple[int, str]] = set()
+        # The bound methods of each hook, looked up once: hooks run per step.
+        self._hooks = {
+            hook: tuple(getattr(o, hook) for o in self.observers)
+            for hook in vars(Observer)
+            if not hook.startswith("_")
+        }
 
-    def _call(self, observer: Observer, hook: str, *args: Any) -> Any:
-        try:
-            return getattr(observer, hook)(*args)
-        except Exception:
-            if (id(observer), hook) not in self._failed:
-                self._failed.add((id(observer), hook))
-                logging.getLogger("perdure.worker").exception(
-                    "observer %r failed in %s (later failures there are not logged)",
-                    observer,
-                    hook,
-                )
-            return None
+    def _failure(self, observer: Observer, hook: str) -> None:
+        if (id(observer), hook) not in self._failed:
+            self._failed.add((id(observer), hook))
+            logging.getLogger("perdure.worker").exception(
+                "observer %r failed in %s (later failures there are not logged)", observer, hook
+            )
 
     def _all(self, hook: str, *args: Any) -> list[Any]:
-        return [self._call(o, hook, *args) for o in self.observers]
+        results = []
+        for observer, method in zip(self.observers, self._hooks[hook], strict=True):
+            try:
+                results.append(method(*args))
+            except Exception:
+                self._failure(observer, hook)
+                results.append(None)
+        return results
 
     def _closing(self, hook: str, subject: Any, tokens: Any, *args: Any) -> None:
         # Innermost (last started) first, as nested context managers would.
-        for o, t in zip(reversed(self.observers), reversed(tokens), strict=True):
-            self._call(o, hook, subject, t, *args)
+        for observer, method, token in zip(
+            reversed(self.observers), reversed(self._hooks[hook]), reversed(tokens), strict=True
+        ):
+            try:
+                method(subject, token, *args)
+            except Exception:
+                self._failure(observer, hook)
 
     def worker_started(self, worker: Worker) -> None:
         """Tell each observer. An error here stops the worker before it claims anything."""
@@ -233,8 +245,7 @@ class Observers(Observer):
 
     def trace_context(self, task: ClaimedTask) -> str | None:
         """The first trace context an observer gives."""
-        for o in self.observers:
-            found = self._call(o, "trace_context", task)
+        for found in self._all("trace_context", task):
             if found is not None:
                 return str(found)
         return None
