@@ -8,8 +8,15 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "perdure"
 
 FORBIDDEN = {
-    "store": {"perdure.api", "perdure.engine", "perdure.cli", "perdure.dashboard"},
-    "engine": {"perdure.api", "perdure.cli", "perdure.dashboard"},
+    "store": {
+        "perdure.api",
+        "perdure.engine",
+        "perdure.cli",
+        "perdure.dashboard",
+        "perdure.observability",
+    },
+    "engine": {"perdure.api", "perdure.cli", "perdure.dashboard", "perdure.observability"},
+    "observability": {"perdure.api", "perdure.cli", "perdure.dashboard"},
     "api": {"perdure.cli", "perdure.dashboard"},
     # The dashboard sits beside the CLI: it reads and acts through perdure.api only.
     "dashboard": {"perdure.engine", "perdure.store", "perdure.cli", "psycopg"},

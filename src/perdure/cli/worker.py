@@ -15,11 +15,11 @@ import click
 
 from perdure.api.app import App
 from perdure.cli.render import safe_url
+from perdure.observability.logs import LOG_FORMATS, configure_logging
 
 if TYPE_CHECKING:
     from perdure.cli.main import CliState
 
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -98,6 +98,25 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     show_default=True,
     help="Logging level.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    default="text",
+    show_default=True,
+    help="text lines, or one JSON object per line with run_id, step, workflow, attempt, worker_id.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on this port at /metrics (0: any free port).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics endpoint listens on (0.0.0.0: every interface).",
+)
 @click.pass_obj
 def worker(
     state: CliState,
@@ -110,14 +129,19 @@ def worker(
     worker_id: str | None,
     no_migrate: bool,
     log_level: str,
+    log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run a worker for the workflows of APP (module:attr, e.g. myapp:app).
 
     The worker claims runs from its queues until SIGINT or SIGTERM, then stops
     claiming and lets in-flight runs finish for up to --shutdown-seconds; a
     second signal stops at once and hands unfinished runs back to the queue.
+    With --metrics-port it serves Prometheus metrics; when APP configures an
+    OpenTelemetry tracer provider, it traces runs and steps (docs/observability.md).
     """
-    logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
+    configure_logging(log_level, log_format.lower())
     app = load(state, target)
     if no_migrate:
         app.auto_migrate = False
@@ -126,7 +150,12 @@ def worker(
         served = sorted(set(queues) or {d.queue for d in app.registry.all().values()})
         # Resolving the URL starts the embedded server when no database was given.
         embedded_server = state.url is None
-        click.echo(startup_line(app, worker_id, served, embedded_server), err=True)
+        line = startup_line(app, worker_id, served, embedded_server)
+        if log_format.lower() == "json":
+            # Every line of a JSON log is JSON, the first one too.
+            logging.getLogger("perdure.worker").info("%s", line, extra={"worker_id": worker_id})
+        else:
+            click.echo(line, err=True)
         app.run_worker(
             concurrency=concurrency,
             queues=list(queues) or None,
@@ -134,6 +163,8 @@ def worker(
             poll_seconds=poll_seconds,
             shutdown_seconds=shutdown_seconds,
             worker_id=worker_id,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
     logging.getLogger("perdure.worker").info("worker %s stopped", worker_id)
     exit_now_if_steps_are_stuck()

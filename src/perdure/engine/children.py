@@ -76,6 +76,7 @@ async def start_child(
                 key=child_key,
                 input_json=text,
                 parent_run_id=ex.task.run_id,
+                trace_context_json=ex.env.observer.trace_context(ex.task),
             ),
         )
         if started is None:

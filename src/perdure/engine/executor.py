@@ -11,9 +11,11 @@ one's outcome is written with a fenced statement before the workflow moves on.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import logging
+import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
@@ -25,6 +27,7 @@ from psycopg_pool import ConnectionPool
 
 from perdure.engine import faults, serialization, typed
 from perdure.engine.control import Abandon, Snooze, Suspend
+from perdure.engine.observer import Observer, StepAttempt
 from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from perdure.errors import (
     Cancelled,
@@ -73,11 +76,25 @@ class ExecutionEnv:
     #: The workflows this worker has code for, by (name, version): child runs
     #: of these start without a registry lookup.
     specs: Mapping[tuple[str, int], WorkflowSpec] = field(default_factory=dict)
+    #: Told of claims, executions, steps and how runs end (metrics, traces, logs).
+    observer: Observer = field(default_factory=Observer)
 
     def emit(self, event: str, **fields: Any) -> None:
-        """Report an engine event to the worker's observer, if any."""
+        """Report an engine event to the worker's event callback, if any."""
         if self.on_event is not None:
             self.on_event(event, fields)
+
+    def run_finished(
+        self, run_id: str, workflow: str, status: str, error: BaseException | None = None
+    ) -> None:
+        """This worker ended a run with ``status``: tell the observer and the callback."""
+        self.observer.run_finished(run_id, workflow, status, error)
+        self.emit(f"run_{status}", run_id=run_id)
+
+    def lease_lost(self, task: ClaimedTask) -> None:
+        """A fenced write on ``task`` found another owner: tell the observer and the callback."""
+        self.observer.lease_lost(task)
+        self.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
 
     def get_sync_pool(self) -> ConnectionPool:
         """A small sync pool for ``ctx.transaction`` steps written as plain ``def``."""
@@ -277,26 +294,51 @@ class Execution:
             self.env.store.q.clock.wall_now(),
         )
         self.env.emit("step_started", run_id=self.task.run_id, step=name, attempt=attempt.number)
+        observer = self.env.observer
+        observed = StepAttempt(self.task, name, kind, attempt.number)
+        token = observer.step_started(observed)
+        # What the observer hears when the attempt ends; a stop (lease lost,
+        # shutdown, cancellation, a simulated crash) leaves it 'interrupted'.
+        status, error, began = "interrupted", None, time.perf_counter()
+        seconds = 0.0
         try:
-            faults.hit("before_step", name)
-            text, decoded = await body(attempt)
-        except _LeaseGone:
-            self.lost = True
-            self.check_alive()
-            raise AssertionError("unreachable") from None
-        except (Suspend, Abandon, asyncio.CancelledError):
-            raise
-        except Snooze as snooze:
-            await self._snooze(attempt, snooze)
-            raise AssertionError("unreachable") from None
-        except Exception as exc:
-            await self._failed(attempt, exc, retry)
-            raise AssertionError("unreachable") from exc
-        faults.hit("before_checkpoint", name)
-        if text is not None:
-            await self._checkpoint(attempt, "completed", text, None)
-        faults.hit("after_checkpoint", name)
-        return decoded
+            try:
+                faults.hit("before_step", name)
+                text, decoded = await body(attempt)
+            except _LeaseGone:
+                self.lost = True
+                self.check_alive()
+                raise AssertionError("unreachable") from None
+            except (Suspend, Abandon, asyncio.CancelledError):
+                raise
+            except Snooze as snooze:
+                seconds = time.perf_counter() - began
+                try:
+                    await self._snooze(attempt, snooze)
+                except Suspend:
+                    status = "snoozed"
+                    raise
+                raise AssertionError("unreachable") from None
+            except Exception as exc:
+                seconds, error = time.perf_counter() - began, exc
+                retrying = self._will_retry(attempt, exc, retry)
+                try:
+                    await self._failed(attempt, exc, retry, retrying)
+                except (Suspend, StepFailed):
+                    status = "retrying" if retrying else "failed"
+                    raise
+                raise AssertionError("unreachable") from exc
+            seconds = time.perf_counter() - began
+            faults.hit("before_checkpoint", name)
+            if text is not None:
+                await self._checkpoint(attempt, "completed", text, None)
+            status = "completed"
+            faults.hit("after_checkpoint", name)
+            return decoded
+        finally:
+            if status == "interrupted":
+                seconds = time.perf_counter() - began
+            observer.step_finished(observed, token, status, seconds, error)
 
     async def step(
         self,
@@ -406,8 +448,11 @@ class Execution:
             return await fn(*args, **kwargs)
         # Plain functions run on the worker's thread pool so a blocking step
         # does not stall the event loop that heartbeats and other runs share.
+        # They run in a copy of this context, so that the step's log fields
+        # and trace span are current in the thread too.
         result = await self.loop.run_in_executor(
-            self.env.threads, functools.partial(fn, *args, **kwargs)
+            self.env.threads,
+            functools.partial(contextvars.copy_context().run, fn, *args, **kwargs),
         )
         if inspect.isawaitable(result):
             result = await result
@@ -429,14 +474,21 @@ class Execution:
         )
         await self.release(snooze.delay, event="step_snoozed", detail_json=detail)
 
-    async def _failed(self, attempt: _Attempt, exc: Exception, retry: RetryPolicy | None) -> None:
+    @staticmethod
+    def _will_retry(attempt: _Attempt, exc: Exception, retry: RetryPolicy | None) -> bool:
+        """Whether this failed attempt is tried again (by the step's policy)."""
+        if isinstance(exc, SerializationError | SignalTimeout):
+            return False
+        return (retry or DEFAULT_STEP_RETRY).should_retry(exc, attempt.number)
+
+    async def _failed(
+        self, attempt: _Attempt, exc: Exception, retry: RetryPolicy | None, retrying: bool
+    ) -> None:
         """Record a failed attempt: schedule the retry (Suspend) or fail the step for good."""
-        policy = retry or DEFAULT_STEP_RETRY
         record = serialization.error_record(exc, traceback.format_exc())
         error_text = serialization.error_json(record)
-        retryable = not isinstance(exc, SerializationError | SignalTimeout)
-        if retryable and policy.should_retry(exc, attempt.number):
-            delay = policy.delay(attempt.number)
+        if retrying:
+            delay = (retry or DEFAULT_STEP_RETRY).delay(attempt.number)
             await self._checkpoint(attempt, "retrying", None, error_text)
             self.env.emit(
                 "step_retry",

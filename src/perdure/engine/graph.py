@@ -96,7 +96,7 @@ async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
         async with store.transaction() as conn:
             await execute_async(conn, q.run_lock(task.run_id))
             if not await execute_async(conn, q.task_finish(task.fence)):
-                env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
+                env.lease_lost(task)
                 return "abandoned"
             await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
         return "scheduled"
@@ -300,7 +300,7 @@ async def _forward(
             output, f"the result of workflow {spec.name!r}", env.max_payload_bytes
         )
         if await execute_async(conn, q.run_finish(run_id, "completed", output_json=text)):
-            env.emit("run_completed", run_id=run_id)
+            env.run_finished(run_id, spec.name, "completed")
 
 
 async def _record(
@@ -358,4 +358,4 @@ async def _unwind(
     final = "compensation_failed" if broken else "compensated" if undone else "failed"
     summary = serialization.error_json({"compensations_failed": broken}) if broken else None
     if await execute_async(conn, q.run_finish(run_id, final, error_json=summary)):
-        env.emit(f"run_{final}", run_id=run_id)
+        env.run_finished(run_id, spec.name, final)

@@ -24,6 +24,7 @@ async def heartbeat_loop(
     interval: float,
     held: Callable[[], set[int]],
     on_lost: Callable[[int], None],
+    on_beat: Callable[[], None] = lambda: None,
 ) -> None:
     """Extend the leases of the tasks this worker executes every ``interval`` s.
 
@@ -41,15 +42,23 @@ async def heartbeat_loop(
         except (Exception, Disconnected) as exc:
             log.warning("heartbeat failed: %s", exc)
             continue
+        on_beat()
         for task_id in before - still:
             if task_id in held():
                 on_lost(task_id)
 
 
 async def reaper_loop(
-    store: AsyncStore, interval: float, max_lapses: int, stale_seconds: float
+    store: AsyncStore,
+    interval: float,
+    max_lapses: int,
+    stale_seconds: float,
+    on_dead: Callable[[int], None] = lambda count: None,
 ) -> None:
-    """Every ``interval`` s: revive expired leases, enforce deadlines, mark silent workers."""
+    """Every ``interval`` s: revive expired leases, enforce deadlines, mark silent workers.
+
+    ``on_dead`` is told how many tasks each pass dead-lettered.
+    """
     while True:
         await asyncio.sleep(interval)
         try:
@@ -58,6 +67,8 @@ async def reaper_loop(
             )
             if revived or dead:
                 log.info("reaper revived %d task(s), dead-lettered %d", revived, dead)
+            if dead:
+                on_dead(dead)
             expired = await store.execute(store.q.run_expire())
             if expired:
                 log.info("cancelled %d run(s) past their deadline", expired)

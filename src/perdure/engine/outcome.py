@@ -22,6 +22,7 @@ from perdure.engine.executor import (
     ReplayEnd,
     WorkflowSpec,
 )
+from perdure.engine.observer import task_fields
 from perdure.errors import (
     Cancelled,
     NonDeterminismError,
@@ -77,10 +78,9 @@ async def _let_go(execution: Execution, signal: Abandon) -> str:
     """After Abandon: stop silently if the lease is gone, else replay from the real history."""
     task, env = execution.task, execution.env
     if execution.lost:
-        log.warning("%s", signal.args[0] if signal.args else "lease lost")
-        env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
+        env.lease_lost(task)
         return "abandoned"
-    log.warning("replaying run %s again: %s", task.run_id, signal)
+    log.warning("replaying run %s again: %s", task.run_id, signal, extra=task_fields(task))
     await env.store.execute(
         env.store.q.task_release(
             task.fence, delay_seconds=0, failed=False, event="run_replay_restarted"
@@ -123,11 +123,11 @@ async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> s
         return await _fail(task, env, exc)
     leased, changed = await store.execute(q.run_complete(fence, text))
     if not leased:
-        env.emit("lease_lost", run_id=task.run_id, task_id=fence.task_id)
+        env.lease_lost(task)
         return "abandoned"
     if not changed:
         return "cancelled"
-    env.emit("run_completed", run_id=task.run_id)
+    env.run_finished(task.run_id, task.workflow, "completed")
     return "completed"
 
 
@@ -178,6 +178,7 @@ async def _handle_failure(
             return await _compensate(execution, cause)
         return await _fail(task, env, cause)
     delay = spec.retry.delay(failures)
+    env.observer.run_retrying(task, delay, cause)
     detail = serialization.error_json(serialization.error_record(cause, traceback.format_exc()))
     released = await env.store.execute(
         env.store.q.task_release(
@@ -214,7 +215,7 @@ async def _compensate(execution: Execution, cause: Exception | None) -> str:
         _, text = _error_json(cause)
         leased, _ = await store.execute(q.run_compensating(task.fence, text))
         if not leased:
-            env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
+            env.lease_lost(task)
             return "abandoned"
     env.emit("run_compensating", run_id=task.run_id, compensations=len(execution.rollbacks))
     failed: list[str] = []
@@ -240,19 +241,21 @@ async def _compensate(execution: Execution, cause: Exception | None) -> str:
     error_json = serialization.error_json({"compensations_failed": failed}) if failed else None
     leased, changed = await store.execute(q.run_fail(task.fence, error_json, status))
     if not leased:
-        env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
-        return "abandoned"
-    env.emit(f"run_{status}", run_id=task.run_id)
-    return status if changed else "cancelled"
-
-
-async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> str:
-    record, text = _error_json(exc)
-    leased, changed = await env.store.execute(env.store.q.run_fail(task.fence, text))
-    if not leased:
-        env.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
+        env.lease_lost(task)
         return "abandoned"
     if not changed:
         return "cancelled"
-    env.emit("run_failed", run_id=task.run_id, error=record["type"])
+    env.run_finished(task.run_id, task.workflow, status, cause)
+    return status
+
+
+async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> str:
+    _, text = _error_json(exc)
+    leased, changed = await env.store.execute(env.store.q.run_fail(task.fence, text))
+    if not leased:
+        env.lease_lost(task)
+        return "abandoned"
+    if not changed:
+        return "cancelled"
+    env.run_finished(task.run_id, task.workflow, "failed", exc)
     return "failed"

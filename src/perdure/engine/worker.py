@@ -13,8 +13,9 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ from perdure.engine import arguments, graph, maintenance, outcome, schedules
 from perdure.engine.arguments import validate_name
 from perdure.engine.control import Disconnected
 from perdure.engine.executor import ExecutionEnv, WorkflowSpec
+from perdure.engine.observer import LoggingObserver, Observer, Observers, task_fields
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.wakeup import Wakeup
 from perdure.errors import ConfigurationError
@@ -101,8 +103,14 @@ class Worker:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
         before_start: Callable[[AsyncStore], Any] | None = None,
+        observers: Sequence[Observer] = (),
     ) -> None:
-        """Serve ``specs`` (keyed by name and version) from the database at ``url``."""
+        """Serve ``specs`` (keyed by name and version) from the database at ``url``.
+
+        ``observers`` are told of claims, executions, steps and how runs end,
+        after the worker's own :class:`LoggingObserver` (see
+        :mod:`perdure.engine.observer`).
+        """
         if not specs:
             raise ConfigurationError("a worker needs at least one workflow to serve")
         self.url = url
@@ -116,6 +124,9 @@ class Worker:
         self.max_payload_bytes = max_payload_bytes
         self.on_event = on_event
         self.before_start = before_start
+        self.observer = Observers([LoggingObserver(), *observers])
+        #: The worker's connection pool while it runs.
+        self.store: AsyncStore | None = None
         self.stop_requested = asyncio.Event()
         self.running: dict[int, _Held] = {}
         self.counts: dict[str, int] = {}
@@ -166,6 +177,7 @@ class Worker:
             self.max_payload_bytes,
             on_event=self._emit,
             specs=self.specs,
+            observer=self.observer,
         )
         self._env = env
         wakeup = Wakeup(self.url, self.q.channel, f"{name}-listen")
@@ -183,6 +195,8 @@ class Worker:
                     concurrency=opts.concurrency,
                 )
             )
+            self.store = store
+            self.observer.worker_started(self)
             wakeup.start()
             background = [
                 asyncio.create_task(
@@ -193,6 +207,7 @@ class Worker:
                         opts.heartbeat_interval,
                         lambda: set(self.running),
                         self._lease_lost,
+                        self.observer.heartbeat,
                     )
                 ),
                 asyncio.create_task(
@@ -200,7 +215,11 @@ class Worker:
                 ),
                 asyncio.create_task(
                     maintenance.reaper_loop(
-                        store, opts.reap_interval, opts.max_lapses, opts.lease_seconds * 2
+                        store,
+                        opts.reap_interval,
+                        opts.max_lapses,
+                        opts.lease_seconds * 2,
+                        self.observer.dead_lettered,
                     )
                 ),
             ]
@@ -225,9 +244,11 @@ class Worker:
             with contextlib.suppress(Exception, Disconnected):
                 await store.execute(self.q.worker_stop(self.id))
             await store.close()
+            self.store = None
             if env.sync_pool is not None:
                 env.sync_pool.close()
             threads.shutdown(wait=False, cancel_futures=True)
+            self.observer.worker_stopped(self)
             self._emit("worker_stopped", {"worker_id": self.id})
 
     async def _claim_loop(self, store: AsyncStore, env: ExecutionEnv, wakeup: Wakeup) -> None:
@@ -242,7 +263,11 @@ class Worker:
                 if opts.exit_when_idle:
                     # Inline mode has no reaper schedule: revive lapsed
                     # leases (a test's simulated crash) before each claim.
-                    await store.execute(self.q.task_rescue(limit=500, max_lapses=opts.max_lapses))
+                    _, dead = await store.execute(
+                        self.q.task_rescue(limit=500, max_lapses=opts.max_lapses)
+                    )
+                    if dead:
+                        self.observer.dead_lettered(dead)
                 if free > 0:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
@@ -304,8 +329,11 @@ class Worker:
                 throttled=throttled,
             )
 
+        began = time.perf_counter()
         if self._limited == []:
-            return await store.execute(claim([], self.queues, want))
+            found = await store.execute(claim([], self.queues, want))
+            self.observer.claimed(found, time.perf_counter() - began)
+            return found
         async with store.transaction() as conn:
             locks = await store.execute(self.q.queue_lock(self.queues), conn)
             locked = [name for name, _ in locks]
@@ -330,6 +358,7 @@ class Worker:
                     claimed.extend(more)
         self._limited = locked
         self._throttled = throttled
+        self.observer.claimed(claimed, time.perf_counter() - began)
         return claimed
 
     async def _next_due(
@@ -372,6 +401,8 @@ class Worker:
 
     async def _execute(self, task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
         result = "error"
+        began = time.perf_counter()
+        token = self.observer.execution_started(task)
         try:
             if getattr(spec, "kind", "function") == "graph":
                 result = await graph.execute(task, spec, env)
@@ -382,13 +413,23 @@ class Worker:
             raise
         except Disconnected as exc:
             result = "disconnected"
-            log.warning("run %s: lost the database mid-execution (%s)", task.run_id, exc)
+            log.warning(
+                "run %s: lost the database mid-execution (%s)",
+                task.run_id,
+                exc,
+                extra=task_fields(task),
+            )
             await self._hand_back(env.store, task)
         except Exception:
             # A database error mid-execution: the task stays claimed and its
             # lease lapses, so another worker (or this one) replays it.
-            log.exception("executing run %s failed; its lease will lapse", task.run_id)
+            log.exception(
+                "executing run %s failed; its lease will lapse",
+                task.run_id,
+                extra=task_fields(task),
+            )
         finally:
+            self.observer.execution_finished(task, token, result, time.perf_counter() - began)
             self.running.pop(task.fence.task_id, None)
             env.lost_tasks.discard(task.fence.task_id)
             self._slot_freed.set()
@@ -418,12 +459,19 @@ class Worker:
                         detail_json='{"reason": "database unreachable"}',
                     )
                 )
-                log.info("run %s handed back after the database came back", task.run_id)
+                log.info(
+                    "run %s handed back after the database came back",
+                    task.run_id,
+                    extra=task_fields(task),
+                )
                 return
             except (Exception, Disconnected) as exc:
                 if loop.time() + delay > deadline or self.stop_requested.is_set():
                     log.warning(
-                        "run %s not handed back (%s); its lease will lapse", task.run_id, exc
+                        "run %s not handed back (%s); its lease will lapse",
+                        task.run_id,
+                        exc,
+                        extra=task_fields(task),
                     )
                     return
             await asyncio.sleep(delay)
@@ -441,7 +489,11 @@ class Worker:
         held = self.running.get(task_id)
         if held is not None:
             log.warning(
-                "worker %s lost the lease on task %d (run %s)", self.id, task_id, held.task.run_id
+                "worker %s lost the lease on task %d (run %s)",
+                self.id,
+                task_id,
+                held.task.run_id,
+                extra=task_fields(held.task),
             )
             self._emit("lease_lost", {"run_id": held.task.run_id, "task_id": task_id})
 

@@ -61,6 +61,8 @@ class ClaimedTask:
     #: The schedule that started the run and the tick it covers, if one did.
     schedule: str | None = None
     scheduled_at: datetime | None = None
+    #: The trace propagation headers the run was started with, if any.
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -218,4 +220,5 @@ def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
         run_status=r.get("run_status"),
         schedule=r.get("schedule"),
         scheduled_at=r.get("scheduled_at"),
+        trace_context=r.get("trace_context"),
     )

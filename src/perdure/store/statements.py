@@ -88,12 +88,14 @@ class Statements(
         timeout_seconds: float | None = None,
         queueing: Queueing | None = None,
         newest: bool = False,
+        trace_context_json: str | None = None,
     ) -> Statement[StartResult | None]:
         """Create a run with its first task, or find the run that has ``key``.
 
         ``queueing`` carries the partition key, dedup key and tags; with
         ``newest``, a newer version registered in the database replaces
-        ``version`` (and its queue replaces ``queue``).
+        ``version`` (and its queue replaces ``queue``). ``trace_context_json``
+        holds the starter's trace propagation headers.
         """
         extra = queueing or Queueing()
         return self._stmt(
@@ -113,6 +115,7 @@ class Statements(
             partition_key=extra.partition_key,
             dedup_key=extra.dedup_key,
             tags=extra.tags_json,
+            trace_context=trace_context_json,
         )
 
     def run_get(self, run_id: str) -> Statement[Run | None]:

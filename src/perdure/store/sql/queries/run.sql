@@ -25,11 +25,11 @@ WITH target AS (
 ), inserted AS (
     INSERT INTO {schema}.runs (id, workflow, version, queue, key, status, input, parent_run_id,
                                created_at, updated_at, deadline_at, priority, partition_key,
-                               dedup_key, tags)
+                               dedup_key, tags, trace_context)
     SELECT %(run_id)s, %(workflow)s, target.version, target.queue, %(key)s, 'queued',
            %(input)s::jsonb, %(parent_run_id)s, {now}, {now},
            {now} + make_interval(secs => %(timeout_seconds)s::float8), %(priority)s,
-           %(partition_key)s, %(dedup_key)s, %(tags)s::jsonb
+           %(partition_key)s, %(dedup_key)s, %(tags)s::jsonb, %(trace_context)s::jsonb
     FROM target
     ON CONFLICT DO NOTHING
     RETURNING id, workflow, version, queue, priority, partition_key, status, created_at

@@ -99,6 +99,7 @@ WITH capacity AS (
     FROM claimed
 )
 SELECT c.*, coalesce(s.input, r.input) AS input, r.status AS run_status, r.schedule, r.scheduled_at,
+       r.trace_context,
        CASE WHEN c.kind = 'run' THEN s.id IS NULL
             ELSE r.status IN ('completed', 'failed', 'cancelled', 'compensated',
                               'compensation_failed', 'paused') END AS finished,

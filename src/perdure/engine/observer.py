@@ -1,0 +1,359 @@
+"""What the engine tells its observers: claims, executions, steps, how runs end.
+
+A worker calls these hooks at the moments worth counting, tracing or logging;
+:mod:`perdure.observability` implements Prometheus metrics and OpenTelemetry
+spans on them, and :class:`LoggingObserver` writes the log records about runs
+and steps. Hooks run inline on the worker's event loop, so each must be quick
+and do no I/O: observing never adds a database round trip.
+
+Every record logged about a run or a step carries the fields of
+:data:`LOG_FIELDS` as ``extra`` attributes. While a task executes, they are
+also kept in a context variable (:func:`log_fields`), so that records logged by
+the workflow's own code can be given them too
+(:class:`perdure.observability.LogContextFilter`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from perdure.errors import LeaseLost
+from perdure.store.rows import ClaimedTask
+
+if TYPE_CHECKING:
+    from perdure.engine.worker import Worker
+
+#: The ``extra`` fields of every record about a run or a step (None when not
+#: applicable: ``step`` in a record about the whole run).
+LOG_FIELDS = ("run_id", "workflow", "step", "attempt", "worker_id")
+
+#: The task executing in this context, and its step and attempt when a step runs.
+#: The fields are built from it only when a record asks for them.
+_current: ContextVar[tuple[ClaimedTask, str | None, int | None] | None] = ContextVar(
+    "perdure_log_fields", default=None
+)
+
+run_log = logging.getLogger("perdure.run")
+step_log = logging.getLogger("perdure.step")
+
+
+def task_fields(
+    task: ClaimedTask, step: str | None = None, attempt: int | None = None
+) -> dict[str, Any]:
+    """The log fields of ``task``: its run, workflow, worker and claim (or step) attempt."""
+    return {
+        "run_id": task.run_id,
+        "workflow": task.workflow,
+        "step": step if step is not None else task.step_name,
+        "attempt": attempt if attempt is not None else task.fence.attempt,
+        "worker_id": task.fence.worker_id,
+    }
+
+
+def log_fields() -> dict[str, Any]:
+    """The log fields of the execution (and step) in progress in this context; {} if none."""
+    current = _current.get()
+    return task_fields(*current) if current is not None else {}
+
+
+@dataclass(frozen=True, slots=True)
+class StepAttempt:
+    """One attempt at one step that runs (replayed steps do not run)."""
+
+    task: ClaimedTask
+    name: str
+    #: ``step``, ``transaction`` or ``compensation``.
+    kind: str
+    #: 1 on the first try.
+    attempt: int
+
+
+class Observer:
+    """Hooks the engine calls; each does nothing here. Subclass and override some."""
+
+    def worker_started(self, worker: Worker) -> None:
+        """The worker registered and is about to claim (its store is open); raise to refuse."""
+
+    def worker_stopped(self, worker: Worker) -> None:
+        """The worker stopped claiming and gave back its work."""
+
+    def heartbeat(self) -> None:
+        """A heartbeat reached the database."""
+
+    def claimed(self, tasks: Sequence[ClaimedTask], seconds: float) -> None:
+        """A claim took ``seconds`` (queue locks included) and returned ``tasks``."""
+
+    def execution_started(self, task: ClaimedTask) -> Any:
+        """A claimed task starts executing; the value returned comes back at its end."""
+        return None
+
+    def execution_finished(
+        self, task: ClaimedTask, token: Any, outcome: str, seconds: float
+    ) -> None:
+        """The execution of ``task`` ended after ``seconds`` with ``outcome``.
+
+        The outcome is what the execution did: ``completed``, ``failed``,
+        ``retrying``, ``suspended`` (a wait or a backoff), ``abandoned`` (the
+        lease was lost), ``branch_completed``, ``error`` (a database error) ...
+        """
+
+    def step_started(self, step: StepAttempt) -> Any:
+        """A step attempt starts; the value returned comes back at its end."""
+        return None
+
+    def step_finished(
+        self,
+        step: StepAttempt,
+        token: Any,
+        status: str,
+        seconds: float,
+        error: BaseException | None,
+    ) -> None:
+        """The attempt ended: ``completed``, ``retrying``, ``failed``, ``snoozed`` or
+        ``interrupted`` (lease lost, worker stopping, run cancelled); ``seconds``
+        is the time of the step's own code, ``error`` what it raised."""
+
+    def run_retrying(self, task: ClaimedTask, delay: float, error: BaseException) -> None:
+        """The workflow body raised and the run will be tried again after ``delay`` s."""
+
+    def run_finished(
+        self, run_id: str, workflow: str, status: str, error: BaseException | None
+    ) -> None:
+        """This worker ended the run: completed, failed, compensated, compensation_failed."""
+
+    def lease_lost(self, task: ClaimedTask) -> None:
+        """Another worker owns ``task`` now; this one stops executing it."""
+
+    def dead_lettered(self, count: int) -> None:
+        """This worker's reaper failed ``count`` tasks whose lease lapsed too often."""
+
+    def trace_context(self, task: ClaimedTask) -> str | None:
+        """Propagation headers (JSON) for a run that ``task``'s execution starts now."""
+        return None
+
+
+class Observers(Observer):
+    """Several observers called in order, as one; a failing observer never stops the engine.
+
+    An exception raised by a hook is logged (the first time for that observer
+    and hook) and otherwise ignored: a metrics or tracing bug must not change
+    what happens to a run. Only ``worker_started`` may refuse the start (a
+    metrics port already taken, say).
+    """
+
+    def __init__(self, observers: Sequence[Observer]) -> None:
+        """Call each of ``observers`` at every hook, in this order."""
+        self.observers = tuple(observers)
+        self._failed: set[tuple[int, str]] = set()
+        # The bound methods of each hook, looked up once: hooks run per step.
+        self._hooks = {
+            hook: tuple(getattr(o, hook) for o in self.observers)
+            for hook in vars(Observer)
+            if not hook.startswith("_")
+        }
+
+    def _failure(self, observer: Observer, hook: str) -> None:
+        if (id(observer), hook) not in self._failed:
+            self._failed.add((id(observer), hook))
+            logging.getLogger("perdure.worker").exception(
+                "observer %r failed in %s (later failures there are not logged)", observer, hook
+            )
+
+    def _all(self, hook: str, *args: Any) -> list[Any]:
+        results = []
+        for observer, method in zip(self.observers, self._hooks[hook], strict=True):
+            try:
+                results.append(method(*args))
+            except Exception:
+                self._failure(observer, hook)
+                results.append(None)
+        return results
+
+    def _closing(self, hook: str, subject: Any, tokens: Any, *args: Any) -> None:
+        # Innermost (last started) first, as nested context managers would.
+        for observer, method, token in zip(
+            reversed(self.observers), reversed(self._hooks[hook]), reversed(tokens), strict=True
+        ):
+            try:
+                method(subject, token, *args)
+            except Exception:
+                self._failure(observer, hook)
+
+    def worker_started(self, worker: Worker) -> None:
+        """Tell each observer. An error here stops the worker before it claims anything."""
+        for o in self.observers:
+            o.worker_started(worker)
+
+    def worker_stopped(self, worker: Worker) -> None:
+        """Tell each observer."""
+        self._all("worker_stopped", worker)
+
+    def heartbeat(self) -> None:
+        """Tell each observer."""
+        self._all("heartbeat")
+
+    def claimed(self, tasks: Sequence[ClaimedTask], seconds: float) -> None:
+        """Tell each observer."""
+        self._all("claimed", tasks, seconds)
+
+    def execution_started(self, task: ClaimedTask) -> Any:
+        """Tell each observer; their tokens, in order."""
+        return self._all("execution_started", task)
+
+    def execution_finished(
+        self, task: ClaimedTask, token: Any, outcome: str, seconds: float
+    ) -> None:
+        """Tell each observer, innermost first."""
+        self._closing("execution_finished", task, token, outcome, seconds)
+
+    def step_started(self, step: StepAttempt) -> Any:
+        """Tell each observer; their tokens, in order."""
+        return self._all("step_started", step)
+
+    def step_finished(
+        self,
+        step: StepAttempt,
+        token: Any,
+        status: str,
+        seconds: float,
+        error: BaseException | None,
+    ) -> None:
+        """Tell each observer, innermost first."""
+        self._closing("step_finished", step, token, status, seconds, error)
+
+    def run_retrying(self, task: ClaimedTask, delay: float, error: BaseException) -> None:
+        """Tell each observer."""
+        self._all("run_retrying", task, delay, error)
+
+    def run_finished(
+        self, run_id: str, workflow: str, status: str, error: BaseException | None
+    ) -> None:
+        """Tell each observer."""
+        self._all("run_finished", run_id, workflow, status, error)
+
+    def lease_lost(self, task: ClaimedTask) -> None:
+        """Tell each observer."""
+        self._all("lease_lost", task)
+
+    def dead_lettered(self, count: int) -> None:
+        """Tell each observer."""
+        self._all("dead_lettered", count)
+
+    def trace_context(self, task: ClaimedTask) -> str | None:
+        """The first trace context an observer gives."""
+        for found in self._all("trace_context", task):
+            if found is not None:
+                return str(found)
+        return None
+
+
+class LoggingObserver(Observer):
+    """The records about runs and steps, on the ``perdure.run`` and ``perdure.step`` loggers.
+
+    Routine progress (a run or step completed) is logged at DEBUG, retries at
+    INFO, failures and lost leases at WARNING. It also keeps the fields of
+    the execution and step in progress for :func:`log_fields`.
+    """
+
+    def execution_started(self, task: ClaimedTask) -> Any:
+        """Make the task's fields current; log the start at DEBUG."""
+        token = _current.set((task, None, None))
+        if run_log.isEnabledFor(logging.DEBUG):
+            what = f"step {task.step_name!r} of " if task.step_name else ""
+            run_log.debug(
+                "executing %srun %s (%s)", what, task.run_id, task.workflow, extra=task_fields(task)
+            )
+        return token
+
+    def execution_finished(
+        self, task: ClaimedTask, token: Any, outcome: str, seconds: float
+    ) -> None:
+        """Log the outcome at DEBUG; restore the fields."""
+        if run_log.isEnabledFor(logging.DEBUG):
+            run_log.debug(
+                "run %s: %s after %.3f s", task.run_id, outcome, seconds, extra=task_fields(task)
+            )
+        _current.reset(token)
+
+    def step_started(self, step: StepAttempt) -> Any:
+        """Make the step's fields current."""
+        return _current.set((step.task, step.name, step.attempt))
+
+    def step_finished(
+        self,
+        step: StepAttempt,
+        token: Any,
+        status: str,
+        seconds: float,
+        error: BaseException | None,
+    ) -> None:
+        """Log the attempt: DEBUG when it completed, INFO for a retry, WARNING for a failure."""
+        _current.reset(token)
+        if status not in ("retrying", "failed") and not step_log.isEnabledFor(logging.DEBUG):
+            return
+        task, name, attempt = step.task, step.name, step.attempt
+        fields = task_fields(task, name, attempt)
+        if status == "retrying":
+            step_log.info(
+                "step %r of run %s failed (attempt %d: %s); it will be retried",
+                name,
+                task.run_id,
+                attempt,
+                _describe(error),
+                extra=fields,
+            )
+        elif status == "failed":
+            step_log.warning(
+                "step %r of run %s failed for good (attempt %d: %s)",
+                name,
+                task.run_id,
+                attempt,
+                _describe(error),
+                extra=fields,
+            )
+        else:
+            step_log.debug(
+                "step %r of run %s %s in %.3f s", name, task.run_id, status, seconds, extra=fields
+            )
+
+    def run_retrying(self, task: ClaimedTask, delay: float, error: BaseException) -> None:
+        """Log at INFO."""
+        run_log.info(
+            "run %s failed (%s); retrying in %.1f s",
+            task.run_id,
+            _describe(error),
+            delay,
+            extra=task_fields(task),
+        )
+
+    def run_finished(
+        self, run_id: str, workflow: str, status: str, error: BaseException | None
+    ) -> None:
+        """Log at DEBUG when completed, INFO when compensated, else WARNING."""
+        level = {"completed": logging.DEBUG, "compensated": logging.INFO}.get(
+            status, logging.WARNING
+        )
+        if run_log.isEnabledFor(level):
+            # A graph run ends inside one of its step tasks: the record is
+            # about the run, with the claim's attempt, not the step's.
+            current = _current.get()
+            fields = task_fields(current[0]) if current else dict.fromkeys(LOG_FIELDS)
+            fields.update(run_id=run_id, workflow=workflow, step=None)
+            detail = f": {_describe(error)}" if error is not None else ""
+            run_log.log(level, "run %s (%s) %s%s", run_id, workflow, status, detail, extra=fields)
+
+    def lease_lost(self, task: ClaimedTask) -> None:
+        """Log at WARNING."""
+        fence = task.fence
+        lost = LeaseLost(fence.task_id, fence.worker_id, fence.attempt)
+        run_log.warning("run %s: %s", task.run_id, lost, extra=task_fields(task))
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:
+        return "no error"
+    return f"{type(error).__name__}: {error}"

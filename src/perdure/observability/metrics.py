@@ -1,0 +1,334 @@
+"""Prometheus metrics of one worker, served on ``/metrics``.
+
+Every :class:`WorkerMetrics` has a registry of its own (not the process-wide
+default), so that several workers in one process, or one test after another,
+never share a series. Counters and histograms are updated from the engine's
+observer hooks, in memory: no metric adds a database round trip. The queue
+gauges are read from the database when Prometheus scrapes, with one cheap
+statement (``queue_depth``) on the worker's own pool.
+
+docs/observability.md lists every series with its labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from perdure.engine.observer import Observer, StepAttempt
+from perdure.errors import ConfigurationError
+from perdure.store.rows import ClaimedTask
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.metrics_core import Metric
+
+    from perdure.engine.worker import Worker
+
+log = logging.getLogger("perdure.metrics")
+
+#: Step durations: from a millisecond (a no-op) to ten minutes (a slow call).
+STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600)
+#: Claim statements: a fraction of a millisecond on an idle server, more under load.
+CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+#: The states of a queue's tasks, as ``perdure queues list`` shows them.
+QUEUE_STATES = ("ready", "running", "waiting", "paused")
+
+
+def _cached(labels: Callable[..., Any]) -> Callable[..., Any]:
+    """``metric.labels`` behind a dict: the hot path skips its argument checks and lock."""
+    children: dict[tuple[str, ...], Any] = {}
+
+    def child(*values: str) -> Any:
+        found = children.get(values)
+        if found is None:
+            found = children[values] = labels(*values)
+        return found
+
+    return child
+
+
+class WorkerMetrics(Observer):
+    """An observer that keeps a worker's Prometheus series; ``serve`` exposes them.
+
+    ``app.worker(metrics_port=9464)`` and ``perdure worker --metrics-port
+    9464`` create one and serve it while the worker runs. To expose the series
+    another way, pass ``WorkerMetrics()`` in ``app.worker(observers=[...])``
+    and read :attr:`registry`.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        """Register the series in ``registry`` (a new one by default).
+
+        With ``port`` (0: any free port), ``/metrics`` is served on ``host``
+        while the observed worker runs.
+        """
+        if port is not None and (
+            isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
+        ):
+            raise ConfigurationError(
+                f"metrics_port must be a port number (0 to 65535), not {port!r}"
+            )
+        if not isinstance(host, str) or not host:
+            raise ConfigurationError(f"metrics_host must be a host name or address, not {host!r}")
+        self.serve_on = None if port is None else (host, port)
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.runs_started = Counter(
+            "perdure_runs_started",
+            "Runs this worker began executing: first claims of a run's task "
+            "(a run queued again by retry has a new task and counts again).",
+            ["workflow"],
+            registry=r,
+        )
+        self.runs_finished = Counter(
+            "perdure_runs_finished",
+            "Runs this worker ended, by final status.",
+            ["workflow", "status"],
+            registry=r,
+        )
+        self.run_retries = Counter(
+            "perdure_run_retries",
+            "Executions whose workflow body raised and that will be tried again.",
+            ["workflow"],
+            registry=r,
+        )
+        self.step_duration = Histogram(
+            "perdure_step_duration_seconds",
+            "Time of each step attempt's own code, by how the attempt ended.",
+            ["workflow", "kind", "status"],
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self.step_retries = Counter(
+            "perdure_step_retries",
+            "Step attempts that failed and will be retried.",
+            ["workflow", "kind"],
+            registry=r,
+        )
+        self.task_duration = Histogram(
+            "perdure_task_duration_seconds",
+            "Time from a task's claim to the end of its execution, by outcome.",
+            ["workflow", "kind", "outcome"],
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self.claim_duration = Histogram(
+            "perdure_claim_duration_seconds",
+            "Time of each claim (the claim statement, with its queue locks if any).",
+            buckets=CLAIM_BUCKETS,
+            registry=r,
+        )
+        self.tasks_claimed = Counter(
+            "perdure_tasks_claimed", "Tasks this worker claimed.", ["queue", "kind"], registry=r
+        )
+        self.lease_losses = Counter(
+            "perdure_lease_losses",
+            "Tasks whose lease this worker lost: a fenced write found another owner.",
+            ["workflow"],
+            registry=r,
+        )
+        self.tasks_dead_lettered = Counter(
+            "perdure_tasks_dead_lettered",
+            "Tasks this worker's reaper failed because their lease lapsed too often.",
+            registry=r,
+        )
+        self.tasks_running = Gauge(
+            "perdure_tasks_running", "Tasks this worker is executing now.", registry=r
+        )
+        self.heartbeat_age = Gauge(
+            "perdure_worker_heartbeat_age_seconds",
+            "Seconds since this worker's last heartbeat reached the database.",
+            registry=r,
+        )
+        self._worker: Worker | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._last_beat = time.monotonic()
+        self.tasks_running.set_function(self._running)
+        self.heartbeat_age.set_function(lambda: time.monotonic() - self._last_beat)
+        self.queues = _QueueDepth(self)
+        r.register(self.queues)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port: int | None = None
+        self._started = _cached(self.runs_started.labels)
+        self._finished = _cached(self.runs_finished.labels)
+        self._steps = _cached(self.step_duration.labels)
+        self._step_retries = _cached(self.step_retries.labels)
+        self._tasks = _cached(self.task_duration.labels)
+        self._claimed = _cached(self.tasks_claimed.labels)
+
+    # Serving -----------------------------------------------------------------
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serve ``/metrics`` on ``host:port`` (port 0: any free one) on a thread; the port."""
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        self.port = int(self._server.server_port)
+        log.info("serving metrics on http://%s:%d/metrics", host, self.port)
+        return self.port
+
+    def close(self) -> None:
+        """Stop serving (if serving)."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    # Observer hooks ------------------------------------------------------------
+
+    def worker_started(self, worker: Worker) -> None:
+        """Remember the worker: its running tasks and its pool feed the gauges."""
+        self._worker = worker
+        self._loop = asyncio.get_running_loop()
+        if self.serve_on is not None and self._server is None:
+            self.serve(self.serve_on[1], self.serve_on[0])
+        self._last_beat = time.monotonic()
+
+    def worker_stopped(self, worker: Worker) -> None:
+        """Stop serving if the worker started it; forget the worker (counters keep their values)."""
+        self._worker = None
+        if self.serve_on is not None:
+            self.close()
+
+    def heartbeat(self) -> None:
+        """Reset the heartbeat age."""
+        self._last_beat = time.monotonic()
+
+    def claimed(self, tasks: Sequence[ClaimedTask], seconds: float) -> None:
+        """Observe the claim's time; count the tasks, and the runs started."""
+        self.claim_duration.observe(seconds)
+        for task in tasks:
+            self._claimed(task.queue, task.kind).inc()
+            if task.kind == "run" and task.fence.attempt == 1 and not task.finished:
+                self._started(task.workflow).inc()
+
+    def execution_finished(
+        self, task: ClaimedTask, token: Any, outcome: str, seconds: float
+    ) -> None:
+        """Observe the task's time by outcome."""
+        self._tasks(task.workflow, task.kind, outcome).observe(seconds)
+
+    def step_finished(
+        self,
+        step: StepAttempt,
+        token: Any,
+        status: str,
+        seconds: float,
+        error: BaseException | None,
+    ) -> None:
+        """Observe the attempt's time; count a retry."""
+        self._steps(step.task.workflow, step.kind, status).observe(seconds)
+        if status == "retrying":
+            self._step_retries(step.task.workflow, step.kind).inc()
+
+    def run_retrying(self, task: ClaimedTask, delay: float, error: BaseException) -> None:
+        """Count the retry."""
+        self.run_retries.labels(task.workflow).inc()
+
+    def run_finished(
+        self, run_id: str, workflow: str, status: str, error: BaseException | None
+    ) -> None:
+        """Count the run by status."""
+        self._finished(workflow, status).inc()
+
+    def lease_lost(self, task: ClaimedTask) -> None:
+        """Count the loss."""
+        self.lease_losses.labels(task.workflow).inc()
+
+    def dead_lettered(self, count: int) -> None:
+        """Count the tasks."""
+        self.tasks_dead_lettered.inc(count)
+
+    def _running(self) -> float:
+        worker = self._worker
+        return float(len(worker.running)) if worker is not None else 0.0
+
+
+class _QueueDepth(Collector):
+    """``perdure_queue_depth`` and ``perdure_queue_oldest_ready_seconds``, read at scrape time."""
+
+    #: How long a scrape waits for the database before it leaves the queue series out.
+    timeout = 5.0
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        """The families, without reading the database (registration calls this)."""
+        return self._families()
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily(
+                "perdure_queue_depth",
+                "Tasks of each queue this worker serves, by state: ready (due now), "
+                "running (claimed), waiting (due later), paused.",
+                labels=["queue", "state"],
+            ),
+            GaugeMetricFamily(
+                "perdure_queue_oldest_ready_seconds",
+                "How long the oldest task due now has waited for a worker (0 if none).",
+                labels=["queue"],
+            ),
+        ]
+
+    def collect(self) -> Iterable[Metric]:
+        """Read the queues' counts now; leave the series out if the database does not answer."""
+        rows = self._read()
+        if rows is None:
+            return []
+        depth, oldest = self._families()
+        assert self.metrics._worker is not None
+        found = {row["queue"]: row for row in rows}
+        for queue in self.metrics._worker.queues:
+            row = found.get(queue, {})
+            for state in QUEUE_STATES:
+                depth.add_metric([queue, state], float(row.get(state, 0)))
+            oldest.add_metric([queue], float(row.get("oldest_ready_seconds", 0.0)))
+        return [depth, oldest]
+
+    def _read(self) -> list[dict[str, Any]] | None:
+        worker, loop = self.metrics._worker, self.metrics._loop
+        store = worker.store if worker is not None else None
+        if worker is None or store is None or loop is None or loop.is_closed():
+            return None
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            # Scraped from inside an event loop (the worker's own, perhaps):
+            # waiting here could block the very statement the wait is for.
+            return None
+        future = asyncio.run_coroutine_threadsafe(
+            store.execute(store.q.queue_depth(worker.queues)), loop
+        )
+        try:
+            return future.result(self.timeout)
+        except BaseException as exc:
+            future.cancel()
+            log.warning("metrics: could not read the queues' depth (%s)", exc)
+            return None
