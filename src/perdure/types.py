@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -89,6 +90,8 @@ class Run:
     parent_run_id: str | None = None
     steps_completed: int | None = None
     waiting_for: dict[str, Any] | None = None
+    #: True for a run `perdure prune --archive` moved to the archive tables.
+    archived: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,40 @@ class HistoryEvent:
     attempt: int | None
     worker_id: str | None
     detail: dict[str, Any] | None = field(default=None)
+    #: Seconds taken by what this entry ends: a step attempt, or the run.
+    duration: float | None = None
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs a listing selects; a field left None selects any value.
+
+    ``before`` is exclusive, ``since`` inclusive (both on ``created_at``).
+    """
+
+    status: str | None = None
+    workflow: str | None = None
+    version: int | None = None
+    queue: str | None = None
+    worker: str | None = None
+    key_prefix: str | None = None
+    since: datetime | None = None
+    before: datetime | None = None
+    parent: str | None = None
+
+
+class RunPage(list[Run]):
+    """One page of a run listing, newest first: a list of runs plus ``next_cursor``.
+
+    ``next_cursor`` is None on the last page; otherwise pass it as
+    ``list_runs(cursor=...)`` (or ``perdure runs list --cursor``) for the
+    page after this one.
+    """
+
+    def __init__(self, runs: Iterable[Run] = (), next_cursor: str | None = None) -> None:
+        """A page holding ``runs``, followed by the page at ``next_cursor``."""
+        super().__init__(runs)
+        self.next_cursor = next_cursor
 
 
 @dataclass(frozen=True)

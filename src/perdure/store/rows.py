@@ -88,6 +88,7 @@ def run(r: Row) -> Run:
         parent_run_id=str(r["parent_run_id"]) if r.get("parent_run_id") else None,
         steps_completed=r.get("steps_completed"),
         waiting_for=r.get("waiting_for"),
+        archived=bool(r.get("archived", False)),
     )
 
 
@@ -119,6 +120,7 @@ def history(r: Row) -> HistoryEvent:
         attempt=r["attempt"],
         worker_id=r["worker_id"],
         detail=r["detail"],
+        duration=None if r.get("duration") is None else r["duration"].total_seconds(),
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -21,12 +22,13 @@ from perdure.errors import ConfigurationError
 from perdure.store import rows
 from perdure.store.parallel_statements import ParallelStatements
 from perdure.store.queries import render
+from perdure.store.retention_statements import RetentionStatements
 from perdure.store.rows import ClaimedTask, Fence, StartResult
 from perdure.store.statement import Row, Statement
 from perdure.store.statement import count as _count
 from perdure.store.statement import first as _first
 from perdure.store.statement import pair as _pair
-from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, WorkflowInfo
+from perdure.types import HistoryEvent, QueueInfo, Run, RunFilter, Step, WorkerInfo, WorkflowInfo
 
 T = TypeVar("T")
 
@@ -49,7 +51,7 @@ def validate_schema(name: object) -> str:
     return name
 
 
-class Statements(ParallelStatements):
+class Statements(ParallelStatements, RetentionStatements):
     """Builds every statement perdure issues, for one schema and one clock."""
 
     def __init__(self, schema: str, clock: Clock) -> None:
@@ -111,25 +113,28 @@ class Statements(ParallelStatements):
 
     def run_list(
         self,
+        filters: RunFilter,
         *,
-        status: str | None = None,
-        workflow: str | None = None,
-        since: datetime | None = None,
-        before: datetime | None = None,
+        archived: bool = False,
+        cursor: tuple[datetime, str] | None = None,
         limit: int = 50,
-        parent: str | None = None,
     ) -> Statement[list[Run]]:
-        """Runs newest first, filtered."""
-        return self._stmt(
+        """Up to ``limit`` runs matching ``filters``, newest first, after ``cursor``.
+
+        ``cursor`` is the (created_at, id) of the last run of the previous
+        page. Planned with its values every time (never prepared), so that
+        the filters given pick their index.
+        """
+        stmt = self._stmt(
             "run_list",
             lambda found: [rows.run(r) for r in found],
-            status=status,
-            workflow=workflow,
-            since=since,
-            before=before,
+            **asdict(filters),
+            archived=archived,
+            cursor_at=None if cursor is None else cursor[0],
+            cursor_id=None if cursor is None else cursor[1],
             limit=limit,
-            parent=parent,
         )
+        return replace(stmt, prepare=False)
 
     def run_complete(self, fence: Fence, output_json: str) -> Statement[tuple[int, int]]:
         """Finish a run (fenced); (leased, changed): a cancelled run stays cancelled."""

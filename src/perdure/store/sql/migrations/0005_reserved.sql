@@ -1,0 +1,6 @@
+-- perdure schema, version 5: reserved.
+--
+-- Version 5 belongs to another change of the operating issue (issue 5),
+-- developed alongside history and retention (version 6). This placeholder
+-- keeps the numbers contiguous until that migration takes its place; it
+-- changes nothing.
