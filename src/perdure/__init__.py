@@ -24,6 +24,7 @@ from perdure.errors import (
     EventTimeout,
     InvalidRunState,
     LeaseLost,
+    MaintenanceBusy,
     NonDeterminismError,
     PerdureError,
     PermanentError,
@@ -40,7 +41,16 @@ from perdure.errors import (
     UnknownWorkflow,
     WorkflowDefinitionError,
 )
-from perdure.types import HistoryEvent, Run, RunStatus, Step, StepStatus
+from perdure.types import (
+    HistoryEvent,
+    PruneResult,
+    Run,
+    RunFilter,
+    RunPage,
+    RunStatus,
+    Step,
+    StepStatus,
+)
 
 __version__ = "0.1.0"
 
@@ -59,17 +69,21 @@ __all__ = [
     "HistoryEvent",
     "InvalidRunState",
     "LeaseLost",
+    "MaintenanceBusy",
     "NonDeterminismError",
     "PerdureError",
     "PermanentError",
+    "PruneResult",
     "ResultTimeout",
     "RetryPolicy",
     "Run",
     "RunCancelled",
     "RunFailed",
+    "RunFilter",
     "RunHandle",
     "RunKeyConflict",
     "RunNotFound",
+    "RunPage",
     "RunStatus",
     "SchemaError",
     "SerializationError",

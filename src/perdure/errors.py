@@ -247,3 +247,7 @@ class StepTimeout(PerdureError, TimeoutError):
         self.step = step
         self.timeout = timeout
         super().__init__(f"step {step!r} did not finish within {timeout:g} s")
+
+
+class MaintenanceBusy(PerdureError):
+    """Another worker or `perdure prune` is running a maintenance pass on this schema now."""

@@ -167,6 +167,26 @@ class RunPage(list[Run]):
 
 
 @dataclass(frozen=True)
+class PruneResult:
+    """What one retention pass did (or, in a dry run, would do)."""
+
+    #: Runs that finished before this time were pruned.
+    cutoff: datetime
+    #: Runs deleted or archived (in a dry run: that would be).
+    runs: int
+    #: Transactions it took, one per batch (0 in a dry run).
+    batches: int
+    #: True when the runs were moved to the archive tables.
+    archived: bool
+    dry_run: bool
+    #: History partitions dropped (in a dry run: that would be), oldest first.
+    partitions: list[str] = field(default_factory=list)
+    #: True when a partition could not be dropped for a lock held too long by
+    #: writers of history; the next pass tries again.
+    postponed: bool = False
+
+
+@dataclass(frozen=True)
 class QueueInfo:
     """A queue: its limits (None: no limit) and its tasks by state."""
 

@@ -27,6 +27,7 @@ from perdure.api.portal import Portal
 from perdure.api.queues import QueueDef, QueuesMixin
 from perdure.api.reading import ReadingMixin
 from perdure.api.registry import Registry, WorkflowDef
+from perdure.api.retention import RetentionMixin
 from perdure.clock import Clock
 from perdure.engine import arguments, serialization
 from perdure.engine.arguments import validate_name
@@ -52,7 +53,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class App(ReadingMixin, MessagingMixin, QueuesMixin):
+class App(ReadingMixin, MessagingMixin, QueuesMixin, RetentionMixin):
     """A perdure application: the workflows it defines and the database they run on.
 
     The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an

@@ -87,13 +87,24 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
 
 
 def _register() -> None:
-    from perdure.cli import demo, embedded, migrate, queues, replay, runs, worker, workflows
+    from perdure.cli import (
+        demo,
+        embedded,
+        migrate,
+        prune,
+        queues,
+        replay,
+        runs,
+        worker,
+        workflows,
+    )
 
     for command in (
         demo.demo,
         replay.check_replay_command,
         embedded.embedded,
         migrate.migrate,
+        prune.prune,
         queues.queues,
         runs.runs,
         worker.worker,

@@ -9,11 +9,13 @@ import sys
 import threading
 import time
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import click
 
 from perdure.api.app import App
+from perdure.cli import times
 from perdure.cli.render import safe_url
 
 if TYPE_CHECKING:
@@ -92,6 +94,13 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     help="Do not migrate; only check the schema is current (for a role without DDL rights).",
 )
 @click.option(
+    "--prune-after",
+    metavar="DURATION",
+    callback=times.duration_option,
+    help="Delete runs that finished longer ago than this (30d, 12h), in the maintenance pass.",
+)
+@click.option("--prune-archive", is_flag=True, help="With --prune-after: archive them instead.")
+@click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default="info",
@@ -109,6 +118,8 @@ def worker(
     shutdown_seconds: float,
     worker_id: str | None,
     no_migrate: bool,
+    prune_after: timedelta | None,
+    prune_archive: bool,
     log_level: str,
 ) -> None:
     """Run a worker for the workflows of APP (module:attr, e.g. myapp:app).
@@ -116,7 +127,14 @@ def worker(
     The worker claims runs from its queues until SIGINT or SIGTERM, then stops
     claiming and lets in-flight runs finish for up to --shutdown-seconds; a
     second signal stops at once and hands unfinished runs back to the queue.
+    Once an hour one of the workers (whichever takes the schema's maintenance
+    lock) creates history's day partitions ahead and, with --prune-after,
+    deletes or archives old finished runs.
     """
+    if prune_archive and prune_after is None:
+        raise click.BadParameter(
+            "--prune-archive needs --prune-after", param_hint="--prune-archive"
+        )
     logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
     app = load(state, target)
     if no_migrate:
@@ -134,6 +152,8 @@ def worker(
             poll_seconds=poll_seconds,
             shutdown_seconds=shutdown_seconds,
             worker_id=worker_id,
+            prune_after=prune_after,
+            prune_archive=prune_archive,
         )
     logging.getLogger("perdure.worker").info("worker %s stopped", worker_id)
     exit_now_if_steps_are_stuck()

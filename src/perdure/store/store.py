@@ -147,6 +147,13 @@ class AsyncStore:
             async with self.pool.connection() as conn, conn.transaction():
                 yield conn
 
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled autocommit connection held for a block (session locks live on one)."""
+        with self.reachable():
+            async with self.pool.connection() as conn:
+                yield conn
+
     def reachable(self) -> contextlib.AbstractContextManager[None]:
         """A block in which "database unreachable" errors become ``unavailable``."""
         return reachable(self.unavailable)
