@@ -220,8 +220,11 @@ def steps_table(steps: list[Step]) -> Table:
 def history_table(events: list[HistoryEvent]) -> Table:
     """The run's timeline: time, event, step, attempt, duration, worker, detail."""
     table = render.table(title="history")
-    table.add_column("at", no_wrap=True)
-    table.add_column("event", no_wrap=True)
+    table.add_column("at", no_wrap=True, min_width=23)
+    # Never cut an event's name: the detail column wraps instead.
+    table.add_column(
+        "event", no_wrap=True, min_width=max((len(e.event) for e in events), default=5)
+    )
     table.add_column("step", overflow="fold")
     table.add_column("attempt", justify="right", no_wrap=True)
     table.add_column("took", justify="right", no_wrap=True)

@@ -121,15 +121,15 @@ class Statements(ParallelStatements, RetentionStatements):
     ) -> Statement[list[Run]]:
         """Up to ``limit`` runs matching ``filters``, newest first, after ``cursor``.
 
+        ``archived`` reads the archive tables instead of the live ones.
         ``cursor`` is the (created_at, id) of the last run of the previous
         page. Planned with its values every time (never prepared), so that
         the filters given pick their index.
         """
         stmt = self._stmt(
-            "run_list",
+            "run_list_archived" if archived else "run_list",
             lambda found: [rows.run(r) for r in found],
             **asdict(filters),
-            archived=archived,
             cursor_at=None if cursor is None else cursor[0],
             cursor_id=None if cursor is None else cursor[1],
             limit=limit,

@@ -55,18 +55,12 @@ SELECT status, output, error FROM {schema}.runs WHERE id = %(run_id)s;
 -- runs_status_created_at_idx, runs_workflow_created_at_idx,
 -- runs_worker_created_at_idx, runs_parent_run_id_idx, else
 -- runs_created_at_idx (queue, version and key prefix filter its rows).
--- %(archived)s reads the archive tables instead: the other branch of the
--- UNION ALL is constant-false and is not planned at all.
+-- run_list_archived (archive.sql) has the same filters: keep them alike (a
+-- unit test compares them).
 SELECT r.*,
-       CASE WHEN %(archived)s
-            THEN (SELECT count(*) FROM {schema}.archive_steps s
-                  WHERE s.run_id = r.id AND s.status = 'completed')
-            ELSE (SELECT count(*) FROM {schema}.steps s
-                  WHERE s.run_id = r.id AND s.status = 'completed')
-       END AS steps_completed
-FROM (SELECT *, false AS archived FROM {schema}.runs WHERE NOT %(archived)s
-      UNION ALL
-      SELECT *, true AS archived FROM {schema}.archive_runs WHERE %(archived)s) r
+       (SELECT count(*) FROM {schema}.steps s WHERE s.run_id = r.id AND s.status = 'completed')
+           AS steps_completed
+FROM {schema}.runs r
 WHERE (%(status)s::text IS NULL OR r.status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
   AND (%(version)s::integer IS NULL OR r.version = %(version)s::integer)
