@@ -4,7 +4,7 @@ Usage: python bench/history_scale.py [--runs N] [--repeat R] [--database-url URL
 
 Generates N runs (default 1,000,000) spread over the last 30 days, with three
 steps and six history entries each, into a fresh schema with COPY; the newest
-few thousand are still live (queued with ready tasks, running, waiting). Then
+tenth holds a few thousand live ones (queued with ready tasks, running, waiting). Then
 it times the queries a dashboard runs, through perdure's own API, and prints
 each one's median over R repetitions (default 7) with the indexes its plan
 uses, and the plan of the claim query (task_claim), which must read the
@@ -90,11 +90,13 @@ def _rows(
         workflow = rng.choices(WORKFLOWS, WORKFLOW_WEIGHTS)[0]
         worker = rng.choice(WORKERS)
         version = 1 if i < runs // 2 else 2
-        left = runs - i
-        if left > live:
-            status = rng.choices(statuses, weights)[0]
+        # The live runs are among the newest tenth, scattered, like the live
+        # work of a busy system between runs that finished.
+        recent = runs - i <= max(runs // 10, 1)
+        if recent and rng.random() < live / max(runs // 10, 1):
+            status = ("queued", "running", "waiting")[i % 3]
         else:
-            status = ("queued", "running", "waiting")[left % 3]
+            status = rng.choices(statuses, weights)[0]
         started = created + 0.05
         finished = status in statuses
         done = started + rng.uniform(0.05, 3.0) if finished else None
@@ -172,7 +174,7 @@ def generate(
     app = perdure.App(url, schema=schema)
     app.ensure_schema()
     app.close()
-    live = min(live, runs // 10)
+    live = min(live, runs // 20)
     with psycopg.connect(url, autocommit=True) as conn:
         now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
         # Day partitions over the whole span, as the workers' maintenance
