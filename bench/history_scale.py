@@ -102,21 +102,39 @@ def _rows(
         done = started + rng.uniform(0.05, 3.0) if finished else None
         error = "\\N"
         if status in ("failed", "compensated"):
-            error = _esc(json.dumps({"type": "RuntimeError", "message": "carrier down",
-                                     "traceback": TRACEBACK}))
+            error = _esc(
+                json.dumps(
+                    {"type": "RuntimeError", "message": "carrier down", "traceback": TRACEBACK}
+                )
+            )
         output = _esc(json.dumps({"shipment": f"S{i}"})) if status == "completed" else "\\N"
         run_worker = "\\N" if status == "queued" else worker
-        run_line = "\t".join([
-            run_id, workflow, str(version), workflow, f"order:{i:07d}", status,
-            _esc(json.dumps({"order_id": i})), output, error, run_worker, "\\N",
-            _ts(created), "\\N" if status == "queued" else _ts(started),
-            _ts(done) if done else "\\N", _ts(done or started),
-        ])
+        run_line = "\t".join(
+            [
+                run_id,
+                workflow,
+                str(version),
+                workflow,
+                f"order:{i:07d}",
+                status,
+                _esc(json.dumps({"order_id": i})),
+                output,
+                error,
+                run_worker,
+                "\\N",
+                _ts(created),
+                "\\N" if status == "queued" else _ts(started),
+                _ts(done) if done else "\\N",
+                _ts(done or started),
+            ]
+        )
         steps: list[str] = []
         history = [f"{run_id}\t{_ts(created)}\trun_created\t\\N\t\\N\t\\N\t\\N\t\\N\t\\N"]
         tasks: list[str] = []
         if status != "queued":
-            history.append(f"{run_id}\t{_ts(started)}\trun_claimed\t\\N\t\\N\t1\t{worker}\t\\N\t\\N")
+            history.append(
+                f"{run_id}\t{_ts(started)}\trun_claimed\t\\N\t\\N\t1\t{worker}\t\\N\t\\N"
+            )
         if finished:
             assert done is not None
             at = started
@@ -126,30 +144,75 @@ def _rows(
                 step_status = "failed" if failed else "completed"
                 step_out = "\\N" if failed else _esc(json.dumps({"ok": position}))
                 step_err = error if failed else "\\N"
-                steps.append("\t".join([
-                    run_id, str(position), name, "step", step_status, "1", step_out, step_err,
-                    worker, _ts(at), _ts(end),
-                ]))
+                steps.append(
+                    "\t".join(
+                        [
+                            run_id,
+                            str(position),
+                            name,
+                            "step",
+                            step_status,
+                            "1",
+                            step_out,
+                            step_err,
+                            worker,
+                            _ts(at),
+                            _ts(end),
+                        ]
+                    )
+                )
                 detail = step_err
-                history.append("\t".join([
-                    run_id, _ts(end), f"step_{step_status}", str(position), name, "1", worker,
-                    detail, f"{end - at:.6f} seconds",
-                ]))
+                history.append(
+                    "\t".join(
+                        [
+                            run_id,
+                            _ts(end),
+                            f"step_{step_status}",
+                            str(position),
+                            name,
+                            "1",
+                            worker,
+                            detail,
+                            f"{end - at:.6f} seconds",
+                        ]
+                    )
+                )
                 at = end
-            history.append("\t".join([
-                run_id, _ts(done), f"run_{status}", "\\N", "\\N", "1", worker, error,
-                f"{done - started:.6f} seconds",
-            ]))
+            history.append(
+                "\t".join(
+                    [
+                        run_id,
+                        _ts(done),
+                        f"run_{status}",
+                        "\\N",
+                        "\\N",
+                        "1",
+                        worker,
+                        error,
+                        f"{done - started:.6f} seconds",
+                    ]
+                )
+            )
         else:
             # Live runs hold the queue: ready now, claimed, or ready later (waiting).
             task_status = {"queued": "ready", "running": "claimed", "waiting": "ready"}[status]
             available = now + 3600 if status == "waiting" else created
-            tasks.append("\t".join([
-                run_id, workflow, workflow, str(version), task_status, _ts(available),
-                worker if status == "running" else "\\N",
-                _ts(now + 30) if status == "running" else "\\N", str(int(status == "running")),
-                _ts(created),
-            ]))
+            tasks.append(
+                "\t".join(
+                    [
+                        run_id,
+                        workflow,
+                        workflow,
+                        str(version),
+                        task_status,
+                        _ts(available),
+                        worker if status == "running" else "\\N",
+                        _ts(now + 30) if status == "running" else "\\N",
+                        str(int(status == "running")),
+                        _ts(created),
+                    ]
+                )
+            )
         yield run_id, [run_line], steps, history, tasks
 
 
@@ -166,7 +229,12 @@ COPIES = {
 
 
 def generate(
-    url: str, runs: int, *, days: float = 30.0, live: int = 3000, seed: int = 7,
+    url: str,
+    runs: int,
+    *,
+    days: float = 30.0,
+    live: int = 3000,
+    seed: int = 7,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Dataset:
     """Migrate a fresh schema and fill it with ``runs`` runs by COPY; what was made."""
@@ -216,8 +284,13 @@ def generate(
             conn.execute(f"ANALYZE {schema}.{table}")
     rare = WORKFLOWS[-1]
     return Dataset(
-        schema=schema, runs=runs, now=now, rare_workflow=rare, worker=WORKERS[17],
-        sample_run=ids[len(ids) // 3], cursor_run=ids[len(ids) // 2],
+        schema=schema,
+        runs=runs,
+        now=now,
+        rare_workflow=rare,
+        worker=WORKERS[17],
+        sample_run=ids[len(ids) // 3],
+        cursor_run=ids[len(ids) // 2],
         key_prefix=f"order:{len(ids) // 2:07d}"[:-2],
     )
 
@@ -230,7 +303,8 @@ def queries(app: perdure.App, data: Dataset) -> dict[str, Callable[[], Any]]:
     cursor = encode_cursor(middle)
 
     def one_run() -> Any:
-        return app.get_run(data.sample_run), app.steps(data.sample_run), app.history(data.sample_run)
+        run = data.sample_run
+        return app.get_run(run), app.steps(run), app.history(run)
 
     return {
         "failed in the last hour": lambda: app.list_runs(
@@ -261,13 +335,12 @@ def statements(app: perdure.App, data: Dataset) -> dict[str, list[Statement[Any]
         return q.run_list(run_filter(**filters), cursor=cursor, limit=51)
 
     return {
-        "failed in the last hour": [
-            page(status="failed", since=data.now - timedelta(hours=1))
-        ],
+        "failed in the last hour": [page(status="failed", since=data.now - timedelta(hours=1))],
         "one workflow": [page(workflow=data.rare_workflow)],
         "one worker": [page(worker=data.worker)],
         "one run": [
-            q.run_get(data.sample_run), q.step_list(data.sample_run),
+            q.run_get(data.sample_run),
+            q.step_list(data.sample_run),
             q.history_list(data.sample_run),
         ],
         "cursor page": [page(cursor=(middle.created_at, middle.id))],
@@ -279,8 +352,12 @@ def claim_statement(app: perdure.App, queues: list[str] | None = None) -> Statem
     """The claim of a worker serving ``queues`` (default: the busiest one), versions 1 and 2."""
     queues = queues or WORKFLOWS[:1]
     return app.q.task_claim(
-        worker_id="bench-claimer", queues=queues, names=queues * 2,
-        versions=[1] * len(queues) + [2] * len(queues), limit=16, lease_seconds=30,
+        worker_id="bench-claimer",
+        queues=queues,
+        names=queues * 2,
+        versions=[1] * len(queues) + [2] * len(queues),
+        limit=16,
+        lease_seconds=30,
     )
 
 

@@ -29,7 +29,8 @@ def define(app: perdure.App, calls: dict[str, int]) -> None:
 
     @app.workflow("timeline")
     def timeline(ctx: perdure.SyncContext, x: int) -> None:
-        ctx.step("flaky", flaky, retry=perdure.RetryPolicy(max_attempts=3, initial_delay=0, jitter=0))
+        again = perdure.RetryPolicy(max_attempts=3, initial_delay=0, jitter=0)
+        ctx.step("flaky", flaky, retry=again)
         ctx.step("broken", broken)
 
 
@@ -119,8 +120,8 @@ def test_runs_show_history_prints_the_timeline_with_tracebacks(
     ):
         assert expected in text, expected
     # The timeline is in order.
-    assert text.index("run_created") < text.index("step_retry_scheduled") < text.index(
-        "step_failed"
+    assert (
+        text.index("run_created") < text.index("step_retry_scheduled") < text.index("step_failed")
     )
     document = json.loads(show(run.id, "--history", "--json"))
     history = document["history"]

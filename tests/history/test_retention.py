@@ -103,10 +103,13 @@ def test_prune_in_batches_while_a_worker_works_touches_no_live_run(
 
     worker = spawn_worker("apps.retention_app:app", "--concurrency", "4")
     new = [app.start("work", i) for i in range(40)]
-    wait_until(lambda: app.list_runs(status="completed", workflow="work", since=cutoff),
-               what="the worker's first run")
-    busy = [r for r in app.list_runs(workflow="work", since=cutoff, limit=100)
-            if not r.status.is_final]
+    wait_until(
+        lambda: app.list_runs(status="completed", workflow="work", since=cutoff),
+        what="the worker's first run",
+    )
+    busy = [
+        r for r in app.list_runs(workflow="work", since=cutoff, limit=100) if not r.status.is_final
+    ]
     assert busy, "the worker finished everything before the prune started"
 
     result = app.prune(timedelta(days=30), archive=archive, batch_size=4)
@@ -145,14 +148,27 @@ def test_prune_in_batches_while_a_worker_works_touches_no_live_run(
         assert len(refused) == 2 and refused[0].steps_completed == 0
         shown = CliRunner().invoke(
             cli,
-            ["--database-url", pg_url, "--schema", schema, "runs", "show", "old:work:3",
-             "--history"],
+            [
+                "--database-url",
+                pg_url,
+                "--schema",
+                schema,
+                "runs",
+                "show",
+                "old:work:3",
+                "--history",
+            ],
         )
         assert shown.exit_code == 0, shown.output
         assert "archived" in shown.stdout and "run_completed" in shown.stdout
-        assert "old:work:3" in CliRunner().invoke(
-            cli, ["--database-url", pg_url, "--schema", schema, "runs", "list", "--archived"]
-        ).stdout
+        assert (
+            "old:work:3"
+            in CliRunner()
+            .invoke(
+                cli, ["--database-url", pg_url, "--schema", schema, "runs", "list", "--archived"]
+            )
+            .stdout
+        )
     else:
         for run_id in old.prunable:
             with pytest.raises(perdure.RunNotFound):
@@ -178,9 +194,7 @@ def test_a_dry_run_counts_and_changes_nothing(
     assert len(app.list_runs(limit=100)) == len(old.prunable) + len(old.kept)
 
 
-def test_one_maintainer_at_a_time(
-    app: perdure.App, pg_url: str, schema: str
-) -> None:
+def test_one_maintainer_at_a_time(app: perdure.App, pg_url: str, schema: str) -> None:
     app.ensure_schema()
     with psycopg.connect(pg_url, autocommit=True) as other:
         (taken,) = other.execute(
@@ -210,8 +224,10 @@ def test_a_worker_prunes_by_itself_with_prune_after(
         timeout=60,
         what="the workers' maintenance pass",
     )
-    wait_until(lambda: old_partitions(db, datetime.now(UTC) - timedelta(days=30)) == [],
-               what="old partitions dropped")
+    wait_until(
+        lambda: old_partitions(db, datetime.now(UTC) - timedelta(days=30)) == [],
+        what="old partitions dropped",
+    )
     assert all(not app.get_run(r).archived for r in old.kept)
     # Partitions are made ahead: today and the next three days.
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)

@@ -20,7 +20,7 @@ import pytest
 import perdure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import history_scale  # noqa: E402
+import history_scale
 
 pytestmark = pytest.mark.all_servers
 

@@ -22,14 +22,39 @@ def test_the_archived_listing_has_every_filter_of_the_live_one() -> None:
     live, archived = _filters("run_list"), _filters("run_list_archived")
     assert live == archived
     # Every filter of RunFilter reaches both.
-    for name in ("status", "workflow", "version", "queue", "worker", "key_prefix", "since",
-                 "before", "parent", "cursor_at", "cursor_id"):
+    for name in (
+        "status",
+        "workflow",
+        "version",
+        "queue",
+        "worker",
+        "key_prefix",
+        "since",
+        "before",
+        "parent",
+        "cursor_at",
+        "cursor_id",
+    ):
         assert f"%({name})s" in live
 
 
 def _run(created: datetime, run_id: str) -> Run:
-    return Run(run_id, "w", 1, "w", None, RunStatus.QUEUED, None, None, None, None,
-               created, None, None, created)
+    return Run(
+        run_id,
+        "w",
+        1,
+        "w",
+        None,
+        RunStatus.QUEUED,
+        None,
+        None,
+        None,
+        None,
+        created,
+        None,
+        None,
+        created,
+    )
 
 
 def test_a_cursor_stands_for_the_last_run_of_its_page() -> None:
@@ -40,8 +65,16 @@ def test_a_cursor_stands_for_the_last_run_of_its_page() -> None:
     assert listing.decode_cursor(cursor) == (created, run_id)
 
 
-@pytest.mark.parametrize("bad", ["", "nope", "x" * 300, 5, listing.encode_cursor(
-    _run(datetime(2026, 1, 1), "01900000-0000-7000-8000-000000000001"))])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "nope",
+        "x" * 300,
+        5,
+        listing.encode_cursor(_run(datetime(2026, 1, 1), "01900000-0000-7000-8000-000000000001")),
+    ],
+)
 def test_a_cursor_not_given_out_by_a_page_is_refused(bad: object) -> None:
     with pytest.raises(ConfigurationError, match="cursor"):
         listing.decode_cursor(bad)

@@ -300,13 +300,14 @@ WITH expired AS (
         cancel_reason = 'deadline',
         error = jsonb_build_object('type', 'Cancelled', 'message', 'deadline')
     FROM expired WHERE r.id = expired.id
-    RETURNING r.id
+    RETURNING r.id, r.completed_at - r.started_at AS took
 ), dropped AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN cancelled c ON t.run_id = c.id
                  WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
 ), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, detail)
-    SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', 'deadline') FROM cancelled
+    INSERT INTO {schema}.history (run_id, at, event, detail, duration)
+    SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', 'deadline'), took
+    FROM cancelled
 )
 SELECT count(*) AS cancelled FROM cancelled;
