@@ -72,6 +72,15 @@ def make_old_runs(make_app: Callable[..., perdure.App], db: psycopg.Connection[A
     return made
 
 
+@pytest.fixture
+def old(
+    app: perdure.App, make_app: Callable[..., perdure.App], db: psycopg.Connection[Any]
+) -> OldRuns:
+    """The schema migrated (by ``app``) and the old runs made."""
+    app.ensure_schema()
+    return make_old_runs(make_app, db)
+
+
 def old_partitions(db: psycopg.Connection[Any], before: datetime) -> list[str]:
     rows = db.execute(
         "SELECT name FROM history_partitions() WHERE NOT is_default AND to_at <= %s", (before,)
@@ -86,16 +95,14 @@ def count(db: psycopg.Connection[Any], table: str, run_ids: list[str]) -> int:
 
 @pytest.mark.parametrize("archive", [False, True], ids=["delete", "archive"])
 def test_prune_in_batches_while_a_worker_works_touches_no_live_run(
-    make_app: Callable[..., perdure.App],
+    app: perdure.App,
+    old: OldRuns,
     db: psycopg.Connection[Any],
     spawn_worker: Callable[..., WorkerProcess],
     pg_url: str,
     schema: str,
     archive: bool,
 ) -> None:
-    app = make_app()
-    app.ensure_schema()
-    old = make_old_runs(make_app, db)
     cutoff = datetime.now(UTC) - timedelta(days=30)
     doomed_partitions = old_partitions(db, cutoff)
     assert len(doomed_partitions) == 6
@@ -177,11 +184,8 @@ def test_prune_in_batches_while_a_worker_works_touches_no_live_run(
 
 
 def test_a_dry_run_counts_and_changes_nothing(
-    make_app: Callable[..., perdure.App], db: psycopg.Connection[Any]
+    app: perdure.App, old: OldRuns, db: psycopg.Connection[Any]
 ) -> None:
-    app = make_app()
-    app.ensure_schema()
-    old = make_old_runs(make_app, db)
     cutoff = datetime.now(UTC) - timedelta(days=30)
     partitions = old_partitions(db, cutoff)
     result = app.prune(timedelta(days=30), dry_run=True)
@@ -207,13 +211,11 @@ def test_one_maintainer_at_a_time(app: perdure.App, pg_url: str, schema: str) ->
 
 
 def test_a_worker_prunes_by_itself_with_prune_after(
-    make_app: Callable[..., perdure.App],
+    app: perdure.App,
+    old: OldRuns,
     db: psycopg.Connection[Any],
     spawn_worker: Callable[..., WorkerProcess],
 ) -> None:
-    app = make_app()
-    app.ensure_schema()
-    old = make_old_runs(make_app, db)
     # Two workers: whichever takes the maintenance lock archives, once.
     workers = [
         spawn_worker("apps.retention_app:app", "--prune-after", "30d", "--prune-archive")
@@ -278,12 +280,7 @@ def test_bad_prune_arguments_are_refused(
         app.prune(**args)
 
 
-def test_the_prune_command(
-    make_app: Callable[..., perdure.App], db: psycopg.Connection[Any], pg_url: str, schema: str
-) -> None:
-    app = make_app()
-    app.ensure_schema()
-    make_old_runs(make_app, db)
+def test_the_prune_command(old: OldRuns, pg_url: str, schema: str) -> None:
 
     def prune(*args: str) -> str:
         result = CliRunner().invoke(
