@@ -300,3 +300,7 @@ class ScheduleNotFound(PerdureError, LookupError):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(f"no schedule named {name!r} (perdure schedules list shows them)")
+
+
+class MaintenanceBusy(PerdureError):
+    """Another worker or `perdure prune` is running a maintenance pass on this schema now."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -105,6 +106,8 @@ class Run:
     #: The run this one was forked from (``app.fork``), and the step it forked at.
     forked_from: str | None = None
     fork_step: str | None = None
+    #: True for a run `perdure prune --archive` moved to the archive tables.
+    archived: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,42 @@ class HistoryEvent:
     attempt: int | None
     worker_id: str | None
     detail: dict[str, Any] | None = field(default=None)
+    #: Seconds taken by what this entry ends: a step attempt, or the run.
+    duration: float | None = None
+
+
+class RunPage(list[Run]):
+    """One page of a run listing, newest first: a list of runs plus ``next_cursor``.
+
+    ``next_cursor`` is None on the last page; otherwise pass it as
+    ``list_runs(cursor=...)`` (or ``perdure runs list --cursor``) for the
+    page after this one.
+    """
+
+    def __init__(self, runs: Iterable[Run] = (), next_cursor: str | None = None) -> None:
+        """A page holding ``runs``, followed by the page at ``next_cursor``."""
+        super().__init__(runs)
+        self.next_cursor = next_cursor
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What one retention pass did (or, in a dry run, would do)."""
+
+    #: Runs that finished before this time were pruned.
+    cutoff: datetime
+    #: Runs deleted or archived (in a dry run: that would be).
+    runs: int
+    #: Transactions it took, one per batch (0 in a dry run).
+    batches: int
+    #: True when the runs were moved to the archive tables.
+    archived: bool
+    dry_run: bool
+    #: History partitions dropped (in a dry run: that would be), oldest first.
+    partitions: list[str] = field(default_factory=list)
+    #: True when a partition could not be dropped for a lock held too long by
+    #: writers of history; the next pass tries again.
+    postponed: bool = False
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from perdure.api.portal import Portal
 from perdure.api.queues import QueueDef, QueuesMixin
 from perdure.api.reading import ReadingMixin
 from perdure.api.registry import Registry, WorkflowDef
+from perdure.api.retention import RetentionMixin
 from perdure.api.schedules import ScheduleDef, SchedulesMixin
 from perdure.api.starting import StartingMixin
 from perdure.clock import Clock
@@ -52,7 +53,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class App(StartingMixin, ReadingMixin, MessagingMixin, QueuesMixin, SchedulesMixin, ManageMixin):
+class App(
+    StartingMixin,
+    ReadingMixin,
+    MessagingMixin,
+    QueuesMixin,
+    SchedulesMixin,
+    ManageMixin,
+    RetentionMixin,
+):
     """A perdure application: the workflows it defines and the database they run on.
 
     The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
+from perdure.api.start_options import tags_json
 from perdure.engine import arguments
 from perdure.errors import ConfigurationError
 from perdure.types import RunStatus
@@ -23,17 +24,25 @@ from perdure.types import RunStatus
 class RunFilter:
     """Criteria on runs; every one given must hold (None: any).
 
-    ``status``: one run status. ``workflow``: a workflow name. ``since`` /
-    ``before``: created at or after / strictly before (aware datetimes).
-    ``parent``: the child runs of this run id. ``runs``: only these run ids
-    (the CLI acts on exactly the runs its preview showed this way).
+    ``status``: one run status. ``workflow``: a workflow name; ``version``
+    one of its versions. ``queue``: the run's queue. ``worker``: the id of the
+    worker that last claimed the run. ``key_prefix``: keys that start with it.
+    ``since`` / ``before``: created at or after / strictly before (aware
+    datetimes). ``parent``: the child runs of this run id. ``tags``: runs whose
+    tags include every given pair. ``runs``: only these run ids (the CLI acts
+    on exactly the runs its preview showed this way).
     """
 
     status: RunStatus | str | None = None
     workflow: str | None = None
+    version: int | None = None
+    queue: str | None = None
+    worker: str | None = None
+    key_prefix: str | None = None
     since: datetime | None = None
     before: datetime | None = None
     parent: str | None = None
+    tags: dict[str, str] | None = None
     runs: tuple[str, ...] | None = None
 
     def checked(self) -> RunFilter:
@@ -47,8 +56,11 @@ class RunFilter:
                 raise ConfigurationError(
                     f"status must be one of {known}, not {self.status!r}"
                 ) from None
+        if self.version is not None:
+            arguments.integer("version", self.version, minimum=1)
         arguments.timestamp("since", self.since)
         arguments.timestamp("before", self.before)
+        tags_json("tags", self.tags)
         parent = None if self.parent is None else _run_id("parent", self.parent)
         runs = None
         if self.runs is not None:
@@ -59,6 +71,11 @@ class RunFilter:
             self,
             status=status,
             workflow=arguments.optional_text("workflow", self.workflow, max_length=128),
+            queue=arguments.optional_text("queue", self.queue, max_length=128),
+            worker=arguments.optional_text("worker", self.worker, max_length=200),
+            key_prefix=arguments.optional_text(
+                "key_prefix", self.key_prefix, max_length=arguments.MAX_KEY_LENGTH
+            ),
             parent=parent,
             runs=runs,
         )
@@ -72,10 +89,19 @@ class RunFilter:
         """The criteria that ``run_list`` and ``run_select`` share, as query parameters."""
         return {
             "workflow": self.workflow,
+            "version": self.version,
+            "queue": self.queue,
+            "worker": self.worker,
+            "key_prefix": self.key_prefix,
             "since": self.since,
             "before": self.before,
             "parent": self.parent,
+            "tags": tags_json("tags", self.tags),
         }
+
+    def listing(self) -> dict[str, Any]:
+        """The query parameters of ``run_list``: :meth:`params` and the status."""
+        return {"status": None if self.status is None else str(self.status), **self.params()}
 
     def statuses(self, allowed: Iterable[RunStatus]) -> list[str]:
         """The statuses in ``allowed`` that this filter's ``status`` admits."""

@@ -14,20 +14,30 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from perdure.api import listing
 from perdure.api.filters import RunFilter
 from perdure.api.portal import Portal
-from perdure.api.start_options import tags_json
 from perdure.engine import arguments
 from perdure.errors import ConfigurationError, ResultTimeout, RunCancelled, RunFailed, RunNotFound
 from perdure.store.reading_statements import NARROWING
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
-from perdure.types import HistoryEvent, Run, RunStatus, Step, WorkerInfo, WorkflowInfo
+from perdure.types import (
+    HistoryEvent,
+    Run,
+    RunPage,
+    RunStatus,
+    Step,
+    WorkerInfo,
+    WorkflowInfo,
+)
 
 if TYPE_CHECKING:
     from perdure.api.registry import Registry
 
 T = TypeVar("T")
+#: The options of list_runs that are not filters.
+_PAGING = ("archived", "cursor", "limit")
 
 
 @dataclass(frozen=True)
@@ -89,19 +99,24 @@ class ReadingMixin:
             raise RunNotFound(repr(ref))
         if len(ref) > arguments.MAX_KEY_LENGTH:
             raise RunNotFound(f"{ref[:60]}... ({len(ref)} characters)")
-        run = None
         try:
-            run = await self._run(self.q.run_get(str(uuid.UUID(ref))))
+            run_id: str | None = str(uuid.UUID(ref))
         except ValueError:
-            pass
-        if run is None:
-            run = await self._run(self.q.run_get_by_key(ref))
-        if run is None:
-            raise RunNotFound(ref)
-        return run
+            run_id = None
+        # A live run first, then an archived one (perdure prune --archive).
+        for by_id, by_key in (
+            (self.q.run_get, self.q.run_get_by_key),
+            (self.q.run_get_archived, self.q.run_get_by_key_archived),
+        ):
+            run = None if run_id is None else await self._run(by_id(run_id))
+            if run is None:
+                run = await self._run(by_key(ref))
+            if run is not None:
+                return run
+        raise RunNotFound(ref)
 
     def get_run(self, ref: str) -> Run:
-        """The run with id (or key) ``ref``; RunNotFound if there is none."""
+        """The run with id (or key) ``ref``, live or archived; RunNotFound if there is none."""
         return self._portal.call(self._find(ref))
 
     async def get_run_async(self, ref: str) -> Run:
@@ -113,45 +128,89 @@ class ReadingMixin:
         *,
         status: RunStatus | str | None = None,
         workflow: str | None = None,
+        version: int | None = None,
+        queue: str | None = None,
+        worker: str | None = None,
+        key_prefix: str | None = None,
         since: datetime | None = None,
         before: datetime | None = None,
-        limit: int = 50,
         parent: str | None = None,
         tags: dict[str, str] | None = None,
-    ) -> list[Run]:
-        """Runs newest first, filtered by status, workflow, creation time and parent run.
+        archived: bool = False,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        """One page of runs, newest first (by ``created_at``, then id), filtered.
 
-        ``tags`` keeps the runs whose tags include every given pair.
+        Each filter left None selects any value: ``status``, ``workflow``,
+        ``version``, ``queue``, ``worker`` (the id of the worker that last
+        claimed the run), ``key_prefix`` (keys that start with it),
+        ``since`` (created at or after) and ``before`` (created before), and
+        ``parent`` (the children of that run), ``tags`` (runs whose tags
+        include every given pair). ``archived=True`` lists the
+        runs ``perdure prune --archive`` moved to the archive instead. The
+        page is a list of at most ``limit`` runs; its ``next_cursor``, passed
+        as ``cursor=``, gives the page after it (None on the last page).
         """
-        found = RunFilter(
-            status=status, workflow=workflow, since=since, before=before, parent=parent
+        filters = RunFilter(
+            status=status,
+            workflow=workflow,
+            version=version,
+            queue=queue,
+            worker=worker,
+            key_prefix=key_prefix,
+            since=since,
+            before=before,
+            parent=parent,
+            tags=tags,
         ).checked()
-        arguments.integer("limit", limit, minimum=1, maximum=10_000)
-        return self._portal.call(
-            self._run(
-                self.q.run_list(
-                    status=None if found.status is None else str(found.status),
-                    limit=limit,
-                    **found.params(),
-                    tags_json=tags_json("tags", tags),
-                )
+        return self._portal.call(self._list_runs(filters, archived, cursor, limit))
+
+    async def list_runs_async(self, **options: Any) -> RunPage:
+        """One page of runs (async); the same options as :meth:`list_runs`."""
+        filter_options = {k: v for k, v in options.items() if k not in _PAGING}
+        try:
+            filters = RunFilter(**filter_options).checked()
+        except TypeError as exc:
+            raise ConfigurationError(f"unknown list_runs option: {exc}") from None
+        return await self._portal.run(
+            self._list_runs(
+                filters,
+                options.get("archived", False),
+                options.get("cursor"),
+                options.get("limit", 50),
             )
         )
 
+    async def _list_runs(
+        self, filters: RunFilter, archived: bool, cursor: str | None, limit: int
+    ) -> RunPage:
+        arguments.flag("archived", archived)
+        limit = listing.check_limit(limit)
+        after = None if cursor is None else listing.decode_cursor(cursor)
+        found = await self._run(
+            self.q.run_list(filters.listing(), archived=archived, cursor=after, limit=limit + 1)
+        )
+        return listing.page(found, limit)
+
     def steps(self, ref: str) -> list[Step]:
-        """The step checkpoints of a run, in position order."""
+        """The step checkpoints of a run (live or archived), in position order."""
         return self._portal.call(self._steps(ref))
 
     async def _steps(self, ref: str) -> list[Step]:
         run = await self._find(ref)
+        if run.archived:
+            return await self._run(self.q.step_list_archived(run.id))
         return await self._run(self.q.step_list(run.id))
 
     def history(self, ref: str) -> list[HistoryEvent]:
-        """The append-only history of a run, oldest first."""
+        """The append-only history of a run (live or archived), oldest first."""
         return self._portal.call(self._history(ref))
 
     async def _history(self, ref: str) -> list[HistoryEvent]:
         run = await self._find(ref)
+        if run.archived:
+            return await self._run(self.q.history_list_archived(run.id))
         return await self._run(self.q.history_list(run.id))
 
     def workers(self) -> list[WorkerInfo]:

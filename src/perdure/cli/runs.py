@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -12,40 +11,15 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from perdure.cli import render
+from perdure.cli import render, times
 from perdure.cli.run_queueing import queueing_rows, tags_option, unserved_versions, waits_for
 from perdure.types import HistoryEvent, Run, RunStatus, Step
 
 if TYPE_CHECKING:
     from perdure.cli.main import CliState
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_since(value: str, now: datetime | None = None) -> datetime:
-    """A point in time from ``30m``, ``2h``, ``7d`` (ago) or an ISO timestamp (naive is UTC)."""
-    match = _DURATION.match(value)
-    if match:
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
-        return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
-    parsed = datetime.fromisoformat(value.strip())
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def _since_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    """Parse ``--since`` with :func:`parse_since`, or fail saying what is accepted."""
-    if value is None:
-        return None
-    try:
-        return parse_since(value)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is neither a duration such as 30m, 2h or 7d "
-            "nor an ISO timestamp such as 2024-05-01T12:00:00+02:00",
-            ctx,
-            param,
-        ) from None
+#: Kept for callers of the earlier name: see :func:`perdure.cli.times.parse_point`.
+parse_since = times.parse_point
 
 
 @click.group()
@@ -58,13 +32,27 @@ def runs() -> None:
     "--status", type=click.Choice([s.value for s in RunStatus]), help="Only runs in this status."
 )
 @click.option("--workflow", help="Only runs of this workflow.")
+@click.option("--version", "version", type=click.IntRange(min=1), help="Only runs of this version.")
+@click.option("--queue", help="Only runs of this queue.")
+@click.option("--worker", metavar="WORKER_ID", help="Only runs last claimed by this worker.")
+@click.option("--key-prefix", metavar="PREFIX", help="Only runs whose key starts with PREFIX.")
 @click.option("--parent", metavar="RUN_ID", help="Only the child runs of this run.")
 @click.option(
     "--since",
     metavar="DURATION|ISO",
-    callback=_since_option,
-    help="Only runs created since: 30m, 2h, 7d or an ISO timestamp (naive means UTC).",
+    callback=times.point_option,
+    help="Only runs created since: 30m, 2h, 7d (ago) or an ISO timestamp (naive means UTC).",
 )
+@click.option(
+    "--until",
+    "--before",
+    "until",
+    metavar="DURATION|ISO",
+    callback=times.point_option,
+    help="Only runs created before: 30m, 2h, 7d (ago) or an ISO timestamp.",
+)
+@click.option("--archived", is_flag=True, help="List archived runs (perdure prune --archive).")
+@click.option("--cursor", help="Start after this cursor (printed under the previous page).")
 @click.option(
     "--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="At most N runs."
 )
@@ -80,27 +68,28 @@ def runs() -> None:
 @click.pass_obj
 def list_runs(
     state: CliState,
-    status: str | None,
-    workflow: str | None,
-    parent: str | None,
-    since: datetime | None,
+    /,
+    cursor: str | None,
     limit: int,
     tags: dict[str, str] | None,
     as_json: bool,
+    until: datetime | None,
+    **filters: Any,
 ) -> None:
-    """List runs, newest first.
+    """List runs, newest first, a page at a time.
 
     A queued run of a version no live worker has is marked: it waits for a
     worker with that version (``perdure workflows list`` shows who serves what).
     """
     with state.app() as app:
-        found = app.list_runs(
-            status=status, workflow=workflow, since=since, limit=limit, parent=parent, tags=tags
-        )
+        found = app.list_runs(**filters, before=until, cursor=cursor, limit=limit, tags=tags)
         unserved = unserved_versions(app, found)
-    out = render.listing(found, as_json, "no runs match", lambda runs: runs_table(runs, unserved))
-    if out is not None and len(found) == limit:
-        out.print(f"showing the newest {limit}; use --limit to see more", style="dim")
+    render.listing(found, as_json, "no runs match", lambda runs: runs_table(runs, unserved))
+    if found.next_cursor is not None:
+        # On stderr, so that --json output stays one JSON array.
+        render.err_console().print(
+            f"next page: --cursor {found.next_cursor}", style="dim", soft_wrap=True
+        )
 
 
 def runs_table(found: list[Run], unserved: set[tuple[str, int]] | None = None) -> Table:
@@ -155,7 +144,7 @@ def show(state: CliState, ref: str, with_history: bool, as_json: bool) -> None:
     with state.app() as app:
         run = app.get_run(ref)
         steps = app.steps(run.id)
-        children = app.list_runs(parent=run.id, limit=1000)
+        children = app.list_runs(parent=run.id, archived=run.archived, limit=1000)
         events = app.history(run.id) if with_history else None
         unserved = unserved_versions(app, [run, *children])
     if as_json:
@@ -178,6 +167,9 @@ def show(state: CliState, ref: str, with_history: bool, as_json: bool) -> None:
     if events is not None:
         out.print()
         out.print(history_table(events) if events else Text("no history", style="dim"))
+        for block in history_tracebacks(events):
+            out.print()
+            out.print(block)
 
 
 def run_header(run: Run, unserved: set[tuple[str, int]] | None = None) -> Table:
@@ -193,6 +185,8 @@ def run_header(run: Run, unserved: set[tuple[str, int]] | None = None) -> Table:
     if worker:
         rows.append(("waiting for", render.text(f"{worker} (no live worker has it)")))
     rows += queueing_rows(run)
+    if run.archived:
+        rows.append(("archived", render.text("yes: moved to the archive by perdure prune")))
     if run.waiting_for:
         rows.append(("waiting for", render.text(render.dumps(run.waiting_for))))
     if run.parent_run_id:
@@ -256,12 +250,16 @@ def steps_table(steps: list[Step]) -> Table:
 
 
 def history_table(events: list[HistoryEvent]) -> Table:
-    """The run's history: time, event, step, attempt, worker, detail."""
+    """The run's timeline: time, event, step, attempt, duration, worker, detail."""
     table = render.table(title="history")
-    table.add_column("at", no_wrap=True)
-    table.add_column("event", no_wrap=True)
+    table.add_column("at", no_wrap=True, min_width=23)
+    # Never cut an event's name: the detail column wraps instead.
+    table.add_column(
+        "event", no_wrap=True, min_width=max((len(e.event) for e in events), default=5)
+    )
     table.add_column("step", overflow="fold")
     table.add_column("attempt", justify="right", no_wrap=True)
+    table.add_column("took", justify="right", no_wrap=True)
     table.add_column("worker", overflow="ellipsis", max_width=22)
     table.add_column("detail", overflow="fold")
     for event in events:
@@ -273,10 +271,27 @@ def history_table(events: list[HistoryEvent]) -> Table:
             render.text(event.event),
             render.text(step),
             render.text(event.attempt),
+            render.text(render.format_duration(event.duration)),
             render.text(event.worker_id),
             render.text(history_detail(event.detail)),
         )
     return table
+
+
+def history_tracebacks(events: list[HistoryEvent]) -> list[Group]:
+    """The tracebacks the history recorded (failed attempts, failed runs), oldest first."""
+    blocks = []
+    for event in events:
+        traceback = (event.detail or {}).get("traceback")
+        if not traceback:
+            continue
+        head = Text(f"{render.format_time_precise(event.at)}  {event.event}", style="bold")
+        if event.step_name is not None:
+            head.append(f"  {event.step_name}")
+        if event.attempt is not None:
+            head.append(f" (attempt {event.attempt})")
+        blocks.append(Group(head, Text(str(traceback).rstrip("\n"), style="red")))
+    return blocks
 
 
 def history_detail(detail: dict[str, Any] | None) -> str | None:

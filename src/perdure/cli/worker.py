@@ -9,11 +9,13 @@ import sys
 import threading
 import time
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import click
 
 from perdure.api.app import App
+from perdure.cli import times
 from perdure.cli.render import safe_url
 from perdure.observability.logs import LOG_FORMATS, configure_logging
 
@@ -92,6 +94,13 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     help="Do not migrate; only check the schema is current (for a role without DDL rights).",
 )
 @click.option(
+    "--prune-after",
+    metavar="DURATION",
+    callback=times.duration_option,
+    help="Delete runs that finished longer ago than this (30d, 12h), in the maintenance pass.",
+)
+@click.option("--prune-archive", is_flag=True, help="With --prune-after: archive them instead.")
+@click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default="info",
@@ -128,6 +137,8 @@ def worker(
     shutdown_seconds: float,
     worker_id: str | None,
     no_migrate: bool,
+    prune_after: timedelta | None,
+    prune_archive: bool,
     log_level: str,
     log_format: str,
     metrics_port: int | None,
@@ -140,7 +151,14 @@ def worker(
     second signal stops at once and hands unfinished runs back to the queue.
     With --metrics-port it serves Prometheus metrics; when APP configures an
     OpenTelemetry tracer provider, it traces runs and steps (docs/observability.md).
+    Once an hour one of the workers (whichever takes the schema's maintenance
+    lock) creates history's day partitions ahead and, with --prune-after,
+    deletes or archives old finished runs.
     """
+    if prune_archive and prune_after is None:
+        raise click.BadParameter(
+            "--prune-archive needs --prune-after", param_hint="--prune-archive"
+        )
     configure_logging(log_level, log_format.lower())
     app = load(state, target)
     if no_migrate:
@@ -165,6 +183,8 @@ def worker(
             worker_id=worker_id,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            prune_after=prune_after,
+            prune_archive=prune_archive,
         )
     logging.getLogger("perdure.worker").info("worker %s stopped", worker_id)
     exit_now_if_steps_are_stuck()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import arguments, graph, maintenance, outcome, schedules
+from perdure.engine import arguments, graph, maintenance, outcome, retention, schedules
 from perdure.engine.arguments import validate_name
 from perdure.engine.control import Disconnected
 from perdure.engine.executor import ExecutionEnv, WorkflowSpec
@@ -54,6 +54,16 @@ class WorkerOptions:
     #: Stop once nothing is running and nothing is due now: the inline mode of
     #: perdure.testing.drain and App.run_until_complete (same code path).
     exit_when_idle: bool = False
+    #: Retention (engine/retention.py): delete runs that finished longer ago
+    #: than this (seconds or a timedelta); None keeps them. Whatever the
+    #: setting, the maintenance pass creates history's day partitions ahead.
+    prune_after: float | None = None
+    #: Move pruned runs to the archive tables instead of deleting them.
+    prune_archive: bool = False
+    #: Runs per retention batch (one short transaction each).
+    prune_batch: int = 1000
+    #: Seconds between maintenance passes (one worker at a time runs each).
+    maintenance_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
         arguments.integer("concurrency", self.concurrency, minimum=1, maximum=10_000)
@@ -72,6 +82,12 @@ class WorkerOptions:
         arguments.integer("claim_batch", self.claim_batch, minimum=1, maximum=10_000)
         arguments.optional_text("worker_id", self.worker_id, max_length=200)
         arguments.flag("exit_when_idle", self.exit_when_idle)
+        self.prune_after = arguments.optional_seconds(
+            "prune_after", self.prune_after, positive=True
+        )
+        arguments.flag("prune_archive", self.prune_archive)
+        arguments.integer("prune_batch", self.prune_batch, minimum=1, maximum=100_000)
+        arguments.seconds("maintenance_seconds", self.maintenance_seconds, positive=True)
 
     @property
     def heartbeat_interval(self) -> float:
@@ -227,6 +243,7 @@ class Worker:
                 background.append(
                     asyncio.create_task(schedules.tick_loop(store, opts.poll_seconds))
                 )
+                background.append(asyncio.create_task(self._maintenance(store)))
             log.info(
                 "worker %s serving queues %s with concurrency %d",
                 self.id,
@@ -476,6 +493,18 @@ class Worker:
                     return
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    async def _maintenance(self, store: AsyncStore) -> None:
+        """History partitions ahead and, with ``prune_after``, retention, every interval."""
+        opts = self.options
+        await retention.maintenance_loop(
+            store,
+            interval=opts.maintenance_seconds,
+            prune_after=opts.prune_after,
+            archive=opts.prune_archive,
+            batch_size=opts.prune_batch,
+            report=lambda result: self._emit("maintenance_pass", {"result": result}),
+        )
 
     def _report_waiting(self, waiting: int, next_wake: datetime | None) -> None:
         """Log the number of waiting runs and the next wake-up when they change."""

@@ -47,8 +47,8 @@ class ManageStatements:
     ) -> Statement[list[RunRef]]:
         """A page of runs in ``statuses`` matching ``filters``, newest first, after ``after``.
 
-        ``filters`` holds ``workflow``, ``since``, ``before`` and ``parent``
-        (each None to skip it), as :meth:`perdure.RunFilter.params` gives them.
+        ``filters`` holds the criteria of ``run_list`` but the status (each
+        None to skip it), as :meth:`perdure.RunFilter.params` gives them.
         """
         after_at: datetime | None = None if after is None else after.created_at
         return self._stmt(

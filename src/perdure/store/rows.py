@@ -117,6 +117,7 @@ def run(r: Row) -> Run:
         restarted_from=_text(r.get("restarted_from")),
         forked_from=_text(r.get("forked_from")),
         fork_step=r.get("fork_step"),
+        archived=bool(r.get("archived", False)),
     )
 
 
@@ -153,6 +154,7 @@ def history(r: Row) -> HistoryEvent:
         attempt=r["attempt"],
         worker_id=r["worker_id"],
         detail=r["detail"],
+        duration=None if r.get("duration") is None else r["duration"].total_seconds(),
     )
 
 

@@ -18,6 +18,11 @@ class Statement(Generic[T]):
     query: str
     params: dict[str, Any]
     decode: Callable[[list[Row]], T]
+    #: False: never a server-side prepared statement, so that every
+    #: execution is planned with its parameter values (a query whose filters
+    #: are "skipped when NULL" needs that to pick the right index). None: the
+    #: driver's default (prepared after a few executions on one connection).
+    prepare: bool | None = None
 
 
 def first(decode: Callable[[Row], T]) -> Callable[[list[Row]], T | None]:

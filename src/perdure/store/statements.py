@@ -10,7 +10,8 @@ sync connection (transactional start, ``ctx.transaction``) with one definition.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from perdure.store.parallel_statements import ParallelStatements
 from perdure.store.queries import render
 from perdure.store.queue_statements import QueueStatements
 from perdure.store.reading_statements import ReadingStatements
+from perdure.store.retention_statements import RetentionStatements
 from perdure.store.rows import ClaimedTask, Fence, Queueing, StartResult
 from perdure.store.schedule_statements import ScheduleStatements
 from perdure.store.statement import Row, Statement
@@ -54,7 +56,12 @@ def validate_schema(name: object) -> str:
 
 
 class Statements(
-    ParallelStatements, QueueStatements, ScheduleStatements, ManageStatements, ReadingStatements
+    ParallelStatements,
+    QueueStatements,
+    ScheduleStatements,
+    ManageStatements,
+    ReadingStatements,
+    RetentionStatements,
 ):
     """Builds every statement perdure issues, for one schema and one clock."""
 
@@ -132,27 +139,28 @@ class Statements(
 
     def run_list(
         self,
+        filters: Mapping[str, Any],
         *,
-        status: str | None = None,
-        workflow: str | None = None,
-        since: datetime | None = None,
-        before: datetime | None = None,
+        archived: bool = False,
+        cursor: tuple[datetime, str] | None = None,
         limit: int = 50,
-        parent: str | None = None,
-        tags_json: str | None = None,
     ) -> Statement[list[Run]]:
-        """Runs newest first, filtered; ``tags_json`` is a JSON object the tags must contain."""
-        return self._stmt(
-            "run_list",
+        """Up to ``limit`` runs matching ``filters``, newest first, after ``cursor``.
+
+        ``archived`` reads the archive tables instead of the live ones.
+        ``cursor`` is the (created_at, id) of the last run of the previous
+        page. Planned with its values every time (never prepared), so that
+        the filters given pick their index.
+        """
+        stmt = self._stmt(
+            "run_list_archived" if archived else "run_list",
             lambda found: [rows.run(r) for r in found],
-            status=status,
-            workflow=workflow,
-            since=since,
-            before=before,
+            **filters,
+            cursor_at=None if cursor is None else cursor[0],
+            cursor_id=None if cursor is None else cursor[1],
             limit=limit,
-            parent=parent,
-            tags=tags_json,
         )
+        return replace(stmt, prepare=False)
 
     def run_complete(self, fence: Fence, output_json: str) -> Statement[tuple[int, int]]:
         """Finish a run (fenced); (leased, changed): a cancelled run stays cancelled."""

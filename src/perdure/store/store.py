@@ -52,7 +52,7 @@ def is_unavailable(exc: BaseException) -> bool:
 def execute_sync(conn: psycopg.Connection[Any], stmt: Statement[T]) -> T:
     """Run ``stmt`` on the caller's sync connection, in its current transaction."""
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(stmt.query, stmt.params)
+        cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         found = cur.fetchall() if cur.description else []
     return stmt.decode(found)
 
@@ -60,7 +60,7 @@ def execute_sync(conn: psycopg.Connection[Any], stmt: Statement[T]) -> T:
 async def execute_async(conn: psycopg.AsyncConnection[Any], stmt: Statement[T]) -> T:
     """Run ``stmt`` on the caller's async connection, in its current transaction."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(stmt.query, stmt.params)
+        await cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         found = await cur.fetchall() if cur.description else []
     return stmt.decode(found)
 
@@ -145,6 +145,13 @@ class AsyncStore:
         """
         with self.reachable():
             async with self.pool.connection() as conn, conn.transaction():
+                yield conn
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled autocommit connection held for a block (session locks live on one)."""
+        with self.reachable():
+            async with self.pool.connection() as conn:
                 yield conn
 
     def reachable(self) -> contextlib.AbstractContextManager[None]:

@@ -11,10 +11,15 @@
 SELECT r.id, r.workflow, r.version, r.status, r.key, r.created_at
 FROM {schema}.runs r
 WHERE r.status = ANY(%(statuses)s::text[])
-  AND (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s)
-  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
-  AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s)
+  AND (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
+  AND (%(version)s::integer IS NULL OR r.version = %(version)s::integer)
+  AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
+  AND (%(worker)s::text IS NULL OR r.worker_id = %(worker)s::text)
+  AND (%(key_prefix)s::text IS NULL OR starts_with(r.key, %(key_prefix)s::text))
+  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
+  AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s::timestamptz)
   AND (%(parent)s::uuid IS NULL OR r.parent_run_id = %(parent)s::uuid)
+  AND (%(tags)s::jsonb IS NULL OR r.tags @> %(tags)s::jsonb)
   AND (%(ids)s::uuid[] IS NULL OR r.id = ANY(%(ids)s::uuid[]))
   AND (%(after_at)s::timestamptz IS NULL
        OR (r.created_at, r.id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))

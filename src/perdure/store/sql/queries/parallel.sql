@@ -100,9 +100,10 @@ WITH lease AS (
                  FOR UPDATE OF t SKIP LOCKED)
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id,
-                                  detail)
+                                  detail, duration)
     SELECT run_id, {now}, %(event)s, %(position)s, %(name)s, %(attempts)s, %(worker_id)s,
-           %(error)s::jsonb
+           %(error)s::jsonb,
+           coalesce(%(now)s::timestamptz, clock_timestamp()) - %(started_at)s::timestamptz
     FROM checkpoint
 )
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint) AS written,
@@ -220,14 +221,14 @@ WITH finished AS (
         completed_at = {now}, updated_at = {now}
     WHERE id = %(run_id)s
       AND status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
-    RETURNING id
+    RETURNING id, completed_at - started_at AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN finished f ON t.run_id = f.id
                  WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
 ), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, detail)
-    SELECT id, {now}, 'run_' || %(status)s, %(error)s::jsonb FROM finished
+    INSERT INTO {schema}.history (run_id, at, event, detail, duration)
+    SELECT id, {now}, 'run_' || %(status)s, %(error)s::jsonb, took FROM finished
 )
 SELECT count(*) AS changed FROM finished;
 

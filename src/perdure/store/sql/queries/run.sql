@@ -98,20 +98,34 @@ SELECT * FROM {schema}.runs WHERE key = %(key)s;
 SELECT status, output, error, workflow, version FROM {schema}.runs WHERE id = %(run_id)s;
 
 -- name: run_list
--- Runs newest first, filtered; each filter is skipped when its parameter is
--- NULL. A parent's children are found through runs_parent_run_id_idx. The (status, created_at) and (workflow, created_at) indexes serve the
--- filtered forms, created_at DESC the unfiltered one.
+-- One page of runs, newest first: a keyset page on (created_at, id), after
+-- the cursor row when one is given, so no run is repeated or skipped across
+-- pages while new runs arrive (they are newer than the first page). Each
+-- filter is skipped when its parameter is NULL. The statement is never
+-- prepared (Statement.prepare = False): planned with its values, the NULL
+-- filters fold away and the plan takes the index of the filters given:
+-- runs_status_created_at_idx, runs_workflow_created_at_idx,
+-- runs_worker_created_at_idx, runs_parent_run_id_idx, else
+-- runs_created_at_idx (queue, version and key prefix filter its rows).
+-- run_list_archived (archive.sql) has the same filters: keep them alike (a
+-- unit test compares them).
 SELECT r.*,
        (SELECT count(*) FROM {schema}.steps s WHERE s.run_id = r.id AND s.status = 'completed')
            AS steps_completed
 FROM {schema}.runs r
-WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
-  AND (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s)
-  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
-  AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s)
+WHERE (%(status)s::text IS NULL OR r.status = %(status)s::text)
+  AND (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
+  AND (%(version)s::integer IS NULL OR r.version = %(version)s::integer)
+  AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
+  AND (%(worker)s::text IS NULL OR r.worker_id = %(worker)s::text)
+  AND (%(key_prefix)s::text IS NULL OR starts_with(r.key, %(key_prefix)s::text))
+  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
+  AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s::timestamptz)
   AND (%(parent)s::uuid IS NULL OR r.parent_run_id = %(parent)s::uuid)
   -- Tags: runs whose tags contain every given pair (GIN index runs_tags_idx).
   AND (%(tags)s::jsonb IS NULL OR r.tags @> %(tags)s::jsonb)
+  AND (%(cursor_at)s::timestamptz IS NULL
+       OR (r.created_at, r.id) < (%(cursor_at)s::timestamptz, %(cursor_id)s::uuid))
 ORDER BY r.created_at DESC, r.id DESC
 LIMIT %(limit)s;
 
@@ -133,15 +147,15 @@ WITH lease AS (
     FROM lease
     -- A run cancelled while its last step ran stays cancelled.
     WHERE r.id = lease.run_id AND r.status IN ('running', 'paused')
-    RETURNING r.id
+    RETURNING r.id, r.completed_at - r.started_at AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN lease ON t.run_id = lease.run_id
                  WHERE t.id <> %(task_id)s AND t.status <> 'claimed'
                  FOR UPDATE OF t SKIP LOCKED)
 ), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id)
-    SELECT id, {now}, 'run_completed', %(attempt)s, %(worker_id)s FROM finished
+    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, duration)
+    SELECT id, {now}, 'run_completed', %(attempt)s, %(worker_id)s, took FROM finished
 )
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM finished) AS changed;
 
@@ -164,15 +178,15 @@ WITH lease AS (
         completed_at = {now}, updated_at = {now}
     FROM lease
     WHERE r.id = lease.run_id AND r.status IN ('running', 'paused', 'compensating')
-    RETURNING r.id
+    RETURNING r.id, r.completed_at - r.started_at AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN lease ON t.run_id = lease.run_id
                  WHERE t.id <> %(task_id)s AND t.status <> 'claimed'
                  FOR UPDATE OF t SKIP LOCKED)
 ), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
-    SELECT id, {now}, 'run_' || %(status)s, %(attempt)s, %(worker_id)s, %(error)s::jsonb
+    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail, duration)
+    SELECT id, {now}, 'run_' || %(status)s, %(attempt)s, %(worker_id)s, %(error)s::jsonb, took
     FROM failed
 )
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM failed) AS changed;
@@ -268,15 +282,15 @@ WITH target AS (
       AND target.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
                                 'compensation_failed')
       AND (%(statuses)s::text[] IS NULL OR target.status = ANY(%(statuses)s::text[]))
-    RETURNING r.id
+    RETURNING r.id, r.completed_at - r.started_at AS took
 ), dropped AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN cancelled c ON t.run_id = c.id
                  WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
     RETURNING id
 ), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, detail)
-    SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', %(reason)s::text)
+    INSERT INTO {schema}.history (run_id, at, event, detail, duration)
+    SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', %(reason)s::text), took
     FROM cancelled
 )
 SELECT target.id, target.status AS previous_status,
@@ -357,13 +371,14 @@ WITH expired AS (
         cancel_reason = 'deadline',
         error = jsonb_build_object('type', 'Cancelled', 'message', 'deadline')
     FROM expired WHERE r.id = expired.id
-    RETURNING r.id
+    RETURNING r.id, r.completed_at - r.started_at AS took
 ), dropped AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN cancelled c ON t.run_id = c.id
                  WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
 ), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, detail)
-    SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', 'deadline') FROM cancelled
+    INSERT INTO {schema}.history (run_id, at, event, detail, duration)
+    SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', 'deadline'), took
+    FROM cancelled
 )
 SELECT count(*) AS cancelled FROM cancelled;

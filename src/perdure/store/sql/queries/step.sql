@@ -51,10 +51,12 @@ WITH lease AS (
       AND {schema}.steps.name = EXCLUDED.name
     RETURNING run_id
 ), event AS (
+    -- The entry's duration is the attempt's: from its start to this checkpoint.
     INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id,
-                                  detail)
+                                  detail, duration)
     SELECT run_id, {now}, %(event)s, %(position)s, %(name)s, %(attempts)s, %(worker_id)s,
-           %(detail)s::jsonb
+           %(detail)s::jsonb,
+           coalesce(%(now)s::timestamptz, clock_timestamp()) - %(started_at)s::timestamptz
     FROM checkpoint
 ), published AS (
     -- ctx.set_event and ctx.write_stream publish in the checkpoint's statement,

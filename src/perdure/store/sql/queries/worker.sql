@@ -68,7 +68,7 @@ ORDER BY w.name, w.version DESC;
 
 -- name: history_list
 -- The history of one run, oldest first.
-SELECT id, at, event, step_position, step_name, attempt, worker_id, detail
+SELECT id, at, event, step_position, step_name, attempt, worker_id, detail, duration
 FROM {schema}.history
 WHERE run_id = %(run_id)s
 ORDER BY id;

@@ -1,0 +1,140 @@
+"""Retention: prune or archive finished runs in batches, and keep history's day partitions.
+
+A pass runs on one connection that holds the schema's maintenance lock (a
+session advisory lock), so among all workers and ``perdure prune`` commands
+one at a time does the work; the others skip their turn. A pass:
+
+1. creates the day partitions of ``history`` from today to
+   :data:`DAYS_AHEAD` days ahead where missing;
+2. when asked to prune, deletes (or archives) finished runs older than the
+   cutoff in batches, each batch one statement and so one short transaction
+   (``FOR UPDATE SKIP LOCKED``: runs someone holds are left for next time);
+3. drops the partitions of history that end before the cutoff, one per
+   transaction (entries of runs still kept move to the default partition
+   first), then deletes the default partition's old entries of gone runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from perdure.engine.control import Disconnected
+from perdure.store.store import AsyncStore
+from perdure.types import PruneResult
+
+log = logging.getLogger("perdure.retention")
+
+#: Day partitions of history kept ready ahead of today.
+DAYS_AHEAD = 3
+#: Old entries of gone runs deleted from the default partition per pass, at most.
+DEFAULT_PARTITION_BATCH = 10_000
+
+
+async def prune(
+    store: AsyncStore,
+    conn: psycopg.AsyncConnection[Any],
+    cutoff: datetime,
+    *,
+    archive: bool,
+    batch_size: int,
+    dry_run: bool = False,
+) -> PruneResult:
+    """Prune (or archive) runs finished before ``cutoff``, then drop history partitions."""
+    q = store.q
+    if dry_run:
+        count = await store.execute(q.run_prune_count(cutoff), conn)
+        partitions = await store.execute(q.history_partition_list(), conn)
+        doomed = [p["name"] for p in partitions if not p["is_default"] and p["to_at"] <= cutoff]
+        return PruneResult(cutoff, count, 0, archive, True, doomed)
+    total = batches = 0
+    while True:
+        pruned = await store.execute(q.run_prune(cutoff, limit=batch_size, archive=archive), conn)
+        batches += 1
+        total += pruned
+        if pruned < batch_size:
+            break
+    dropped: list[str] = []
+    postponed = False
+    try:
+        while (name := await store.execute(q.history_partition_drop(cutoff), conn)) is not None:
+            dropped.append(name)
+            log.info("dropped history partition %s (older than %s)", name, cutoff)
+        await store.execute(q.history_default_prune(cutoff, DEFAULT_PARTITION_BATCH), conn)
+    except psycopg.errors.LockNotAvailable:
+        # Writers of history held their locks past lock_timeout: waiting
+        # longer would stall every writer queued behind this DDL.
+        postponed = True
+        log.warning("history partitions busy; dropping them is postponed to the next pass")
+    return PruneResult(cutoff, total, batches, archive, False, dropped, postponed)
+
+
+async def maintenance_pass(
+    store: AsyncStore,
+    *,
+    prune_after: float | None,
+    archive: bool,
+    batch_size: int,
+    cutoff: datetime | None = None,
+    dry_run: bool = False,
+) -> PruneResult | None:
+    """One pass as this schema's maintainer; None when another holds the lock.
+
+    Without ``prune_after`` (seconds) or ``cutoff``, only the partitions are
+    created ahead. ``cutoff`` (a time) wins over ``prune_after``.
+    """
+    q = store.q
+    async with store.connection() as conn:
+        if not await store.execute(q.worker_maintenance_lock(), conn):
+            return None
+        try:
+            if not dry_run:
+                try:
+                    created = await store.execute(q.history_partitions_ensure(DAYS_AHEAD), conn)
+                    if created:
+                        log.info("created %d history partition(s) ahead", created)
+                except psycopg.errors.LockNotAvailable:
+                    log.warning("history busy; creating its partitions is postponed")
+            if cutoff is None and prune_after is not None:
+                cutoff = await store.execute(q.run_prune_cutoff(prune_after), conn)
+            if cutoff is None:
+                return None
+            return await prune(
+                store, conn, cutoff, archive=archive, batch_size=batch_size, dry_run=dry_run
+            )
+        finally:
+            await store.execute(q.worker_maintenance_unlock(), conn)
+
+
+async def maintenance_loop(
+    store: AsyncStore,
+    *,
+    interval: float,
+    prune_after: float | None,
+    archive: bool,
+    batch_size: int,
+    report: Callable[[PruneResult | None], None],
+) -> None:
+    """Run :func:`maintenance_pass` now and every ``interval`` seconds; report each."""
+    while True:
+        try:
+            result = await maintenance_pass(
+                store, prune_after=prune_after, archive=archive, batch_size=batch_size
+            )
+            if result is not None and result.runs:
+                log.info(
+                    "%s %d run(s) finished before %s in %d batch(es)",
+                    "archived" if result.archived else "pruned",
+                    result.runs,
+                    result.cutoff,
+                    result.batches,
+                )
+            report(result)
+        except (Exception, Disconnected) as exc:
+            log.warning("maintenance pass failed: %s", exc)
+        await asyncio.sleep(interval)

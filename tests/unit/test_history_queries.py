@@ -1,0 +1,89 @@
+"""The runs listing's two queries, live and archived, filter alike; cursors round-trip."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import pytest
+
+from perdure.api import listing
+from perdure.errors import ConfigurationError
+from perdure.store import queries
+from perdure.types import Run, RunStatus
+
+
+def _filters(name: str) -> str:
+    body = queries.load_all()[name]
+    return body[body.index("\nWHERE") :]
+
+
+def test_the_archived_listing_has_every_filter_of_the_live_one() -> None:
+    live, archived = _filters("run_list"), _filters("run_list_archived")
+    assert live == archived
+    # Every filter of RunFilter reaches both.
+    for name in (
+        "status",
+        "workflow",
+        "version",
+        "queue",
+        "worker",
+        "key_prefix",
+        "since",
+        "before",
+        "parent",
+        "cursor_at",
+        "cursor_id",
+    ):
+        assert f"%({name})s" in live
+
+
+def _run(created: datetime, run_id: str) -> Run:
+    return Run(
+        run_id,
+        "w",
+        1,
+        "w",
+        None,
+        RunStatus.QUEUED,
+        None,
+        None,
+        None,
+        None,
+        created,
+        None,
+        None,
+        created,
+    )
+
+
+def test_a_cursor_stands_for_the_last_run_of_its_page() -> None:
+    created = datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    run_id = "01900000-0000-7000-8000-000000000001"
+    cursor = listing.encode_cursor(_run(created, run_id))
+    assert re.fullmatch(r"[A-Za-z0-9_-]+", cursor)
+    assert listing.decode_cursor(cursor) == (created, run_id)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "nope",
+        "x" * 300,
+        5,
+        listing.encode_cursor(_run(datetime(2026, 1, 1), "01900000-0000-7000-8000-000000000001")),
+    ],
+)
+def test_a_cursor_not_given_out_by_a_page_is_refused(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="cursor"):
+        listing.decode_cursor(bad)
+
+
+def test_a_full_last_page_has_no_cursor() -> None:
+    created = datetime(2026, 5, 1, tzinfo=UTC)
+    runs = [_run(created, f"01900000-0000-7000-8000-00000000000{i}") for i in range(3)]
+    assert listing.page(runs, 3).next_cursor is None
+    page = listing.page(runs, 2)
+    assert list(page) == runs[:2]
+    assert listing.decode_cursor(page.next_cursor) == (created, runs[1].id)
