@@ -207,6 +207,11 @@ def test_one_maintainer_at_a_time(app: perdure.App, pg_url: str, schema: str) ->
         assert taken
         with pytest.raises(perdure.MaintenanceBusy):
             app.prune(timedelta(days=30))
+        # Unlock explicitly: closing the connection would release the lock only
+        # once the server has noticed, which may be after the next line.
+        other.execute(
+            "SELECT pg_advisory_unlock(hashtext('perdure.maintenance:' || %s))", (schema,)
+        )
     assert app.prune(timedelta(days=30)).runs == 0
 
 
