@@ -1,77 +1,165 @@
-"""Throughput of a 3-step no-op function workflow through the queue, one worker process.
+"""Throughput: N runs of a 3-step no-op workflow through the queue, one worker process.
 
-Usage: python bench/throughput.py [--runs N] [--concurrency C] [--database-url URL]
+Usage: python bench/throughput.py [--runs N] [--concurrency C] [--repeat R] [--database-url URL]
 
-Starts N runs, then one worker (in this process), and reports runs/s and
-steps/s from the first claim to the last completion. The full benchmark with
-peers and pgbench is `perdure bench` (to come); this script is its seed.
+The runs are started first, due in an hour, while one `perdure worker` process
+(bench_app.py) waits idle. One UPDATE then makes them all due at once (its
+NOTIFY wakes the worker), and the clock runs from that statement to the last
+completion, both read from the database. Around that window the server's
+counters give transactions, statements and WAL flushes per step; the worker
+reports its own statements and round trips. `perdure bench` runs this as part
+of its table; run alone, it prints one line per repetition.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
+import tempfile
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
-import psycopg
+from psycopg import sql
 
 import perdure
+from harness import (
+    Probe,
+    WorkerProcess,
+    counting,
+    drop_schema,
+    quantile,
+    server_cpu_seconds,
+    start_server,
+)
+
+STEPS = 3
+
+
+def measure(
+    url: str, probe: Probe, runs: int, concurrency: int, *, schema: str | None = None
+) -> dict[str, Any]:
+    """One repetition on a fresh schema (or ``schema``, kept); the figures as a dict."""
+    own_schema = schema is None
+    schema = schema or f"bench_{uuid.uuid4().hex[:8]}"
+    app = perdure.App(url, schema=schema)
+    with tempfile.TemporaryDirectory(prefix="perdure-bench-stats-") as folder:
+        stats_file = Path(folder) / "worker.json"
+        worker = WorkerProcess(url, schema, concurrency, stats_file)
+        try:
+            worker.wait_ready(probe)
+            asyncio.run(_enqueue(app, runs))
+            figures = _window(probe, worker, schema, runs)
+            figures["worker"] = worker.stop()
+        finally:
+            if worker.process.poll() is None:
+                worker.process.kill()
+    steps = runs * STEPS
+    window = figures.pop("window")
+    per_step = window.per(steps)
+    stats = figures["worker"]
+    figures.update(
+        commits_per_step=per_step["transactions"],
+        statements_per_step=per_step["statements"],
+        wal_flushes_per_step=per_step["wal_flushes"],
+        round_trips_per_step=(stats["round_trips"] / steps) if "round_trips" in stats else None,
+        worker_statements_per_step=(stats["statements"] / steps) if "statements" in stats else None,
+    )
+    if own_schema:
+        drop_schema(probe, schema)
+    app.close()
+    return figures
+
+
+async def _enqueue(app: perdure.App, runs: int) -> None:
+    """Start ``runs`` runs due in an hour, 50 at a time."""
+    for first in range(0, runs, 50):
+        await asyncio.gather(
+            *(app.start_async("bench_noop3", delay=3600) for _ in range(first, min(runs, first + 50)))
+        )
+
+
+def _window(probe: Probe, worker: WorkerProcess, schema: str, runs: int) -> dict[str, Any]:
+    name = sql.Identifier(schema)
+    cpu_before, server_before = worker.cpu_seconds(), server_cpu_seconds()
+    with counting(probe) as window:
+        released_at = probe.query_one(
+            sql.SQL("UPDATE {}.tasks SET available_at = now() RETURNING now()").format(name)
+        )
+        deadline = time.monotonic() + max(120.0, runs / 20)
+        done = 0
+        while time.monotonic() < deadline:
+            done = probe.query_one(
+                sql.SQL("SELECT count(*) FROM {}.runs WHERE status = 'completed'").format(name)
+            )
+            if done >= runs:
+                break
+            time.sleep(0.1)
+        if done < runs:
+            raise RuntimeError(f"only {done} of {runs} runs completed in time")
+        cpu = worker.cpu_seconds() - cpu_before
+        server_cpu = server_cpu_seconds() - server_before
+        connections = worker.connections(probe)
+        last = probe.query_one(sql.SQL("SELECT max(completed_at) FROM {}.runs").format(name))
+        latencies = probe.query_one(
+            sql.SQL(
+                "SELECT array_agg(latency) FROM (SELECT extract(epoch FROM s.completed_at"
+                " - coalesce(lag(s.completed_at) OVER (PARTITION BY s.run_id"
+                " ORDER BY s.position), r.started_at)) AS latency"
+                " FROM {}.steps s JOIN {}.runs r ON r.id = s.run_id) l"
+            ).format(name, name)
+        )
+    seconds = (last - released_at).total_seconds()
+    latencies = [float(x) for x in latencies or []]
+    return {
+        "runs": runs,
+        "seconds": seconds,
+        "runs_per_s": runs / seconds,
+        "steps_per_s": runs * STEPS / seconds,
+        "step_p50_ms": _ms(quantile(latencies, 0.5)),
+        "step_p99_ms": _ms(quantile(latencies, 0.99)),
+        "worker_cpu_ms_per_run": 1000 * cpu / runs,
+        "server_cpu_ms_per_run": 1000 * server_cpu / runs,
+        "worker_connections": connections,
+        "window": window,
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 def main() -> None:
-    """Run the benchmark and print one line per repetition and the median."""
+    """Run the benchmark alone and print one line per repetition."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args()
-    rates = []
-    for _ in range(args.repeat):
-        rates.append(once(args.database_url, args.runs, args.concurrency))
-    print(
-        f"median: {statistics.median(rates):.0f} runs/s, {3 * statistics.median(rates):.0f} steps/s"
-    )
+    server = start_server(args.database_url)
+    probe = Probe(server.url)
+    try:
+        for _ in range(args.repeat):
+            f = measure(server.url, probe, args.runs, args.concurrency)
+            print(
+                f"{f['runs_per_s']:.0f} runs/s, {f['steps_per_s']:.0f} steps/s, "
+                f"step p50 {f['step_p50_ms']:.1f} ms p99 {f['step_p99_ms']:.1f} ms; per step: "
+                f"{_fmt(f['commits_per_step'])} commits, {_fmt(f['statements_per_step'])} "
+                f"statements, {_fmt(f['wal_flushes_per_step'])} WAL flushes, "
+                f"{_fmt(f['round_trips_per_step'])} round trips; worker CPU "
+                f"{f['worker_cpu_ms_per_run']:.2f} ms/run, server CPU "
+                f"{f['server_cpu_ms_per_run']:.2f} ms/run, {f['worker_connections']} connections; "
+                f"worker: {f['worker']}"
+            )
+    finally:
+        probe.close()
+        server.stop()
 
 
-def once(url: str | None, runs: int, concurrency: int) -> float:
-    """One repetition on a fresh schema; runs per second."""
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
-    app = perdure.App(url, schema=schema)
-
-    @app.workflow("noop3")
-    async def noop3(ctx: perdure.Context) -> int:
-        a = await ctx.step("a", _noop)
-        b = await ctx.step("b", _noop)
-        c = await ctx.step("c", _noop)
-        return a + b + c
-
-    handles = [app.start("noop3") for _ in range(runs)]
-    worker = app.worker(concurrency=concurrency, claim_batch=concurrency)
-
-    async def drive() -> float:
-        task = asyncio.create_task(worker.run())
-        started = time.perf_counter()
-        for handle in handles:
-            await handle.result_async(timeout=600)
-        elapsed = time.perf_counter() - started
-        worker.request_stop()
-        await task
-        return elapsed
-
-    elapsed = asyncio.run(drive())
-    rate = runs / elapsed
-    print(f"{runs} runs x 3 steps in {elapsed:.2f} s: {rate:.0f} runs/s, {3 * rate:.0f} steps/s")
-    with psycopg.connect(app.url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
-    app.close()
-    return rate
-
-
-async def _noop() -> int:
-    return 1
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":

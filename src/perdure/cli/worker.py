@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -9,6 +10,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -98,6 +100,12 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     show_default=True,
     help="Logging level.",
 )
+@click.option(
+    "--stats-file",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="At exit, write the worker's counts (tasks, statements, round trips) here as JSON.",
+)
 @click.pass_obj
 def worker(
     state: CliState,
@@ -110,6 +118,7 @@ def worker(
     worker_id: str | None,
     no_migrate: bool,
     log_level: str,
+    stats_file: str | None,
 ) -> None:
     """Run a worker for the workflows of APP (module:attr, e.g. myapp:app).
 
@@ -127,7 +136,7 @@ def worker(
         # Resolving the URL starts the embedded server when no database was given.
         embedded_server = state.url is None
         click.echo(startup_line(app, worker_id, served, embedded_server), err=True)
-        app.run_worker(
+        served_worker = app.run_worker(
             concurrency=concurrency,
             queues=list(queues) or None,
             lease_seconds=lease_seconds,
@@ -136,6 +145,8 @@ def worker(
             worker_id=worker_id,
         )
     logging.getLogger("perdure.worker").info("worker %s stopped", worker_id)
+    if stats_file is not None:
+        Path(stats_file).write_text(json.dumps(served_worker.counts, sort_keys=True))
     exit_now_if_steps_are_stuck()
 
 

@@ -217,6 +217,8 @@ class Worker:
             with contextlib.suppress(Exception, Disconnected):
                 await store.execute(self.q.worker_stop(self.id))
             await store.close()
+            self.counts["statements"] = store.statements
+            self.counts["round_trips"] = store.round_trips
             if env.sync_pool is not None:
                 env.sync_pool.close()
             threads.shutdown(wait=False, cancel_futures=True)

@@ -96,6 +96,10 @@ class AsyncStore:
         self.url = url
         self.q = statements
         self.unavailable = unavailable
+        #: Statements executed and round trips made through this store (for
+        #: `perdure worker --stats-file` and the benchmark).
+        self.statements = 0
+        self.round_trips = 0
         self.reconnect_seconds = reconnect_seconds
         self.pool = AsyncConnectionPool(
             url,
@@ -130,6 +134,8 @@ class AsyncStore:
         self, stmt: Statement[T], conn: psycopg.AsyncConnection[Any] | None = None
     ) -> T:
         """Run ``stmt`` on ``conn`` if given, else on a pooled autocommit connection."""
+        self.statements += 1
+        self.round_trips += 1
         with self.reachable():
             if conn is not None:
                 return await execute_async(conn, stmt)
@@ -143,6 +149,7 @@ class AsyncStore:
         Pass the connection to :meth:`execute`; the transaction commits when
         the block ends, or rolls back if it raises.
         """
+        self.round_trips += 2  # BEGIN and COMMIT
         with self.reachable():
             async with self.pool.connection() as conn, conn.transaction():
                 yield conn
