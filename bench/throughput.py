@@ -21,9 +21,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from psycopg import sql
-
-import perdure
 from harness import (
     Probe,
     WorkerProcess,
@@ -33,6 +30,9 @@ from harness import (
     server_cpu_seconds,
     start_server,
 )
+from psycopg import sql
+
+import perdure
 
 STEPS = 3
 
@@ -76,7 +76,10 @@ async def _enqueue(app: perdure.App, runs: int) -> None:
     """Start ``runs`` runs due in an hour, 50 at a time."""
     for first in range(0, runs, 50):
         await asyncio.gather(
-            *(app.start_async("bench_noop3", delay=3600) for _ in range(first, min(runs, first + 50)))
+            *(
+                app.start_async("bench_noop3", delay=3600)
+                for _ in range(first, min(runs, first + 50))
+            )
         )
 
 

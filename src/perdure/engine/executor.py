@@ -19,12 +19,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from psycopg_pool import ConnectionPool
 
 from perdure.engine import faults, serialization
+from perdure.engine.commit import Committer
 from perdure.engine.control import Abandon, Snooze, Suspend
+from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from perdure.errors import (
     Cancelled,
@@ -41,6 +43,7 @@ from perdure.store.store import AsyncStore, execute_async, execute_sync
 from perdure.types import Step, StepStatus
 
 log = logging.getLogger("perdure.executor")
+T = TypeVar("T")
 
 
 class WorkflowSpec(Protocol):
@@ -70,6 +73,16 @@ class ExecutionEnv:
     #: The workflows this worker has code for, by (name, version): child runs
     #: of these start without a registry lookup.
     specs: Mapping[tuple[str, int], WorkflowSpec] = field(default_factory=dict)
+    #: Group commit of the worker's checkpoints (None: each is written alone).
+    committer: Committer | None = None
+
+    async def write(self, statement: Statement[T]) -> T:
+        """Commit one fenced write, in a transaction shared with other runs' if a
+        committer is running."""
+        if self.committer is None:
+            return await self.store.execute(statement)
+        result: T = (await self.committer.write([statement]))[0]
+        return result
 
     def emit(self, event: str, **fields: Any) -> None:
         """Report an engine event to the worker's observer, if any."""
@@ -145,6 +158,11 @@ class Execution:
     #: Called in the transaction of a parallel step's final checkpoint, under
     #: the run's row lock: a graph decides there what runs next.
     on_branch_final: Callable[[Any], Awaitable[None]] | None = None
+    #: A completed step's checkpoint not written yet (see engine.deferred).
+    deferred: DeferredCheckpoint = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deferred = DeferredCheckpoint(self.loop, self._record_deferred)
 
     # Replay ------------------------------------------------------------------
 
@@ -170,6 +188,7 @@ class Execution:
 
     async def gate(self) -> None:
         """Run before every ctx call: stop if lost or cancelled, park if paused."""
+        await self.deferred.settle()
         self.check_alive()
         if self.run_status == "paused":
             await self.release(0.0, event="run_paused_at_step", paused=True)
@@ -178,6 +197,7 @@ class Execution:
         self, delay: float, *, event: str, detail_json: str | None = None, paused: bool = False
     ) -> None:
         """Hand the task back, due after ``delay`` s, and stop executing (Suspend)."""
+        await self.deferred.settle()
         released = await self.env.store.execute(
             self.env.store.q.task_release(
                 self.task.fence,
@@ -273,9 +293,31 @@ class Execution:
             raise AssertionError("unreachable") from exc
         faults.hit("before_checkpoint", name)
         if text is not None:
+            if self._deferrable(attempt):
+                statement = self._checkpoint_statement(attempt, "completed", text)
+                self.deferred.hold(attempt, statement)
+                return decoded
             await self._checkpoint(attempt, "completed", text, None)
         faults.hit("after_checkpoint", name)
         return decoded
+
+    def _deferrable(self, attempt: _Attempt) -> bool:
+        """Whether this completed step's checkpoint may wait for the workflow's next await.
+
+        Only on a worker with group commit, for a run's own task, one step at
+        a time, and never while a test's faults are installed (they must see
+        each checkpoint at its own moment).
+        """
+        return (
+            self.env.committer is not None
+            and self.branch_position is None
+            and attempt.kind == "step"
+            and not self.deferred.busy
+            and not faults.installed()
+        )
+
+    async def _record_deferred(self, attempt: Any, statement: Statement[Any]) -> None:
+        await self._record(attempt, "completed", statement, None)
 
     async def step(
         self,
@@ -476,7 +518,13 @@ class Execution:
         **publish: Any,
     ) -> None:
         """Write a checkpoint (on ``conn``, in its transaction, if given); stop if not ours."""
+        await self.deferred.settle()
         statement = self._checkpoint_statement(attempt, status, output_json, error_json, **publish)
+        await self._record(attempt, status, statement, conn)
+
+    async def _record(
+        self, attempt: _Attempt, status: str, statement: Statement[Any], conn: Any
+    ) -> None:
         if conn is not None:
             leased, written, run_status = await execute_async(conn, statement)
         elif statement.name == "step_complete_parallel":
@@ -488,7 +536,7 @@ class Execution:
                 if leased and self.on_branch_final is not None:
                     await self.on_branch_final(conn)
         else:
-            leased, written, run_status = await self.env.store.execute(statement)
+            leased, written, run_status = await self.env.write(statement)
         if run_status:
             self.run_status = run_status
         if not leased:

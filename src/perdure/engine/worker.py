@@ -16,12 +16,13 @@ import socket
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from perdure.engine import arguments, graph, maintenance, outcome
 from perdure.engine.arguments import validate_name
+from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
 from perdure.engine.executor import ExecutionEnv, WorkflowSpec
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
@@ -155,6 +156,7 @@ class Worker:
         threads = ThreadPoolExecutor(
             max_workers=opts.concurrency * 2 + 4, thread_name_prefix="perdure-step"
         )
+        committer = Committer(store)
         env = ExecutionEnv(
             store,
             opts.lease_seconds,
@@ -162,6 +164,7 @@ class Worker:
             self.max_payload_bytes,
             on_event=self._emit,
             specs=self.specs,
+            committer=committer,
         )
         self._env = env
         wakeup = Wakeup(self.url, self.q.channel, f"{name}-listen")
@@ -180,6 +183,7 @@ class Worker:
                 )
             )
             wakeup.start()
+            committer.start()
             background = [
                 asyncio.create_task(
                     maintenance.heartbeat_loop(
@@ -210,6 +214,7 @@ class Worker:
             await self._claim_loop(store, env, wakeup)
         finally:
             await self._shutdown(store)
+            await committer.stop()
             for job in background:
                 job.cancel()
             await asyncio.gather(*background, return_exceptions=True)
@@ -219,6 +224,8 @@ class Worker:
             await store.close()
             self.counts["statements"] = store.statements
             self.counts["round_trips"] = store.round_trips
+            self.counts["shared_commits"] = committer.transactions
+            self.counts["committed_units"] = committer.units
             if env.sync_pool is not None:
                 env.sync_pool.close()
             threads.shutdown(wait=False, cancel_futures=True)
@@ -241,6 +248,7 @@ class Worker:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
                     claimed = await self._claim(store, want, names, versions)
+                    claimed = await self._with_steps(store, claimed)
                     for task in claimed:
                         self._start(task, env)
                     if len(claimed) == want:
@@ -300,6 +308,37 @@ class Worker:
             claimed = await store.execute(claim(locked), conn)
         self._limited = locked
         return claimed
+
+    async def _with_steps(self, store: AsyncStore, claimed: list[ClaimedTask]) -> list[ClaimedTask]:
+        """Read the checkpoints of a whole claim in one statement, after the claim committed.
+
+        A graph run's own task replays nothing and a task whose run stopped
+        is settled without executing: neither is read. If the read fails,
+        each execution reads its own.
+        """
+        wanted = [
+            task
+            for task in claimed
+            if not task.finished and not (task.kind == "run" and self._kind(task) == "graph")
+        ]
+        if not wanted:
+            return claimed
+        try:
+            by_task = await store.execute(self.q.step_list_claimed(wanted))
+        except (Exception, Disconnected) as exc:
+            log.warning(
+                "reading the checkpoints of %d claimed task(s) failed: %s", len(wanted), exc
+            )
+            return claimed
+        return [
+            replace(task, steps=tuple(by_task[task.fence.task_id]))
+            if task.fence.task_id in by_task
+            else task
+            for task in claimed
+        ]
+
+    def _kind(self, task: ClaimedTask) -> str:
+        return str(getattr(self.specs[(task.workflow, task.version)], "kind", "function"))
 
     async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
         self._slot_freed.clear()

@@ -137,6 +137,28 @@ class Statements(ParallelStatements):
             "run_complete", _pair("leased", "changed"), output=output_json, **fence.params()
         )
 
+    def run_complete_step(
+        self, fence: Fence, output_json: str, step: Statement[Any]
+    ) -> Statement[tuple[int, int, int]]:
+        """Write the completed-step checkpoint ``step`` and finish the run, in one statement.
+
+        ``step`` is the :meth:`step_checkpoint` statement that would have been
+        written alone. Returns (leased, written, changed).
+        """
+        keep = ("position", "name", "kind", "attempts", "started_at")
+        return self._stmt(
+            "run_complete_step",
+            lambda found: (
+                int(found[0]["leased"]),
+                int(found[0]["written"]),
+                int(found[0]["changed"]),
+            ),
+            output=output_json,
+            step_output=step.params["output"],
+            **{name: step.params[name] for name in keep},
+            **fence.params(),
+        )
+
     def run_fail(
         self, fence: Fence, error_json: str | None, status: str = "failed"
     ) -> Statement[tuple[int, int]]:
@@ -343,6 +365,25 @@ class Statements(ParallelStatements):
     def step_list(self, run_id: str) -> Statement[list[Step]]:
         """The checkpoints of a run in position order."""
         return self._stmt("step_list", lambda found: [rows.step(r) for r in found], run_id=run_id)
+
+    def step_list_claimed(self, tasks: Sequence[ClaimedTask]) -> Statement[dict[int, list[Step]]]:
+        """The checkpoints each of ``tasks`` replays with, by task id (see step_list_before)."""
+
+        def decode(found: list[Row]) -> dict[int, list[Step]]:
+            by_task: dict[int, list[Step]] = {task.fence.task_id: [] for task in tasks}
+            for r in found:
+                by_task[int(r["task_id"])].append(rows.step(r))
+            return by_task
+
+        branch = [t.kind == "step" and t.gather_start is not None for t in tasks]
+        return self._stmt(
+            "step_list_claimed",
+            decode,
+            task_ids=[t.fence.task_id for t in tasks],
+            run_ids=[t.run_id for t in tasks],
+            befores=[t.gather_start if b else None for t, b in zip(tasks, branch, strict=True)],
+            positions=[t.step_position if b else None for t, b in zip(tasks, branch, strict=True)],
+        )
 
     def step_list_before(self, run_id: str, before: int, position: int) -> Statement[list[Step]]:
         """The checkpoints before position ``before``, and the one at ``position``."""

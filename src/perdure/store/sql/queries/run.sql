@@ -91,6 +91,59 @@ WITH lease AS (
 )
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM finished) AS changed;
 
+-- name: run_complete_step
+-- Record the last step's checkpoint and finish the run with its output, in
+-- one statement: the hot path's last round trip does both. Fenced like
+-- step_checkpoint. The task is deleted and the run completed only when the
+-- checkpoint was written: a position that already holds a final checkpoint
+-- (a stale replay) writes nothing and leaves the task held, so the caller
+-- hands it back and the run is replayed from the real history. A run
+-- cancelled while its last step ran keeps its checkpoint and stays cancelled.
+WITH lease AS (
+    SELECT run_id FROM {schema}.tasks
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed'
+    FOR UPDATE
+), checkpoint AS (
+    INSERT INTO {schema}.steps (run_id, position, name, kind, status, attempts, output, error,
+                                worker_id, started_at, completed_at)
+    SELECT run_id, %(position)s, %(name)s, %(kind)s, 'completed', %(attempts)s,
+           %(step_output)s::jsonb, NULL, %(worker_id)s, %(started_at)s,
+           coalesce(%(now)s::timestamptz, clock_timestamp())
+    FROM lease
+    ON CONFLICT (run_id, position) DO UPDATE
+    SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, output = EXCLUDED.output,
+        error = EXCLUDED.error, worker_id = EXCLUDED.worker_id,
+        started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at
+    WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
+      AND {schema}.steps.name = EXCLUDED.name
+    RETURNING run_id
+), done AS (
+    DELETE FROM {schema}.tasks
+    WHERE id = %(task_id)s AND EXISTS (SELECT 1 FROM checkpoint)
+    RETURNING run_id
+), finished AS (
+    UPDATE {schema}.runs r
+    SET status = 'completed', output = %(output)s::jsonb, error = NULL, waiting_for = NULL,
+        completed_at = {now}, updated_at = {now}
+    FROM done
+    WHERE r.id = done.run_id AND r.status IN ('running', 'paused')
+    RETURNING r.id
+), leftovers AS (
+    DELETE FROM {schema}.tasks
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN done ON t.run_id = done.run_id
+                 WHERE t.id <> %(task_id)s AND t.status <> 'claimed'
+                 FOR UPDATE OF t SKIP LOCKED)
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id)
+    SELECT run_id, {now}, 'step_completed', %(position)s, %(name)s, %(attempts)s, %(worker_id)s
+    FROM checkpoint
+    UNION ALL
+    SELECT id, {now}, 'run_completed', NULL, NULL, %(attempt)s, %(worker_id)s FROM finished
+)
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint) AS written,
+       (SELECT count(*) FROM finished) AS changed;
+
 -- name: run_fail
 -- End a run that failed for good: status %(status)s ('failed', or after its
 -- compensations 'compensated' / 'compensation_failed') with its error and
