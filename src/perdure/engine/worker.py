@@ -32,6 +32,7 @@ from perdure.store.rows import ClaimedTask
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.store.store import AsyncStore
+from perdure.types import Step
 
 log = logging.getLogger("perdure.worker")
 
@@ -248,9 +249,9 @@ class Worker:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
                     claimed = await self._claim(store, want, names, versions)
-                    claimed = await self._with_steps(store, claimed)
+                    steps = asyncio.create_task(self._read_steps(store, claimed))
                     for task in claimed:
-                        self._start(task, env)
+                        self._start(task, env, steps)
                     if len(claimed) == want:
                         continue
                     timeout = opts.poll_seconds
@@ -309,7 +310,9 @@ class Worker:
         self._limited = locked
         return claimed
 
-    async def _with_steps(self, store: AsyncStore, claimed: list[ClaimedTask]) -> list[ClaimedTask]:
+    async def _read_steps(
+        self, store: AsyncStore, claimed: list[ClaimedTask]
+    ) -> dict[int, list[Step]]:
         """Read the checkpoints of a whole claim in one statement, after the claim committed.
 
         A graph run's own task replays nothing and a task whose run stopped
@@ -322,20 +325,12 @@ class Worker:
             if not task.finished and not (task.kind == "run" and self._kind(task) == "graph")
         ]
         if not wanted:
-            return claimed
+            return {}
         try:
-            by_task = await store.execute(self.q.step_list_claimed(wanted))
+            return await store.execute(self.q.step_list_claimed(wanted))
         except (Exception, Disconnected) as exc:
-            log.warning(
-                "reading the checkpoints of %d claimed task(s) failed: %s", len(wanted), exc
-            )
-            return claimed
-        return [
-            replace(task, steps=tuple(by_task[task.fence.task_id]))
-            if task.fence.task_id in by_task
-            else task
-            for task in claimed
-        ]
+            log.warning("reading the checkpoints of %d task(s) failed: %s", len(wanted), exc)
+            return {}
 
     def _kind(self, task: ClaimedTask) -> str:
         return str(getattr(self.specs[(task.workflow, task.version)], "kind", "function"))
@@ -351,14 +346,28 @@ class Worker:
             for waiter in waiters:
                 waiter.cancel()
 
-    def _start(self, task: ClaimedTask, env: ExecutionEnv) -> None:
+    def _start(
+        self, task: ClaimedTask, env: ExecutionEnv, steps: asyncio.Task[dict[int, list[Step]]]
+    ) -> None:
         spec = self.specs[(task.workflow, task.version)]
-        job = asyncio.create_task(self._execute(task, spec, env), name=f"perdure-run-{task.run_id}")
+        job = asyncio.create_task(
+            self._execute(task, spec, env, steps), name=f"perdure-run-{task.run_id}"
+        )
         self.running[task.fence.task_id] = _Held(task, job)
 
-    async def _execute(self, task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
+    async def _execute(
+        self,
+        task: ClaimedTask,
+        spec: WorkflowSpec,
+        env: ExecutionEnv,
+        steps: asyncio.Task[dict[int, list[Step]]],
+    ) -> str:
         result = "error"
         try:
+            # The claim's checkpoints, read once for the whole claim.
+            found = (await steps).get(task.fence.task_id)
+            if found is not None:
+                task = replace(task, steps=tuple(found))
             if getattr(spec, "kind", "function") == "graph":
                 result = await graph.execute(task, spec, env)
             else:
