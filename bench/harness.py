@@ -127,6 +127,11 @@ class Probe:
         row = self.conn.execute(query, params).fetchone()
         return None if row is None else row[0]
 
+    def run(self, query: Any, params: Any = None) -> None:
+        """A statement without rows, counted as one of the bench's statements."""
+        self.own += 1
+        self.conn.execute(query, params)
+
     def query(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
         """All rows, counted as one of the bench's statements."""
         self.own += 1
@@ -296,14 +301,23 @@ def process_cpu_seconds(pid: int) -> float:
     return sum(int(fields[i]) for i in (11, 12)) / ticks
 
 
-def server_cpu_seconds() -> float:
-    """CPU seconds used so far by every postgres process of this machine (from /proc)."""
-    total = 0.0
+def server_cpu_seconds(probe: Probe) -> float | None:
+    """CPU seconds used so far by the server's processes (its postmaster's children).
+
+    Only for a server on this machine: None when its processes cannot be seen.
+    """
+    backend = int(probe.query_one("SELECT pg_backend_pid()"))
+    try:
+        postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    total = process_cpu_seconds(postmaster)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        with contextlib.suppress(OSError):
-            if (entry / "comm").read_text().strip() == "postgres":
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(stat[1]) == postmaster:
                 total += process_cpu_seconds(int(entry.name))
     return total
 
@@ -320,5 +334,4 @@ def drop_schema(probe: Probe, schema: str) -> None:
     """Remove a schema the bench created."""
     from psycopg import sql
 
-    probe.own += 1
-    probe.conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    probe.run(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

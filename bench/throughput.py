@@ -85,16 +85,22 @@ async def _enqueue(app: perdure.App, runs: int) -> None:
 
 def _window(probe: Probe, worker: WorkerProcess, schema: str, runs: int) -> dict[str, Any]:
     name = sql.Identifier(schema)
-    cpu_before, server_before = worker.cpu_seconds(), server_cpu_seconds()
+    cpu_before, server_before = worker.cpu_seconds(), server_cpu_seconds(probe)
     with counting(probe) as window:
         released_at = probe.query_one(
-            sql.SQL("UPDATE {}.tasks SET available_at = now() RETURNING now()").format(name)
+            sql.SQL(
+                "UPDATE {}.tasks SET available_at = now() WHERE workflow = 'bench_noop3'"
+                " RETURNING now()"
+            ).format(name)
         )
         deadline = time.monotonic() + max(120.0, runs / 20)
         done = 0
         while time.monotonic() < deadline:
             done = probe.query_one(
-                sql.SQL("SELECT count(*) FROM {}.runs WHERE status = 'completed'").format(name)
+                sql.SQL(
+                    "SELECT count(*) FROM {}.runs"
+                    " WHERE workflow = 'bench_noop3' AND status = 'completed'"
+                ).format(name)
             )
             if done >= runs:
                 break
@@ -102,15 +108,21 @@ def _window(probe: Probe, worker: WorkerProcess, schema: str, runs: int) -> dict
         if done < runs:
             raise RuntimeError(f"only {done} of {runs} runs completed in time")
         cpu = worker.cpu_seconds() - cpu_before
-        server_cpu = server_cpu_seconds() - server_before
+        server_now = server_cpu_seconds(probe)
+        server_cpu = None if server_now is None or server_before is None else server_now - server_before
         connections = worker.connections(probe)
-        last = probe.query_one(sql.SQL("SELECT max(completed_at) FROM {}.runs").format(name))
+        last = probe.query_one(
+            sql.SQL("SELECT max(completed_at) FROM {}.runs WHERE workflow = 'bench_noop3'").format(
+                name
+            )
+        )
         latencies = probe.query_one(
             sql.SQL(
                 "SELECT array_agg(latency) FROM (SELECT extract(epoch FROM s.completed_at"
                 " - coalesce(lag(s.completed_at) OVER (PARTITION BY s.run_id"
                 " ORDER BY s.position), r.started_at)) AS latency"
-                " FROM {}.steps s JOIN {}.runs r ON r.id = s.run_id) l"
+                " FROM {}.steps s JOIN {}.runs r ON r.id = s.run_id"
+                " WHERE r.workflow = 'bench_noop3') l"
             ).format(name, name)
         )
     seconds = (last - released_at).total_seconds()
@@ -123,7 +135,7 @@ def _window(probe: Probe, worker: WorkerProcess, schema: str, runs: int) -> dict
         "step_p50_ms": _ms(quantile(latencies, 0.5)),
         "step_p99_ms": _ms(quantile(latencies, 0.99)),
         "worker_cpu_ms_per_run": 1000 * cpu / runs,
-        "server_cpu_ms_per_run": 1000 * server_cpu / runs,
+        "server_cpu_ms_per_run": None if server_cpu is None else 1000 * server_cpu / runs,
         "worker_connections": connections,
         "window": window,
     }
@@ -153,7 +165,7 @@ def main() -> None:
                 f"statements, {_fmt(f['wal_flushes_per_step'])} WAL flushes, "
                 f"{_fmt(f['round_trips_per_step'])} round trips; worker CPU "
                 f"{f['worker_cpu_ms_per_run']:.2f} ms/run, server CPU "
-                f"{f['server_cpu_ms_per_run']:.2f} ms/run, {f['worker_connections']} connections; "
+                f"{_fmt(f['server_cpu_ms_per_run'])} ms/run, {f['worker_connections']} connections; "
                 f"worker: {f['worker']}"
             )
     finally:

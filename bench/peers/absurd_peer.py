@@ -32,8 +32,15 @@ def _install(url: str) -> None:
         if conn.execute("SELECT to_regnamespace('absurd')").fetchone() == (None,):
             psql = Path(os.environ.get("PERDURE_BENCH_BIN", "")) / "psql"
             subprocess.run(
-                [str(psql) if psql.name and psql.exists() else "psql", "-X", "-q",
-                 "-v", "ON_ERROR_STOP=1", "-d", url],
+                [
+                    str(psql) if psql.name and psql.exists() else "psql",
+                    "-X",
+                    "-q",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-d",
+                    url,
+                ],
                 input=absurdctl.BUNDLED_SCHEMA_SQL.encode(),
                 check=True,
                 stdout=subprocess.DEVNULL,
@@ -62,7 +69,9 @@ async def main() -> None:
         print("READY", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, input)
         started = time.perf_counter()
-        worker = asyncio.create_task(app.start_worker(concurrency=args.concurrency, poll_interval=0.01))
+        worker = asyncio.create_task(
+            app.start_worker(concurrency=args.concurrency, poll_interval=0.01)
+        )
         while True:
             polls += 1
             row = await (

@@ -10,10 +10,8 @@ succeeded, and reports its polls so that they are not counted as DBOS's.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from typing import Any
 
 import psycopg
 from common import arguments, finish

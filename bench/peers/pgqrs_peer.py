@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pgqrs
 from common import arguments, finish, handshake
@@ -41,10 +42,18 @@ async def noop3(ctx: Any, _: Any = None) -> int:
     return await a(ctx) + await b(ctx) + await c(ctx)
 
 
+def _with_host(url: str) -> str:
+    """pgqrs (sqlx) wants a host in the URL even for a unix socket given as ?host=/path."""
+    parts = urlsplit(url)
+    if parts.hostname is None and "host=" in parts.query:
+        return urlunsplit(parts._replace(netloc=f"{parts.netloc}localhost"))
+    return url
+
+
 async def main() -> None:
     """Set up, enqueue, hand shake, execute."""
     args = arguments()
-    config = pgqrs.Config(args.database_url, schema=args.schema)
+    config = pgqrs.Config(_with_host(args.database_url), schema=args.schema)
     store = await pgqrs.connect_with(config)
     await pgqrs.admin(store).install()
     await pgqrs.workflow().name(WORKFLOW).store(store).create()

@@ -87,9 +87,10 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
 
 
 def _register() -> None:
-    from perdure.cli import demo, embedded, migrate, queues, replay, runs, worker, workflows
+    from perdure.cli import bench, demo, embedded, migrate, queues, replay, runs, worker, workflows
 
     for command in (
+        bench.bench,
         demo.demo,
         replay.check_replay_command,
         embedded.embedded,
