@@ -50,7 +50,7 @@ def measure(url: str, probe: Probe, bin_dir: Path | None, clients: int, seconds:
     found = re.search(r"tps = ([0-9.]+)", done.stdout)
     if done.returncode != 0 or found is None:
         raise RuntimeError(f"pgbench failed ({done.returncode}): {done.stderr.strip()[-500:]}")
-    probe.run(f"TRUNCATE {TABLE}")
+    probe.run(f"DROP TABLE {TABLE}")
     return float(found.group(1))
 
 

@@ -101,16 +101,18 @@ class Probe:
         self.conn = psycopg.connect(url, autocommit=True, application_name="perdure-bench")
         self.own = 0
         self.statements_available = False
-        with contextlib.suppress(psycopg.Error):
-            self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            self.conn.execute("SELECT calls FROM pg_stat_statements LIMIT 1")
-            self.statements_available = True
+        preloaded = self.query_one("SELECT current_setting('shared_preload_libraries')")
+        if "pg_stat_statements" in preloaded:
+            with contextlib.suppress(psycopg.Error):
+                self.run("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                self.query_one("SELECT calls FROM pg_stat_statements LIMIT 1")
+                self.statements_available = True
         self.wal_source = self._wal_source()
 
     def _wal_source(self) -> str | None:
         has_io_wal = self.query_one(
-            "SELECT count(*) FROM pg_attribute WHERE attrelid = 'pg_stat_io'::regclass"
-            " AND attname = 'fsyncs'"
+            "SELECT count(*) FROM pg_attribute"
+            " WHERE attrelid = to_regclass('pg_catalog.pg_stat_io') AND attname = 'fsyncs'"
         )
         if has_io_wal:
             wal = self.query_one("SELECT count(*) FROM pg_stat_io WHERE object = 'wal'")

@@ -109,7 +109,9 @@ def _window(probe: Probe, worker: WorkerProcess, schema: str, runs: int) -> dict
             raise RuntimeError(f"only {done} of {runs} runs completed in time")
         cpu = worker.cpu_seconds() - cpu_before
         server_now = server_cpu_seconds(probe)
-        server_cpu = None if server_now is None or server_before is None else server_now - server_before
+        server_cpu = None
+        if server_now is not None and server_before is not None:
+            server_cpu = server_now - server_before
         connections = worker.connections(probe)
         last = probe.query_one(
             sql.SQL("SELECT max(completed_at) FROM {}.runs WHERE workflow = 'bench_noop3'").format(
@@ -165,7 +167,8 @@ def main() -> None:
                 f"statements, {_fmt(f['wal_flushes_per_step'])} WAL flushes, "
                 f"{_fmt(f['round_trips_per_step'])} round trips; worker CPU "
                 f"{f['worker_cpu_ms_per_run']:.2f} ms/run, server CPU "
-                f"{_fmt(f['server_cpu_ms_per_run'])} ms/run, {f['worker_connections']} connections; "
+                f"{_fmt(f['server_cpu_ms_per_run'])} ms/run, "
+                f"{f['worker_connections']} connections; "
                 f"worker: {f['worker']}"
             )
     finally:
