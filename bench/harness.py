@@ -247,7 +247,7 @@ class WorkerProcess:
         if os.environ.get("PERDURE_BENCH_PROFILE"):
             # py-spy samples the worker without slowing it much (bench --profile).
             profile = os.environ["PERDURE_BENCH_PROFILE"]
-            command = ["py-spy", "record", "--format", "raw", "-o", profile, "--", *command]
+            command = ["py-spy", "record", "--rate", "400", "--format", "raw", "-o", profile, "--", *command]
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
         self.schema = schema
 

@@ -19,6 +19,7 @@ from psycopg import sql
 from perdure.clock import Clock
 from perdure.errors import ConfigurationError
 from perdure.store import rows
+from perdure.store.batch_statements import BatchStatements
 from perdure.store.parallel_statements import ParallelStatements
 from perdure.store.queries import render
 from perdure.store.rows import ClaimedTask, Fence, StartResult
@@ -49,7 +50,7 @@ def validate_schema(name: object) -> str:
     return name
 
 
-class Statements(ParallelStatements):
+class Statements(ParallelStatements, BatchStatements):
     """Builds every statement perdure issues, for one schema and one clock."""
 
     def __init__(self, schema: str, clock: Clock) -> None:

@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from perdure.errors import DatabaseUnavailable
+from perdure.store.batch_statements import combine
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 
@@ -176,23 +177,24 @@ class AsyncStore:
         commits. So several runs' checkpoints cost one round trip and one
         commit, and all commit or none does: on an error nothing is written
         and the error is raised. (psycopg's ``transaction()`` is not used: in
-        pipeline mode it syncs after BEGIN and again at COMMIT.) Returns each
-        unit's decoded results, in order.
+        pipeline mode it syncs after BEGIN and again at COMMIT.) The completed
+        steps and completions of many units are merged into one statement
+        each (see batch_statements). Returns each unit's decoded results, in
+        order.
         """
-        count = sum(len(unit) for unit in units)
-        self.statements += count
+        statements, split = combine(self.q, units)
+        self.statements += len(statements)
         self.round_trips += 1
         with self.reachable():
             async with self.pool.connection() as conn:
                 async with conn.pipeline():
                     cursors = []
-                    for unit in units:
-                        for stmt in unit:
-                            cursor = conn.cursor(row_factory=dict_row)
-                            await cursor.execute(stmt.query, stmt.params)
-                            cursors.append(cursor)
-                found = iter([await c.fetchall() if c.description else [] for c in cursors])
-        return [[stmt.decode(next(found)) for stmt in unit] for unit in units]
+                    for stmt in statements:
+                        cursor = conn.cursor(row_factory=dict_row)
+                        await cursor.execute(stmt.query, stmt.params)
+                        cursors.append(cursor)
+                found = [await c.fetchall() if c.description else [] for c in cursors]
+        return split([stmt.decode(rows) for stmt, rows in zip(statements, found, strict=True)])
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
