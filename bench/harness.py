@@ -247,7 +247,8 @@ class WorkerProcess:
         if os.environ.get("PERDURE_BENCH_PROFILE"):
             # py-spy samples the worker without slowing it much (bench --profile).
             profile = os.environ["PERDURE_BENCH_PROFILE"]
-            command = ["py-spy", "record", "--rate", "400", "--format", "raw", "-o", profile, "--", *command]
+            spy = ["py-spy", "record", "--rate", "400", "--format", "raw", "-o", profile, "--"]
+            command = [*spy, *command]
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
         self.schema = schema
 

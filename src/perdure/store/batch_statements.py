@@ -18,8 +18,6 @@ from perdure.store.statement import Row, Statement
 T = TypeVar("T")
 Unit = Sequence[Statement[Any]]
 
-_MERGED = {"step_checkpoint": "step_checkpoint_many", "run_complete_step": "run_complete_step_many"}
-
 
 def _mergeable(stmt: Statement[Any]) -> bool:
     p = stmt.params
@@ -37,6 +35,12 @@ def _mergeable(stmt: Statement[Any]) -> bool:
 
 class BatchStatements:
     """The merged statements of the group commit; mixed into Statements."""
+
+    #: The statement that merges many of each mergeable statement.
+    MERGED = {
+        "step_checkpoint": "step_checkpoint_many",
+        "run_complete_step": "run_complete_step_many",
+    }
 
     def _stmt(
         self, query_name: str, decode: Callable[[list[Row]], T], **params: Any
@@ -73,7 +77,7 @@ class BatchStatements:
             columns["step_outputs"] = [s.params["step_output"] for s in statements]
             columns["outputs"] = [s.params["output"] for s in statements]
             extra = {}
-        return self._stmt(_MERGED[statements[0].name], lambda found: found, **columns, **extra)
+        return self._stmt(self.MERGED[statements[0].name], lambda found: found, **columns, **extra)
 
 
 def combine(
