@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness import Probe, start_server
+from harness import Probe, standalone
 
 TABLE = "perdure_bench_ceiling"
 
@@ -59,16 +59,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--seconds", type=int, default=5)
-    parser.add_argument("--database-url", default=None)
-    args = parser.parse_args()
-    server = start_server(args.database_url)
-    probe = Probe(server.url)
-    try:
+    with standalone(parser) as (args, server, probe):
         rate = measure(server.url, probe, server.bin_dir, args.clients, args.seconds)
         print(f"pgbench one-row INSERT, {args.clients} client(s): {rate:.0f} commits/s")
-    finally:
-        probe.close()
-        server.stop()
 
 
 if __name__ == "__main__":

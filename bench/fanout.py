@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_app import CHAIN, FANOUT
-from harness import Probe, WorkerProcess, drop_schema, start_server
+from harness import Probe, WorkerProcess, drop_schema, standalone
 
 import perdure
 
@@ -57,11 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--database-url", default=None)
-    args = parser.parse_args()
-    server = start_server(args.database_url)
-    probe = Probe(server.url)
-    try:
+    with standalone(parser) as (args, server, probe):
         for _ in range(args.repeat):
             f = measure(server.url, probe, args.concurrency)
             print(
@@ -69,9 +65,6 @@ def main() -> None:
                 f"({f['fanout_steps_per_s']:.0f} steps/s); chain of {CHAIN}: "
                 f"{f['chain_ms']:.0f} ms ({f['chain_steps_per_s']:.0f} steps/s)"
             )
-    finally:
-        probe.close()
-        server.stop()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ are counted, so that they can be taken out of every figure.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -323,6 +324,22 @@ def server_cpu_seconds(probe: Probe) -> float | None:
             if int(stat[1]) == postmaster:
                 total += process_cpu_seconds(int(entry.name))
     return total
+
+
+@contextlib.contextmanager
+def standalone(
+    parser: argparse.ArgumentParser,
+) -> Iterator[tuple[argparse.Namespace, Server, Probe]]:
+    """For a script run alone: its arguments (plus --database-url), the server and a probe."""
+    parser.add_argument("--database-url", default=None)
+    args = parser.parse_args()
+    server = start_server(args.database_url)
+    probe = Probe(server.url)
+    try:
+        yield args, server, probe
+    finally:
+        probe.close()
+        server.stop()
 
 
 def quantile(values: list[float], q: float) -> float | None:

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from harness import Probe, WorkerProcess, drop_schema, quantile, start_server
+from harness import Probe, WorkerProcess, drop_schema, quantile, standalone
 
 import perdure
 
@@ -75,11 +75,7 @@ def main() -> None:
     """Measure and print both latencies."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--database-url", default=None)
-    args = parser.parse_args()
-    server = start_server(args.database_url)
-    probe = Probe(server.url)
-    try:
+    with standalone(parser) as (args, server, probe):
         f = measure(server.url, probe, args.samples)
         print(
             f"start  -> first step: p50 {f['start_p50_ms']:.2f} ms  "
@@ -87,9 +83,6 @@ def main() -> None:
             f"signal -> continue  : p50 {f['signal_p50_ms']:.2f} ms  "
             f"p99 {f['signal_p99_ms']:.2f} ms  (n={args.samples} each)"
         )
-    finally:
-        probe.close()
-        server.stop()
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from harness import (
     drop_schema,
     quantile,
     server_cpu_seconds,
-    start_server,
+    standalone,
 )
 from psycopg import sql
 
@@ -157,11 +157,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--database-url", default=None)
-    args = parser.parse_args()
-    server = start_server(args.database_url)
-    probe = Probe(server.url)
-    try:
+    with standalone(parser) as (args, server, probe):
         for _ in range(args.repeat):
             f = measure(server.url, probe, args.runs, args.concurrency)
             print(
@@ -175,9 +171,6 @@ def main() -> None:
                 f"{f['worker_connections']} connections; "
                 f"worker: {f['worker']}"
             )
-    finally:
-        probe.close()
-        server.stop()
 
 
 def _fmt(value: float | None) -> str:

@@ -98,11 +98,7 @@ async def wait_for_signal(ex: Execution, name: str, timeout: float | None) -> An
         # take it in one round trip (one pipelined transaction); if it is not
         # there, the transaction below decides between timing out and parking.
         _, row = (await ex.env.store.execute_batch([[q.run_lock(ex.task.run_id), take]]))[0]
-        if not row["leased"]:
-            ex.lost = True
-            ex.check_alive()
-        if row["taken"]:
-            ex.env.emit("signal_consumed", run_id=ex.task.run_id, name=name)
+        if _taken(ex, row, name):
             return row["payload"]
     timed_out = False
     async with ex.env.store.transaction() as conn:
@@ -111,11 +107,7 @@ async def wait_for_signal(ex: Execution, name: str, timeout: float | None) -> An
         # committed first and the sender sees it and wakes the run.
         await execute_async(conn, q.run_lock(ex.task.run_id))
         row = await execute_async(conn, take)
-        if not row["leased"]:
-            ex.lost = True
-            ex.check_alive()
-        if row["taken"]:
-            ex.env.emit("signal_consumed", run_id=ex.task.run_id, name=name)
+        if _taken(ex, row, name):
             return row["payload"]
         if (
             recorded is not None
@@ -140,6 +132,16 @@ async def wait_for_signal(ex: Execution, name: str, timeout: float | None) -> An
     if timed_out:
         raise SignalTimeout(ex.task.run_id, name, timeout)
     raise Suspend()
+
+
+def _taken(ex: Execution, row: dict[str, Any], name: str) -> bool:
+    """Whether signal_take consumed a signal; stop (LeaseLost) if the task is not ours."""
+    if not row["leased"]:
+        ex.lost = True
+        ex.check_alive()
+    if row["taken"]:
+        ex.env.emit("signal_consumed", run_id=ex.task.run_id, name=name)
+    return bool(row["taken"])
 
 
 async def publish(ex: Execution, kind: str, key: str, value: Any, *, closed: bool = False) -> None:

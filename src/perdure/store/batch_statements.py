@@ -2,7 +2,8 @@
 
 The worker's group commit hands :meth:`AsyncStore.execute_batch` units of
 statements from different runs. The two kinds of the hot path, a completed
-step's ``step_checkpoint`` and a run's ``run_complete_step``, are merged here:
+step's ``step_checkpoint`` and a run's ``run_complete_step`` (written as a
+``run_complete_step_many`` of one run), are merged here:
 all the units of one kind become one statement over arrays, whose answer has
 one row per unit with the columns of the single statement, so each unit's own
 decoder reads its row. Everything else runs as it is, in the same transaction.
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from perdure.store.rows import Fence
 from perdure.store.statement import Row, Statement
 
 T = TypeVar("T")
@@ -21,7 +23,7 @@ Unit = Sequence[Statement[Any]]
 
 def _mergeable(stmt: Statement[Any]) -> bool:
     p = stmt.params
-    if stmt.name == "run_complete_step":
+    if stmt.name == "run_complete_step_many":
         return True
     return (
         stmt.name == "step_checkpoint"
@@ -36,11 +38,35 @@ def _mergeable(stmt: Statement[Any]) -> bool:
 class BatchStatements:
     """The merged statements of the group commit; mixed into Statements."""
 
-    #: The statement that merges many of each mergeable statement.
-    MERGED = {
-        "step_checkpoint": "step_checkpoint_many",
-        "run_complete_step": "run_complete_step_many",
-    }
+    def run_complete_step(
+        self, fence: Fence, output_json: str, step: Statement[Any]
+    ) -> Statement[tuple[int, int, int]]:
+        """Write the completed-step checkpoint ``step`` and finish the run, in one statement.
+
+        ``step`` is the :meth:`step_checkpoint` statement that would have been
+        written alone. The statement is ``run_complete_step_many`` for this
+        one run, so that the group commit merges it with others' by joining
+        their arrays. Returns (leased, written, changed).
+        """
+        p = step.params
+        return self._stmt(
+            "run_complete_step_many",
+            lambda found: (
+                int(found[0]["leased"]),
+                int(found[0]["written"]),
+                int(found[0]["changed"]),
+            ),
+            task_ids=[fence.task_id],
+            worker_ids=[fence.worker_id],
+            attempts=[fence.attempt],
+            positions=[p["position"]],
+            names=[p["name"]],
+            kinds=[p["kind"]],
+            step_attempts=[p["attempts"]],
+            step_outputs=[p["output"]],
+            started=[p["started_at"]],
+            outputs=[output_json],
+        )
 
     def _stmt(
         self, query_name: str, decode: Callable[[list[Row]], T], **params: Any
@@ -48,36 +74,34 @@ class BatchStatements:
         raise NotImplementedError  # provided by Statements
 
     def merge(self, statements: Sequence[Statement[Any]]) -> Statement[list[Row]]:
-        """One statement doing the work of ``statements`` (all ``step_checkpoint`` or all
-        ``run_complete_step``, each mergeable); its rows are theirs, in order."""
+        """One statement doing the work of ``statements`` (all completed-step
+        ``step_checkpoint`` or all ``run_complete_step_many``); its rows are
+        theirs, in order."""
+        if statements[0].name == "run_complete_step_many":
+            arrays = {
+                key: [item for stmt in statements for item in stmt.params[key]]
+                for key, value in statements[0].params.items()
+                if isinstance(value, list)
+            }
+            return self._stmt("run_complete_step_many", lambda found: found, **arrays)
         first = statements[0].params
-        columns: dict[str, list[Any]] = {
-            "task_ids": [],
-            "worker_ids": [],
-            "attempts": [],
-            "positions": [],
-            "names": [],
-            "step_attempts": [],
-            "started": [],
+        columns = {
+            "task_ids": "task_id",
+            "worker_ids": "worker_id",
+            "attempts": "attempt",
+            "positions": "position",
+            "names": "name",
+            "step_attempts": "attempts",
+            "started": "started_at",
+            "outputs": "output",
         }
-        for stmt in statements:
-            p = stmt.params
-            columns["task_ids"].append(p["task_id"])
-            columns["worker_ids"].append(p["worker_id"])
-            columns["attempts"].append(p["attempt"])
-            columns["positions"].append(p["position"])
-            columns["names"].append(p["name"])
-            columns["step_attempts"].append(p["attempts"])
-            columns["started"].append(p["started_at"])
-        if statements[0].name == "step_checkpoint":
-            columns["outputs"] = [s.params["output"] for s in statements]
-            extra: dict[str, Any] = {"lease_seconds": first["lease_seconds"]}
-        else:
-            columns["kinds"] = [s.params["kind"] for s in statements]
-            columns["step_outputs"] = [s.params["step_output"] for s in statements]
-            columns["outputs"] = [s.params["output"] for s in statements]
-            extra = {}
-        return self._stmt(self.MERGED[statements[0].name], lambda found: found, **columns, **extra)
+        arrays = {key: [s.params[name] for s in statements] for key, name in columns.items()}
+        return self._stmt(
+            "step_checkpoint_many",
+            lambda found: found,
+            lease_seconds=first["lease_seconds"],
+            **arrays,
+        )
 
 
 def combine(
@@ -87,6 +111,9 @@ def combine(
 
     Units of one mergeable statement are merged by kind (when there are at
     least two of a kind); the others keep their statements, in unit order.
+    The merged statements run after the others: each unit's statements are
+    all in one part or the other, and units of different runs do not depend
+    on each other's order.
     """
     groups: dict[str, list[int]] = {}
     for index, unit in enumerate(units):

@@ -138,28 +138,6 @@ class Statements(ParallelStatements, BatchStatements):
             "run_complete", _pair("leased", "changed"), output=output_json, **fence.params()
         )
 
-    def run_complete_step(
-        self, fence: Fence, output_json: str, step: Statement[Any]
-    ) -> Statement[tuple[int, int, int]]:
-        """Write the completed-step checkpoint ``step`` and finish the run, in one statement.
-
-        ``step`` is the :meth:`step_checkpoint` statement that would have been
-        written alone. Returns (leased, written, changed).
-        """
-        keep = ("position", "name", "kind", "attempts", "started_at")
-        return self._stmt(
-            "run_complete_step",
-            lambda found: (
-                int(found[0]["leased"]),
-                int(found[0]["written"]),
-                int(found[0]["changed"]),
-            ),
-            output=output_json,
-            step_output=step.params["output"],
-            **{name: step.params[name] for name in keep},
-            **fence.params(),
-        )
-
     def run_fail(
         self, fence: Fence, error_json: str | None, status: str = "failed"
     ) -> Statement[tuple[int, int]]:

@@ -1,10 +1,10 @@
 -- Named queries that write the checkpoints of many runs in one statement: the
 -- worker's group commit (engine/commit.py) sends the completed steps of all
 -- its runs as one step_checkpoint_many and their completions as one
--- run_complete_step_many. Each input row is fenced on its own task exactly
--- as in step_checkpoint and run_complete_step; a row whose fence fails
--- writes nothing and is reported as not leased, without touching the others.
--- The answer has one row per input, with the single statement's columns.
+-- run_complete_step_many. Each input row is fenced on its own task, as a
+-- single step_checkpoint is; a row whose fence fails writes nothing and is
+-- reported as not leased, without touching the others. The answer has one
+-- row per input.
 
 -- name: step_checkpoint_many
 -- step_checkpoint for completed plain steps of several runs. The input is in
@@ -52,9 +52,14 @@ LEFT JOIN {schema}.runs r ON r.id = l.run_id
 ORDER BY i.n;
 
 -- name: run_complete_step_many
--- run_complete_step for several runs: each run's last checkpoint and its
--- completion. A run whose checkpoint was not written (a stale replay) keeps
--- its task; a cancelled run keeps its status.
+-- For each input run: record its last step's checkpoint and finish the run
+-- with its output, in one statement (also used for a single run): the hot
+-- path's last round trip does both. Fenced like step_checkpoint. The task is
+-- deleted and the run completed only when the checkpoint was written: a
+-- position that already holds a final checkpoint (a stale replay) writes
+-- nothing and leaves the task held, so the caller hands it back and the run
+-- is replayed from the real history. A run cancelled while its last step ran
+-- keeps its checkpoint and stays cancelled; its task is deleted.
 WITH input AS (
     SELECT * FROM unnest(%(task_ids)s::bigint[], %(worker_ids)s::text[], %(attempts)s::integer[],
                          %(positions)s::integer[], %(names)s::text[], %(kinds)s::text[],
