@@ -261,6 +261,15 @@ def _report(
     }
 
 
+def number(value: float | None) -> str:
+    """A figure as the table shows it: whole above 100, else two decimals."""
+    if value is None:
+        return "n/a"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}"
+
+
 def _ratios(m: dict[str, float | None]) -> dict[str, float | None]:
     def div(a: float | None, b: float | None) -> float | None:
         return None if a is None or not b else a / b

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,19 +115,19 @@ def bench(
         suite.Options(url=url, json_path=json_path, **options),
         say=lambda line: err.print(Text(line, style="dim")),
     )
-    render.console().print(report_table(report))
+    render.console().print(report_table(report, suite.number))
 
 
-def report_table(report: dict[str, Any]) -> Any:
+def report_table(report: dict[str, Any], number: Callable[[float | None], str]) -> Any:
     """The report as one rich table: figure, median, unit, every repetition, goal."""
     table = render.table("figure", "median", "unit", "repetitions", "goal", title=_title(report))
     for row in report["rows"]:
         median = row["median"]
-        values = ", ".join(_number(v) for v in row["values"]) if len(row["values"]) > 1 else ""
+        values = ", ".join(number(v) for v in row["values"]) if len(row["values"]) > 1 else ""
         goal = Text(row["goal"])
         if row["met"] is not None:
             goal.append("  met" if row["met"] else "  missed", "green" if row["met"] else "red")
-        shown = Text(_number(median)) if median is not None else Text(row["note"] or "n/a", "dim")
+        shown = Text(number(median)) if median is not None else Text(row["note"] or "n/a", "dim")
         table.add_row(render.text(row["label"]), shown, row["unit"], values, goal)
     return table
 
@@ -138,11 +139,3 @@ def _title(report: dict[str, Any]) -> str:
         f"perdure bench, {report['when']}: {machine['cores']} cores, load {load}; "
         f"medians of {report['options']['repeat']}"
     )
-
-
-def _number(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.2f}"
