@@ -32,7 +32,6 @@ from perdure.store.rows import ClaimedTask
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.store.store import AsyncStore
-from perdure.types import Step
 
 log = logging.getLogger("perdure.worker")
 
@@ -249,9 +248,8 @@ class Worker:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
                     claimed = await self._claim(store, want, names, versions)
-                    steps = asyncio.create_task(self._read_steps(store, claimed))
                     for task in claimed:
-                        self._start(task, env, steps)
+                        self._start(task, env)
                     if len(claimed) == want:
                         continue
                     timeout = opts.poll_seconds
@@ -283,12 +281,14 @@ class Worker:
     async def _claim(
         self, store: AsyncStore, want: int, names: list[str], versions: list[int]
     ) -> list[ClaimedTask]:
-        """Claim up to ``want`` tasks, within the limits of their queues.
+        """Claim up to ``want`` tasks, within the limits of their queues, with their checkpoints.
 
         A queue with a global limit is claimed from only under its row lock
         (``queue_lock`` then ``task_claim``, in one transaction), so that
         workers claiming at once never exceed the limit together. When none of
-        the served queues has one, the claim is the plain single statement.
+        the served queues has one, the claim is the plain single statement,
+        pipelined with the read of the claimed tasks' checkpoints: one round
+        trip, one transaction.
         """
 
         def claim(locked: list[str]) -> Statement[list[ClaimedTask]]:
@@ -302,38 +302,16 @@ class Worker:
                 locked=locked,
             )
 
+        read = self.q.step_list_claimed_now(self.id)
         if self._limited == []:
-            return await store.execute(claim([]))
-        async with store.transaction() as conn:
-            locked = await store.execute(self.q.queue_lock(self.queues), conn)
-            claimed = await store.execute(claim(locked), conn)
-        self._limited = locked
-        return claimed
-
-    async def _read_steps(
-        self, store: AsyncStore, claimed: list[ClaimedTask]
-    ) -> dict[int, list[Step]]:
-        """Read the checkpoints of a whole claim in one statement, after the claim committed.
-
-        A graph run's own task replays nothing and a task whose run stopped
-        is settled without executing: neither is read. If the read fails,
-        each execution reads its own.
-        """
-        wanted = [
-            task
-            for task in claimed
-            if not task.finished and not (task.kind == "run" and self._kind(task) == "graph")
-        ]
-        if not wanted:
-            return {}
-        try:
-            return await store.execute(self.q.step_list_claimed(wanted))
-        except (Exception, Disconnected) as exc:
-            log.warning("reading the checkpoints of %d task(s) failed: %s", len(wanted), exc)
-            return {}
-
-    def _kind(self, task: ClaimedTask) -> str:
-        return str(getattr(self.specs[(task.workflow, task.version)], "kind", "function"))
+            claimed, steps = (await store.execute_batch([[claim([]), read]]))[0]
+        else:
+            async with store.transaction() as conn:
+                locked = await store.execute(self.q.queue_lock(self.queues), conn)
+                claimed = await store.execute(claim(locked), conn)
+                steps = await store.execute(read, conn) if claimed else {}
+            self._limited = locked
+        return [replace(t, steps=tuple(steps.get(t.fence.task_id, ()))) for t in claimed]
 
     async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
         self._slot_freed.clear()
@@ -346,28 +324,14 @@ class Worker:
             for waiter in waiters:
                 waiter.cancel()
 
-    def _start(
-        self, task: ClaimedTask, env: ExecutionEnv, steps: asyncio.Task[dict[int, list[Step]]]
-    ) -> None:
+    def _start(self, task: ClaimedTask, env: ExecutionEnv) -> None:
         spec = self.specs[(task.workflow, task.version)]
-        job = asyncio.create_task(
-            self._execute(task, spec, env, steps), name=f"perdure-run-{task.run_id}"
-        )
+        job = asyncio.create_task(self._execute(task, spec, env), name=f"perdure-run-{task.run_id}")
         self.running[task.fence.task_id] = _Held(task, job)
 
-    async def _execute(
-        self,
-        task: ClaimedTask,
-        spec: WorkflowSpec,
-        env: ExecutionEnv,
-        steps: asyncio.Task[dict[int, list[Step]]],
-    ) -> str:
+    async def _execute(self, task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
         result = "error"
         try:
-            # The claim's checkpoints, read once for the whole claim.
-            found = (await steps).get(task.fence.task_id)
-            if found is not None:
-                task = replace(task, steps=tuple(found))
             if getattr(spec, "kind", "function") == "graph":
                 result = await graph.execute(task, spec, env)
             else:

@@ -58,7 +58,7 @@ class ClaimedTask:
     #: The run's status when the task was claimed ('compensating' matters).
     run_status: str | None = None
     #: The checkpoints to replay with, when the worker read them for a whole
-    #: claim at once (step_list_claimed); None: the execution reads them.
+    #: claim at once (step_list_claimed_now); None: the execution reads them.
     steps: tuple[Step, ...] | None = None
 
 

@@ -345,24 +345,16 @@ class Statements(ParallelStatements, BatchStatements):
         """The checkpoints of a run in position order."""
         return self._stmt("step_list", lambda found: [rows.step(r) for r in found], run_id=run_id)
 
-    def step_list_claimed(self, tasks: Sequence[ClaimedTask]) -> Statement[dict[int, list[Step]]]:
-        """The checkpoints each of ``tasks`` replays with, by task id (see step_list_before)."""
+    def step_list_claimed_now(self, worker_id: str) -> Statement[dict[int, list[Step]]]:
+        """The checkpoints of the tasks ``worker_id`` claimed in this transaction, by task id."""
 
         def decode(found: list[Row]) -> dict[int, list[Step]]:
-            by_task: dict[int, list[Step]] = {task.fence.task_id: [] for task in tasks}
+            by_task: dict[int, list[Step]] = {}
             for r in found:
-                by_task[int(r["task_id"])].append(rows.step(r))
+                by_task.setdefault(int(r["task_id"]), []).append(rows.step(r))
             return by_task
 
-        branch = [t.kind == "step" and t.gather_start is not None for t in tasks]
-        return self._stmt(
-            "step_list_claimed",
-            decode,
-            task_ids=[t.fence.task_id for t in tasks],
-            run_ids=[t.run_id for t in tasks],
-            befores=[t.gather_start if b else None for t, b in zip(tasks, branch, strict=True)],
-            positions=[t.step_position if b else None for t, b in zip(tasks, branch, strict=True)],
-        )
+        return self._stmt("step_list_claimed_now", decode, worker_id=worker_id)
 
     def step_list_before(self, run_id: str, before: int, position: int) -> Statement[list[Step]]:
         """The checkpoints before position ``before``, and the one at ``position``."""

@@ -18,18 +18,21 @@ FROM {schema}.steps
 WHERE run_id = %(run_id)s AND (position < %(before)s OR position = %(position)s)
 ORDER BY position;
 
--- name: step_list_claimed
--- The checkpoints of several claimed tasks' runs in one statement, read
--- right after the claim committed (a fresh snapshot: see task_claim). A
--- gather's parallel step (%(befores)s not NULL) gets those before its gather
--- and its own, like step_list_before; any other task its run's all.
-SELECT t.task_id, s.position, s.name, s.kind, s.status, s.attempts, s.output, s.error,
+-- name: step_list_claimed_now
+-- The checkpoints of the tasks this worker claimed in this very transaction
+-- (claimed_at is the transaction's time), sent in the same pipeline right
+-- after task_claim: one round trip claims and reads. As a later statement of
+-- the transaction it has a fresh snapshot, so it sees every checkpoint
+-- committed before the claim (see task_claim). A gather's parallel step
+-- gets those before its gather and its own, like step_list_before.
+SELECT t.id AS task_id, s.position, s.name, s.kind, s.status, s.attempts, s.output, s.error,
        s.worker_id, s.started_at, s.completed_at, s.wake_at
-FROM unnest(%(task_ids)s::bigint[], %(run_ids)s::uuid[], %(befores)s::integer[],
-            %(positions)s::integer[]) AS t(task_id, run_id, before, position)
+FROM {schema}.tasks t
 JOIN {schema}.steps s ON s.run_id = t.run_id
-WHERE t.before IS NULL OR s.position < t.before OR s.position = t.position
-ORDER BY t.task_id, s.position;
+WHERE t.worker_id = %(worker_id)s AND t.status = 'claimed' AND t.claimed_at = {now}
+  AND (t.kind = 'run' OR t.gather_start IS NULL OR s.position < t.gather_start
+       OR s.position = t.step_position)
+ORDER BY t.id, s.position;
 
 -- name: step_checkpoint
 -- Record a step's outcome (completed, failed permanently, or a failed attempt
