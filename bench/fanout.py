@@ -56,7 +56,7 @@ def main() -> None:
     """Run both graphs and print their times."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=64)
     with standalone(parser) as (args, server, probe):
         for _ in range(args.repeat):
             f = measure(server.url, probe, args.concurrency)

@@ -42,7 +42,7 @@ class Options:
     url: str | None = None
     runs: int = 1000
     repeat: int = 3
-    concurrency: int = 16
+    concurrency: int = 64
     samples: int = 200
     peers: bool = True
     preload: int = 100_000

@@ -155,7 +155,7 @@ def main() -> None:
     """Run the benchmark alone and print one line per repetition."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     with standalone(parser) as (args, server, probe):
         for _ in range(args.repeat):

@@ -57,7 +57,7 @@ def bench_dir() -> Path:
 @click.option(
     "--concurrency",
     type=click.IntRange(min=1),
-    default=16,
+    default=64,
     show_default=True,
     help="Runs in flight in the one worker process (and in each peer).",
 )
