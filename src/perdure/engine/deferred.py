@@ -21,6 +21,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from perdure.engine import faults
 from perdure.engine.control import Abandon, Disconnected
 from perdure.store.statement import Statement
 
@@ -30,10 +31,11 @@ Record = Callable[[Any, Statement[Any]], Awaitable[None]]
 class DeferredCheckpoint:
     """At most one held checkpoint of one execution, and the write it is in."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, record: Record) -> None:
-        """Hold checkpoints for an execution whose writes go through ``record``."""
+    def __init__(self, loop: asyncio.AbstractEventLoop, record: Record, enabled: bool) -> None:
+        """Hold checkpoints (if ``enabled``) for an execution whose writes go through ``record``."""
         self.loop = loop
         self.record = record
+        self.enabled = enabled
         self.pending: tuple[Any, Statement[Any]] | None = None
         self.flushing: asyncio.Task[None] | None = None
 
@@ -41,6 +43,14 @@ class DeferredCheckpoint:
     def busy(self) -> bool:
         """Whether a checkpoint is held or being written."""
         return self.pending is not None or self.flushing is not None
+
+    def can_hold(self, kind: str) -> bool:
+        """Whether a completed step of ``kind`` may have its checkpoint held.
+
+        Plain steps only, one at a time, and never while a test's faults are
+        installed (they must see each checkpoint at its own moment).
+        """
+        return self.enabled and kind == "step" and not self.busy and not faults.installed()
 
     def hold(self, attempt: Any, statement: Statement[Any]) -> None:
         """Hold ``statement`` (the checkpoint of ``attempt``) until the workflow yields."""

@@ -162,7 +162,9 @@ class Execution:
     deferred: DeferredCheckpoint = field(init=False)
 
     def __post_init__(self) -> None:
-        self.deferred = DeferredCheckpoint(self.loop, self._record_deferred)
+        # Only on a worker with group commit, and for a run's own task.
+        enabled = self.env.committer is not None and self.branch_position is None
+        self.deferred = DeferredCheckpoint(self.loop, self._record_deferred, enabled)
 
     # Replay ------------------------------------------------------------------
 
@@ -293,28 +295,13 @@ class Execution:
             raise AssertionError("unreachable") from exc
         faults.hit("before_checkpoint", name)
         if text is not None:
-            if self._deferrable(attempt):
+            if self.deferred.can_hold(attempt.kind):
                 statement = self._checkpoint_statement(attempt, "completed", text)
                 self.deferred.hold(attempt, statement)
                 return decoded
             await self._checkpoint(attempt, "completed", text, None)
         faults.hit("after_checkpoint", name)
         return decoded
-
-    def _deferrable(self, attempt: _Attempt) -> bool:
-        """Whether this completed step's checkpoint may wait for the workflow's next await.
-
-        Only on a worker with group commit, for a run's own task, one step at
-        a time, and never while a test's faults are installed (they must see
-        each checkpoint at its own moment).
-        """
-        return (
-            self.env.committer is not None
-            and self.branch_position is None
-            and attempt.kind == "step"
-            and not self.deferred.busy
-            and not faults.installed()
-        )
 
     async def _record_deferred(self, attempt: Any, statement: Statement[Any]) -> None:
         await self._record(attempt, "completed", statement, None)
