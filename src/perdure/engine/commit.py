@@ -5,7 +5,10 @@ waits for them to commit. The committer sends whatever is waiting as one
 pipelined transaction (one round trip, one commit, one WAL flush for all of
 them), and while that is in flight the next writes gather for the next one.
 Nothing waits on purpose: at low load a write goes alone at once, under load
-they go together.
+they go together. When every lane is free and many units wait, a lane takes
+half of them and leaves the rest to the next: the server then works on one
+half while the worker reads the other's answers and runs the next steps, so
+the worker and PostgreSQL keep two cores busy instead of taking turns.
 
 Each unit is one run's statements that must commit together (a step's
 checkpoint, or the last checkpoint and the run's completion). Units of
@@ -32,6 +35,8 @@ log = logging.getLogger("perdure.commit")
 
 #: Units in one transaction at most: a bound on the locks one transaction holds.
 MAX_UNITS = 64
+#: Below twice this many waiting units, a free lane takes them all.
+MIN_SPLIT = 8
 
 
 class Committer:
@@ -44,6 +49,7 @@ class Committer:
         self._queue: list[tuple[Sequence[Statement[Any]], asyncio.Future[list[Any]]]] = []
         self._waiting = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._busy = 0
         #: Transactions committed, and units written (for the worker's counts).
         self.transactions = 0
         self.units = 0
@@ -79,13 +85,23 @@ class Committer:
     async def _lane(self) -> None:
         while True:
             await self._waiting.wait()
-            batch = self._queue[:MAX_UNITS]
-            del self._queue[:MAX_UNITS]
+            take = MAX_UNITS
+            if self._busy == 0 and len(self._queue) >= 2 * MIN_SPLIT:
+                # Every lane is free: leave half for the next one, so that the
+                # server works on one half while the worker takes the other's
+                # answers, and the two halves' runs go on out of step.
+                take = min(take, (len(self._queue) + 1) // 2)
+            batch = self._queue[:take]
+            del self._queue[:take]
             if not self._queue:
                 self._waiting.clear()
             batch = [(unit, future) for unit, future in batch if not future.cancelled()]
             if batch:
-                await self._commit(batch)
+                self._busy += 1
+                try:
+                    await self._commit(batch)
+                finally:
+                    self._busy -= 1
 
     async def _commit(
         self, batch: list[tuple[Sequence[Statement[Any]], asyncio.Future[list[Any]]]]
