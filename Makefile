@@ -33,4 +33,10 @@ chaos: install ## Long chaos run (docs/chaos.md): make chaos MINUTES=10 [SEED=n]
 soak: install ## Soak: 8 workers at a steady rate (docs/chaos.md): make soak MINUTES=10
 	$(BIN)/python bench/soak.py --minutes $(MINUTES)
 
-.PHONY: help install test lint typecheck demo dashboard chaos soak
+$(BIN)/dbos:
+	python3 -m venv $(VENV) && $(BIN)/pip install -e ".[dev,bench]"
+
+bench: install $(BIN)/dbos ## Benchmark against pgbench, DBOS, pgqrs, Absurd (docs/benchmarks.md)
+	$(BIN)/perdure bench --json bench.json
+
+.PHONY: help install test lint typecheck demo dashboard chaos soak bench

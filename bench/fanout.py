@@ -1,79 +1,70 @@
-"""Fan-out cost: one run whose ctx.map spreads N no-op steps over parallel tasks.
+"""Graph runs: a fan-out of 100 parallel steps and their join, and a 10-step chain.
 
-Usage: python bench/fanout.py [--items N] [--concurrency C] [--repeat R] [--database-url URL]
+Usage: python bench/fanout.py [--repeat R] [--concurrency C] [--database-url URL]
 
-Reports, per repetition, the time from the run's start to its result and the
-parallel steps per second, then the median. Each step is a task of its own
-(claimed, replayed up to the gather, checkpointed, its task deleted, the run
-woken after the last), so this measures the per-step overhead of ctx.map
-against the sequential steps of bench/throughput.py. With --sequential the
-same N steps run one after another in one run, for comparison.
+One `perdure worker` process (bench_app.py) serves. Each run's duration is
+read from the database (created -> completed), so the client's polling does
+not add to it. Prints each run's time and its steps per second.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import statistics
-import time
+import tempfile
 import uuid
+from pathlib import Path
+from typing import Any
 
-import psycopg
+from bench_app import CHAIN, FANOUT
+from harness import Probe, WorkerProcess, drop_schema, standalone
 
 import perdure
 
 
-def main() -> None:
-    """Run the benchmark and print one line per repetition and the median."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--items", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--sequential", action="store_true")
-    parser.add_argument("--database-url", default=None)
-    args = parser.parse_args()
-    rates = [
-        once(args.database_url, args.items, args.concurrency, args.sequential)
-        for _ in range(args.repeat)
-    ]
-    print(f"median: {statistics.median(rates):.0f} steps/s")
-
-
-def once(url: str | None, items: int, concurrency: int, sequential: bool) -> float:
-    """One repetition on a fresh schema; steps per second."""
+def measure(url: str, probe: Probe, concurrency: int) -> dict[str, Any]:
+    """One fan-out run and one chain run on a fresh schema; their durations."""
     schema = f"bench_{uuid.uuid4().hex[:8]}"
     app = perdure.App(url, schema=schema)
-
-    @app.workflow("fan")
-    async def fan(ctx: perdure.Context, n: int) -> int:
-        if sequential:
-            return sum([await ctx.step(f"one[{i}]", _one, i) for i in range(n)])
-        return sum(await ctx.map("one", _one, range(n)))
-
-    worker = app.worker(concurrency=concurrency, claim_batch=concurrency)
-
-    async def drive() -> float:
-        task = asyncio.create_task(worker.run())
-        started = time.perf_counter()
-        handle = await app.start_async("fan", items)
-        assert await handle.result_async(timeout=600) == sum(range(items))
-        elapsed = time.perf_counter() - started
-        worker.request_stop()
-        await task
-        return elapsed
-
-    elapsed = asyncio.run(drive())
-    rate = items / elapsed
-    shape = "sequential steps" if sequential else "parallel steps (ctx.map)"
-    print(f"{items} {shape} in {elapsed:.2f} s: {rate:.0f} steps/s")
-    with psycopg.connect(app.url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with tempfile.TemporaryDirectory(prefix="perdure-bench-stats-") as folder:
+        worker = WorkerProcess(url, schema, concurrency, Path(folder) / "worker.json")
+        try:
+            worker.wait_ready(probe)
+            fan = _seconds(app, "bench_fanout", {"join": FANOUT})
+            chain = _seconds(app, "bench_chain", {f"link{CHAIN - 1}": CHAIN})
+        finally:
+            worker.stop()
     app.close()
-    return rate
+    drop_schema(probe, schema)
+    return {
+        "fanout_ms": fan * 1000,
+        "fanout_steps_per_s": (FANOUT + 2) / fan,
+        "chain_ms": chain * 1000,
+        "chain_steps_per_s": CHAIN / chain,
+    }
 
 
-async def _one(i: int) -> int:
-    return i
+def _seconds(app: perdure.App, workflow: str, expected: dict[str, int]) -> float:
+    handle = app.start(workflow, 0)
+    if handle.result(timeout=300) != expected:
+        raise RuntimeError(f"{workflow} returned an unexpected result")
+    run = handle.get()
+    assert run.completed_at is not None
+    return (run.completed_at - run.created_at).total_seconds()
+
+
+def main() -> None:
+    """Run both graphs and print their times."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=64)
+    with standalone(parser) as (args, server, probe):
+        for _ in range(args.repeat):
+            f = measure(server.url, probe, args.concurrency)
+            print(
+                f"fan-out {FANOUT} + join: {f['fanout_ms']:.0f} ms "
+                f"({f['fanout_steps_per_s']:.0f} steps/s); chain of {CHAIN}: "
+                f"{f['chain_ms']:.0f} ms ({f['chain_steps_per_s']:.0f} steps/s)"
+            )
 
 
 if __name__ == "__main__":

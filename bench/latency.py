@@ -2,96 +2,87 @@
 
 Usage: python bench/latency.py [--samples N] [--database-url URL]
 
-Runs one `perdure worker` process (this file, with --worker) and, one run at a
-time so the worker is idle each time, measures:
-  - start -> first step: from just before app.start() to the moment the first
-    step function begins (it returns time.time());
-  - signal -> continue: from just before app.signal() to the moment the step
-    after ctx.wait_for_signal() begins.
-Both clocks are this machine's. Prints p50/p90/p99 and the number of samples.
+One `perdure worker` process (bench_app.py) serves; one run at a time, so
+the worker is idle each time:
+  - start -> first step: from just before ``app.start()`` to the moment the
+    first step function begins (it returns ``time.time()``);
+  - signal -> continue: from just before ``app.signal()`` to the moment the
+    step after ``ctx.wait_for_signal()`` begins.
+Both clocks are this machine's. Prints p50/p99 and the number of samples.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import subprocess
-import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
-import psycopg
+from harness import Probe, WorkerProcess, drop_schema, quantile, standalone
 
 import perdure
 
-app = perdure.App()
+
+def measure(url: str, probe: Probe, samples: int) -> dict[str, Any]:
+    """Both latencies over ``samples`` runs each, in ms, on a fresh schema."""
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    app = perdure.App(url, schema=schema)
+    with tempfile.TemporaryDirectory(prefix="perdure-bench-stats-") as folder:
+        worker = WorkerProcess(url, schema, 4, Path(folder) / "worker.json")
+        try:
+            worker.wait_ready(probe)
+            app.start("bench_first").result(timeout=60)  # warm: connected, prepared
+            starts = [_start_once(app) for _ in range(samples)]
+            signals = [_signal_once(app) for _ in range(samples)]
+        finally:
+            worker.stop()
+    app.close()
+    drop_schema(probe, schema)
+    return {
+        "start_p50_ms": _ms(quantile(starts, 0.5)),
+        "start_p99_ms": _ms(quantile(starts, 0.99)),
+        "signal_p50_ms": _ms(quantile(signals, 0.5)),
+        "signal_p99_ms": _ms(quantile(signals, 0.99)),
+        "samples": samples,
+    }
 
 
-@app.workflow("latency_start")
-async def latency_start(ctx: perdure.Context) -> float:
-    """Its first step reports when it began."""
-    return await ctx.step("first", time.time)
+def _start_once(app: perdure.App) -> float:
+    before = time.time()
+    began = float(app.start("bench_first").result(timeout=30))
+    return began - before
 
 
-@app.workflow("latency_signal")
-async def latency_signal(ctx: perdure.Context) -> float:
-    """The step after the signal reports when it began."""
-    await ctx.wait_for_signal("go")
-    return await ctx.step("after", time.time)
+def _signal_once(app: perdure.App) -> float:
+    handle = app.start("bench_signal")
+    deadline = time.monotonic() + 30
+    while handle.status() != perdure.RunStatus.WAITING:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the run did not reach its signal wait within 30 s")
+        time.sleep(0.001)
+    before = time.time()
+    app.signal(handle.id, "go")
+    return float(handle.result(timeout=30)) - before
 
 
-def _quantiles(values: list[float]) -> str:
-    ordered = sorted(values)
-
-    def pick(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-    return (
-        f"p50 {statistics.median(ordered) * 1000:6.2f} ms  p90 {pick(0.9):6.2f} ms  "
-        f"p99 {pick(0.99):6.2f} ms  (n={len(ordered)})"
-    )
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 def main() -> None:
     """Measure and print both latencies."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--database-url", default=os.environ.get("PERDURE_DATABASE_URL"))
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        app.run_worker(concurrency=4, poll_seconds=5)
-        return
-    schema = f"latency_{uuid.uuid4().hex[:8]}"
-    url = args.database_url or app.url
-    app.configure(url=url, schema=schema)
-    app.register()
-    env = dict(os.environ, PERDURE_DATABASE_URL=url, PERDURE_SCHEMA=schema)
-    worker = subprocess.Popen([sys.executable, __file__, "--worker"], env=env)
-    try:
-        # Warm up: the worker is registered, connected and listening.
-        app.start("latency_start").result(timeout=60)
-        starts, signals = [], []
-        for _ in range(args.samples):
-            before = time.time()
-            began = app.start("latency_start").result(timeout=30)
-            starts.append(began - before)
-        for _ in range(args.samples):
-            handle = app.start("latency_signal")
-            while handle.status() != perdure.RunStatus.WAITING:
-                time.sleep(0.001)
-            before = time.time()
-            app.signal(handle.id, "go")
-            signals.append(handle.result(timeout=30) - before)
-        print(f"start  -> first step : {_quantiles(starts)}")
-        print(f"signal -> continue   : {_quantiles(signals)}")
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-        app.close()
+    with standalone(parser) as (args, server, probe):
+        f = measure(server.url, probe, args.samples)
+        print(
+            f"start  -> first step: p50 {f['start_p50_ms']:.2f} ms  "
+            f"p99 {f['start_p99_ms']:.2f} ms\n"
+            f"signal -> continue  : p50 {f['signal_p50_ms']:.2f} ms  "
+            f"p99 {f['signal_p99_ms']:.2f} ms  (n={args.samples} each)"
+        )
 
 
 if __name__ == "__main__":

@@ -1,84 +1,180 @@
-"""Throughput of a 3-step no-op function workflow through the queue, one worker process.
+"""Throughput: N runs of a 3-step no-op workflow through the queue, one worker process.
 
-Usage: python bench/throughput.py [--runs N] [--concurrency C] [--database-url URL] [--metrics]
+Usage: python bench/throughput.py [--runs N] [--concurrency C] [--repeat R] [--database-url URL]
 
-Starts N runs, then one worker (in this process), and reports runs/s and
-steps/s from the first claim to the last completion. The full benchmark with
-peers and pgbench is `perdure bench` (to come); this script is its seed.
+The runs are started first, due in an hour, while one `perdure worker` process
+(bench_app.py) waits idle. One UPDATE then makes them all due at once (its
+NOTIFY wakes the worker), and the clock runs from that statement to the last
+completion, both read from the database. Around that window the server's
+counters give transactions, statements and WAL flushes per step; the worker
+reports its own statements and round trips. `perdure bench` runs this as part
+of its table; run alone, it prints one line per repetition.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
+import tempfile
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
-import psycopg
+from harness import (
+    Probe,
+    WorkerProcess,
+    counting,
+    drop_schema,
+    quantile,
+    server_cpu_seconds,
+    standalone,
+)
+from psycopg import sql
 
 import perdure
 
+STEPS = 3
+
+
+def measure(
+    url: str, probe: Probe, runs: int, concurrency: int, *, schema: str | None = None
+) -> dict[str, Any]:
+    """One repetition on a fresh schema (or ``schema``, kept); the figures as a dict."""
+    own_schema = schema is None
+    schema = schema or f"bench_{uuid.uuid4().hex[:8]}"
+    app = perdure.App(url, schema=schema)
+    with tempfile.TemporaryDirectory(prefix="perdure-bench-stats-") as folder:
+        stats_file = Path(folder) / "worker.json"
+        worker = WorkerProcess(url, schema, concurrency, stats_file)
+        try:
+            worker.wait_ready(probe)
+            enqueued_after = probe.query_one("SELECT now()")
+            asyncio.run(_enqueue(app, runs))
+            figures = _window(probe, worker, schema, runs, enqueued_after)
+            figures["worker"] = worker.stop()
+        finally:
+            if worker.process.poll() is None:
+                worker.process.kill()
+    steps = runs * STEPS
+    window = figures.pop("window")
+    per_step = window.per(steps)
+    stats = figures["worker"]
+    figures.update(
+        commits_per_step=per_step["transactions"],
+        statements_per_step=per_step["statements"],
+        wal_flushes_per_step=per_step["wal_flushes"],
+        round_trips_per_step=(stats["round_trips"] / steps) if "round_trips" in stats else None,
+        worker_statements_per_step=(stats["statements"] / steps) if "statements" in stats else None,
+    )
+    if own_schema:
+        drop_schema(probe, schema)
+    app.close()
+    return figures
+
+
+async def _enqueue(app: perdure.App, runs: int) -> None:
+    """Start ``runs`` runs due in an hour, 50 at a time."""
+    for first in range(0, runs, 50):
+        await asyncio.gather(
+            *(
+                app.start_async("bench_noop3", delay=3600)
+                for _ in range(first, min(runs, first + 50))
+            )
+        )
+
+
+def _window(
+    probe: Probe, worker: WorkerProcess, schema: str, runs: int, enqueued_after: Any
+) -> dict[str, Any]:
+    name = sql.Identifier(schema)
+    cpu_before, server_before = worker.cpu_seconds(), server_cpu_seconds(probe)
+    completed = sql.SQL(
+        "SELECT count(*) FROM {}.runs WHERE workflow = 'bench_noop3' AND status = 'completed'"
+    ).format(name)
+    # A kept schema (the preloaded one) holds the runs of earlier repetitions.
+    before = probe.query_one(completed)
+    with counting(probe) as window:
+        released_at = probe.query_one(
+            sql.SQL(
+                "UPDATE {}.tasks SET available_at = now() WHERE workflow = 'bench_noop3'"
+                " RETURNING now()"
+            ).format(name)
+        )
+        deadline = time.monotonic() + max(120.0, runs / 20)
+        done = 0
+        while time.monotonic() < deadline:
+            done = probe.query_one(completed) - before
+            if done >= runs:
+                break
+            time.sleep(0.1)
+        if done < runs:
+            raise RuntimeError(f"only {done} of {runs} runs completed in time")
+        cpu = worker.cpu_seconds() - cpu_before
+        server_now = server_cpu_seconds(probe)
+        server_cpu = None
+        if server_now is not None and server_before is not None:
+            server_cpu = server_now - server_before
+        connections = worker.connections(probe)
+        last = probe.query_one(
+            sql.SQL("SELECT max(completed_at) FROM {}.runs WHERE workflow = 'bench_noop3'").format(
+                name
+            )
+        )
+        latencies = probe.query_one(
+            sql.SQL(
+                "SELECT array_agg(latency) FROM (SELECT extract(epoch FROM s.completed_at"
+                " - coalesce(lag(s.completed_at) OVER (PARTITION BY s.run_id"
+                " ORDER BY s.position), r.started_at)) AS latency"
+                " FROM {}.steps s JOIN {}.runs r ON r.id = s.run_id"
+                " WHERE r.workflow = 'bench_noop3' AND r.created_at > %s) l"
+            ).format(name, name),
+            (enqueued_after,),
+        )
+    seconds = (last - released_at).total_seconds()
+    latencies = [float(x) for x in latencies or []]
+    return {
+        "runs": runs,
+        "seconds": seconds,
+        "runs_per_s": runs / seconds,
+        "steps_per_s": runs * STEPS / seconds,
+        "step_p50_ms": _ms(quantile(latencies, 0.5)),
+        "step_p99_ms": _ms(quantile(latencies, 0.99)),
+        "worker_cpu_ms_per_run": 1000 * cpu / runs,
+        "server_cpu_ms_per_run": None if server_cpu is None else 1000 * server_cpu / runs,
+        "worker_connections": connections,
+        "window": window,
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
 
 def main() -> None:
-    """Run the benchmark and print one line per repetition and the median."""
+    """Run the benchmark alone and print one line per repetition."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--database-url", default=None)
-    parser.add_argument("--metrics", action="store_true", help="serve /metrics while measuring")
-    args = parser.parse_args()
-    rates = []
-    for _ in range(args.repeat):
-        rates.append(once(args.database_url, args.runs, args.concurrency, args.metrics))
-    print(
-        f"median: {statistics.median(rates):.0f} runs/s, {3 * statistics.median(rates):.0f} steps/s"
-    )
+    with standalone(parser) as (args, server, probe):
+        for _ in range(args.repeat):
+            f = measure(server.url, probe, args.runs, args.concurrency)
+            print(
+                f"{f['runs_per_s']:.0f} runs/s, {f['steps_per_s']:.0f} steps/s, "
+                f"step p50 {f['step_p50_ms']:.1f} ms p99 {f['step_p99_ms']:.1f} ms; per step: "
+                f"{_fmt(f['commits_per_step'])} commits, {_fmt(f['statements_per_step'])} "
+                f"statements, {_fmt(f['wal_flushes_per_step'])} WAL flushes, "
+                f"{_fmt(f['round_trips_per_step'])} round trips; worker CPU "
+                f"{f['worker_cpu_ms_per_run']:.2f} ms/run, server CPU "
+                f"{_fmt(f['server_cpu_ms_per_run'])} ms/run, "
+                f"{f['worker_connections']} connections; "
+                f"worker: {f['worker']}"
+            )
 
 
-def once(url: str | None, runs: int, concurrency: int, metrics: bool = False) -> float:
-    """One repetition on a fresh schema; runs per second."""
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
-    app = perdure.App(url, schema=schema)
-
-    @app.workflow("noop3")
-    async def noop3(ctx: perdure.Context) -> int:
-        a = await ctx.step("a", _noop)
-        b = await ctx.step("b", _noop)
-        c = await ctx.step("c", _noop)
-        return a + b + c
-
-    handles = [app.start("noop3") for _ in range(runs)]
-    served = {"metrics_port": 0} if metrics else {}
-    worker = app.worker(concurrency=concurrency, claim_batch=concurrency, **served)
-
-    async def drive() -> tuple[float, float]:
-        task = asyncio.create_task(worker.run())
-        started, cpu = time.perf_counter(), time.process_time()
-        for handle in handles:
-            await handle.result_async(timeout=600)
-        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-        worker.request_stop()
-        await task
-        return elapsed, cpu
-
-    elapsed, cpu = asyncio.run(drive())
-    rate = runs / elapsed
-    # CPU time of this process (worker and waiting client) per run: steadier
-    # than the rate on a machine shared with other work.
-    print(
-        f"{runs} runs x 3 steps in {elapsed:.2f} s: {rate:.0f} runs/s, {3 * rate:.0f} steps/s, "
-        f"{cpu / runs * 1e6:.0f} us CPU/run"
-    )
-    with psycopg.connect(app.url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
-    app.close()
-    return rate
-
-
-async def _noop() -> int:
-    return 1
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":

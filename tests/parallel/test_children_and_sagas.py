@@ -33,8 +33,13 @@ def test_child_runs_once_and_the_parent_waits_durably_for_its_result(app: perdur
         parent = handle.get()
         assert parent.waiting_for is not None and "child" in parent.waiting_for
         child_id = parent.waiting_for["child"]
-        held = [h.task.run_id for h in worker.worker.running.values()]
-        assert held == [child_id]  # the parent holds no slot while it waits
+        # The parent holds no slot while it waits; the child's claim may land
+        # a moment after the parent parked.
+        wait_until(
+            lambda: [h.task.run_id for h in worker.worker.running.values()] == [child_id],
+            20,
+            what="only the child to be held",
+        )
         release.set()
         out = handle.result(timeout=30)
     assert out == {"child": child_id, "resized": ["a@2x", "b@2x"]}

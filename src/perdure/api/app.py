@@ -354,10 +354,11 @@ class App(
             observers=watching,
         )
 
-    def run_worker(self, **options: Any) -> None:
+    def run_worker(self, **options: Any) -> Worker:
         """Run a worker in this thread until SIGINT or SIGTERM, then stop gracefully.
 
         A second signal stops at once: in-flight runs are handed back to the queue.
+        Returns the stopped worker (its ``counts`` say what it did).
         """
         worker = self.worker(**options)
 
@@ -379,6 +380,7 @@ class App(
             await worker.run()
 
         asyncio.run(main())
+        return worker
 
     def run_until_complete(self, run: RunHandle | str, **options: Any) -> Any:
         """Execute due work in this process until ``run`` finishes or nothing is due.

@@ -88,6 +88,7 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
 
 def _register() -> None:
     from perdure.cli import (
+        bench,
         dashboard,
         demo,
         embedded,
@@ -105,6 +106,7 @@ def _register() -> None:
     manage.attach(runs.runs)
 
     for command in (
+        bench.bench,
         dashboard.dashboard,
         demo.demo,
         replay.check_replay_command,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -10,6 +11,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -126,6 +128,12 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     show_default=True,
     help="Address the metrics endpoint listens on (0.0.0.0: every interface).",
 )
+@click.option(
+    "--stats-file",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="At exit, write the worker's counts (tasks, statements, round trips) here as JSON.",
+)
 @click.pass_obj
 def worker(
     state: CliState,
@@ -143,6 +151,7 @@ def worker(
     log_format: str,
     metrics_port: int | None,
     metrics_host: str,
+    stats_file: str | None,
 ) -> None:
     """Run a worker for the workflows of APP (module:attr, e.g. myapp:app).
 
@@ -174,7 +183,7 @@ def worker(
             logging.getLogger("perdure.worker").info("%s", line, extra={"worker_id": worker_id})
         else:
             click.echo(line, err=True)
-        app.run_worker(
+        served_worker = app.run_worker(
             concurrency=concurrency,
             queues=list(queues) or None,
             lease_seconds=lease_seconds,
@@ -187,6 +196,8 @@ def worker(
             prune_archive=prune_archive,
         )
     logging.getLogger("perdure.worker").info("worker %s stopped", worker_id)
+    if stats_file is not None:
+        Path(stats_file).write_text(json.dumps(served_worker.counts, sort_keys=True))
     exit_now_if_steps_are_stuck()
 
 

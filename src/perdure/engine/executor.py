@@ -17,17 +17,16 @@ import inspect
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Executor
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
-
-from psycopg_pool import ConnectionPool
+from typing import Any, TypeVar
 
 from perdure.engine import faults, serialization, typed
 from perdure.engine.control import Abandon, Snooze, Suspend
-from perdure.engine.observer import Observer, StepAttempt
+from perdure.engine.deferred import DeferredCheckpoint
+from perdure.engine.environment import ExecutionEnv, WorkflowSpec
+from perdure.engine.observer import StepAttempt
 from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from perdure.errors import (
     Cancelled,
@@ -40,69 +39,11 @@ from perdure.errors import (
 )
 from perdure.store.rows import ClaimedTask
 from perdure.store.statement import Statement
-from perdure.store.store import AsyncStore, execute_async, execute_sync
+from perdure.store.store import execute_async, execute_sync
 from perdure.types import Step, StepStatus
 
 log = logging.getLogger("perdure.executor")
-
-
-class WorkflowSpec(Protocol):
-    """What the engine needs of a workflow definition (the api layer provides it)."""
-
-    name: str
-    version: int
-    queue: str
-    retry: RetryPolicy
-
-    async def invoke(self, execution: Execution, input: Any) -> Any:
-        """Run the workflow body for ``execution`` with ``input``."""
-
-    def rebuild_result(self, output: Any) -> Any:
-        """A decoded result as the workflow declares it; InvalidPayload if it does not fit."""
-
-
-@dataclass
-class ExecutionEnv:
-    """What every execution on one worker shares."""
-
-    store: AsyncStore
-    lease_seconds: float
-    threads: Executor
-    max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES
-    sync_pool: ConnectionPool | None = None
-    on_event: Callable[[str, dict[str, Any]], None] | None = None
-    #: Tasks the heartbeat found taken away; their executions stop at the next ctx call.
-    lost_tasks: set[int] = field(default_factory=set)
-    #: The workflows this worker has code for, by (name, version): child runs
-    #: of these start without a registry lookup.
-    specs: Mapping[tuple[str, int], WorkflowSpec] = field(default_factory=dict)
-    #: Told of claims, executions, steps and how runs end (metrics, traces, logs).
-    observer: Observer = field(default_factory=Observer)
-
-    def emit(self, event: str, **fields: Any) -> None:
-        """Report an engine event to the worker's event callback, if any."""
-        if self.on_event is not None:
-            self.on_event(event, fields)
-
-    def run_finished(
-        self, run_id: str, workflow: str, status: str, error: BaseException | None = None
-    ) -> None:
-        """This worker ended a run with ``status``: tell the observer and the callback."""
-        self.observer.run_finished(run_id, workflow, status, error)
-        self.emit(f"run_{status}", run_id=run_id)
-
-    def lease_lost(self, task: ClaimedTask) -> None:
-        """A fenced write on ``task`` found another owner: tell the observer and the callback."""
-        self.observer.lease_lost(task)
-        self.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
-
-    def get_sync_pool(self) -> ConnectionPool:
-        """A small sync pool for ``ctx.transaction`` steps written as plain ``def``."""
-        if self.sync_pool is None:
-            self.sync_pool = self.store.sync_pool(
-                max(2, self.store.pool.max_size // 2), f"{self.store.pool.name}-tx"
-            )
-        return self.sync_pool
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -179,6 +120,13 @@ class Execution:
     #: Called in the transaction of a parallel step's final checkpoint, under
     #: the run's row lock: a graph decides there what runs next.
     on_branch_final: Callable[[Any], Awaitable[None]] | None = None
+    #: A completed step's checkpoint not written yet (see engine.deferred).
+    deferred: DeferredCheckpoint = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Only on a worker with group commit, and for a run's own task.
+        enabled = self.env.committer is not None and self.branch_position is None
+        self.deferred = DeferredCheckpoint(self.loop, self._record_deferred, enabled)
 
     # Replay ------------------------------------------------------------------
 
@@ -204,6 +152,7 @@ class Execution:
 
     async def gate(self) -> None:
         """Run before every ctx call: stop if lost or cancelled, park if paused."""
+        await self.deferred.settle()
         self.check_alive()
         if self.run_status == "paused":
             await self.release(0.0, event="run_paused_at_step", paused=True)
@@ -212,6 +161,7 @@ class Execution:
         self, delay: float, *, event: str, detail_json: str | None = None, paused: bool = False
     ) -> None:
         """Hand the task back, due after ``delay`` s, and stop executing (Suspend)."""
+        await self.deferred.settle()
         released = await self.env.store.execute(
             self.env.store.q.task_release(
                 self.task.fence,
@@ -331,6 +281,11 @@ class Execution:
             seconds = time.perf_counter() - began
             faults.hit("before_checkpoint", name)
             if text is not None:
+                if self.deferred.can_hold(attempt.kind):
+                    statement = self._checkpoint_statement(attempt, "completed", text)
+                    self.deferred.hold(attempt, statement)
+                    status = "completed"
+                    return decoded
                 await self._checkpoint(attempt, "completed", text, None)
             status = "completed"
             faults.hit("after_checkpoint", name)
@@ -339,6 +294,9 @@ class Execution:
             if status == "interrupted":
                 seconds = time.perf_counter() - began
             observer.step_finished(observed, token, status, seconds, error)
+
+    async def _record_deferred(self, attempt: Any, statement: Statement[Any]) -> None:
+        await self._record(attempt, "completed", statement, None)
 
     async def step(
         self,
@@ -555,7 +513,13 @@ class Execution:
         **publish: Any,
     ) -> None:
         """Write a checkpoint (on ``conn``, in its transaction, if given); stop if not ours."""
+        await self.deferred.settle()
         statement = self._checkpoint_statement(attempt, status, output_json, error_json, **publish)
+        await self._record(attempt, status, statement, conn)
+
+    async def _record(
+        self, attempt: _Attempt, status: str, statement: Statement[Any], conn: Any
+    ) -> None:
         if conn is not None:
             leased, written, run_status = await execute_async(conn, statement)
         elif statement.name == "step_complete_parallel":
@@ -567,7 +531,7 @@ class Execution:
                 if leased and self.on_branch_final is not None:
                     await self.on_branch_final(conn)
         else:
-            leased, written, run_status = await self.env.store.execute(statement)
+            leased, written, run_status = await self.env.write(statement)
         if run_status:
             self.run_status = run_status
         if not leased:

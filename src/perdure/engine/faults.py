@@ -43,6 +43,11 @@ def remove(fault: Fault) -> None:
             _FAULTS.remove(fault)
 
 
+def installed() -> bool:
+    """Whether any fault is installed (the executor then writes every checkpoint at once)."""
+    return bool(_FAULTS)
+
+
 def hit(point: str, step: str) -> None:
     """Called by the executor at ``point`` of ``step``: trigger a matching fault."""
     if not _FAULTS:

@@ -26,7 +26,8 @@ from typing import Any, Protocol
 
 from perdure.engine import serialization, typed
 from perdure.engine.control import Suspend
-from perdure.engine.executor import Execution, ExecutionEnv
+from perdure.engine.environment import ExecutionEnv
+from perdure.engine.executor import Execution
 from perdure.engine.outcome import STOPS, stopped
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
@@ -108,7 +109,10 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
     assert position is not None
     n = len(spec.steps)
     step = spec.steps[position % n]
-    found = await env.store.execute(env.store.q.step_list(task.run_id))
+    if task.steps is not None:
+        found = list(task.steps)
+    else:
+        found = await env.store.execute(env.store.q.step_list(task.run_id))
     rows = {s.position: s for s in found}
     recorded = rows.get(position)
     if recorded is not None and recorded.status in _FINAL:

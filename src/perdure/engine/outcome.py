@@ -15,12 +15,11 @@ from typing import Any
 
 from perdure.engine import faults, parallel, serialization
 from perdure.engine.control import Abandon, Suspend
+from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executor import (
     BranchDone,
     Execution,
-    ExecutionEnv,
     ReplayEnd,
-    WorkflowSpec,
 )
 from perdure.engine.observer import task_fields
 from perdure.errors import (
@@ -31,6 +30,7 @@ from perdure.errors import (
     StepFailed,
 )
 from perdure.store.rows import ClaimedTask
+from perdure.store.statement import Statement
 
 log = logging.getLogger("perdure.executor")
 
@@ -44,11 +44,14 @@ async def _start(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> Ex
         # Cancelled, paused or finished while we claimed it: let go without running.
         await store.execute(q.task_settle(task.fence))
         return None
-    if task.kind == "step" and task.gather_start is not None and task.step_position is not None:
-        listing = q.step_list_before(task.run_id, task.gather_start, task.step_position)
+    if task.steps is not None:
+        steps = list(task.steps)
+    elif task.kind == "step" and task.gather_start is not None and task.step_position is not None:
+        steps = await store.execute(
+            q.step_list_before(task.run_id, task.gather_start, task.step_position)
+        )
     else:
-        listing = q.step_list(task.run_id)
-    steps = await store.execute(listing)
+        steps = await store.execute(q.step_list(task.run_id))
     return Execution(
         task,
         spec,
@@ -104,27 +107,61 @@ async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> s
             raise execution.fatal
         execution.check_alive()
     except STOPS as stop:
+        await execution.deferred.drop()
         return await stopped(execution, stop)
     except Exception as exc:
+        if (stop_outcome := await _settle(execution)) is not None:
+            return stop_outcome
         if execution.run_status == "cancelled":
             await store.execute(q.task_settle(fence))
             return "cancelled"
         return await _handle_failure(task, spec, env, execution, exc)
-    if task.run_status == "compensating":
-        # The run failed for good before a crash; its replay did not fail
-        # again, but its compensations must still finish.
-        return await _compensate(execution, None)
     try:
         text, decoded = serialization.roundtrip(
             output, f"the result of workflow {spec.name!r}", env.max_payload_bytes
         )
         spec.rebuild_result(decoded)  # refuse a result that does not fit its declared type
     except SerializationError as exc:
-        return await _fail(task, env, exc)
-    leased, changed = await store.execute(q.run_complete(fence, text))
+        return await _settle(execution) or await _fail(task, env, exc)
+    if task.run_status == "compensating":
+        # The run failed for good before a crash; its replay did not fail
+        # again, but its compensations must still finish.
+        return await _settle(execution) or await _compensate(execution, None)
+    # The last step's checkpoint, if it is still waiting, commits with the
+    # completion; one already on its way is waited for first.
+    last = execution.deferred.take()
+    if last is None and (stop_outcome := await _settle(execution)) is not None:
+        return stop_outcome
+    return await _complete(execution, text, last)
+
+
+async def _settle(execution: Execution) -> str | None:
+    """Write the deferred checkpoint; what the execution became if that stopped it."""
+    try:
+        await execution.deferred.settle()
+    except STOPS as stop:
+        return await stopped(execution, stop)
+    return None
+
+
+async def _complete(execution: Execution, text: str, last: Statement[Any] | None) -> str:
+    """Finish the run with its output (and its last step's checkpoint, when given)."""
+    task, env = execution.task, execution.env
+    q, fence = env.store.q, task.fence
+    if last is None:
+        leased, changed = await env.write(q.run_complete(fence, text))
+        written = 1
+    else:
+        leased, written, changed = await env.write(q.run_complete_step(fence, text, last))
     if not leased:
         env.lease_lost(task)
         return "abandoned"
+    if not written:
+        stale = f"run {task.run_id}: its last step was already checkpointed"
+        return await stopped(execution, Abandon(stale))
+    if last is not None:
+        name = last.params["name"]
+        env.emit("step_checkpointed", run_id=task.run_id, step=name, status="completed")
     if not changed:
         return "cancelled"
     env.run_finished(task.run_id, task.workflow, "completed")

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from perdure.engine.control import Abandon, Suspend
-from perdure.engine.executor import Execution, ExecutionEnv, ReplayEnd, WorkflowSpec
+from perdure.engine.environment import ExecutionEnv, WorkflowSpec
+from perdure.engine.executor import Execution, ReplayEnd
 from perdure.errors import NonDeterminismError
 from perdure.store.rows import ClaimedTask, Fence
 from perdure.store.statements import Statements

@@ -100,20 +100,22 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
         raise SignalTimeout(ex.task.run_id, name, timeout)
     ex.end_of_history()
     q, fence = ex.env.store.q, ex.task.fence
+    take = q.signal_take(fence, position=position, name=name, step_name=step_name)
+    if recorded is not None:
+        # Woken at a wait it parked at: most likely by the signal. Lock and
+        # take it in one round trip (one pipelined transaction); if it is not
+        # there, the transaction below decides between timing out and parking.
+        _, row = (await ex.env.store.execute_batch([[q.run_lock(ex.task.run_id), take]]))[0]
+        if _taken(ex, row, name):
+            return row["payload"]
     timed_out = False
     async with ex.env.store.transaction() as conn:
         # The run's row lock orders this wait against send_signal: either the
         # signal is committed and found below, or our 'waiting' state is
         # committed first and the sender sees it and wakes the run.
         await execute_async(conn, q.run_lock(ex.task.run_id))
-        row = await execute_async(
-            conn, q.signal_take(fence, position=position, name=name, step_name=step_name)
-        )
-        if not row["leased"]:
-            ex.lost = True
-            ex.check_alive()
-        if row["taken"]:
-            ex.env.emit("signal_consumed", run_id=ex.task.run_id, name=name)
+        row = await execute_async(conn, take)
+        if _taken(ex, row, name):
             return row["payload"]
         if (
             recorded is not None
@@ -138,6 +140,16 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
     if timed_out:
         raise SignalTimeout(ex.task.run_id, name, timeout)
     raise Suspend()
+
+
+def _taken(ex: Execution, row: dict[str, Any], name: str) -> bool:
+    """Whether signal_take consumed a signal; stop (LeaseLost) if the task is not ours."""
+    if not row["leased"]:
+        ex.lost = True
+        ex.check_alive()
+    if row["taken"]:
+        ex.env.emit("signal_consumed", run_id=ex.task.run_id, name=name)
+    return bool(row["taken"])
 
 
 async def publish(ex: Execution, kind: str, key: str, value: Any, *, closed: bool = False) -> None:

@@ -17,14 +17,15 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from perdure.engine import arguments, graph, maintenance, outcome, retention, schedules
 from perdure.engine.arguments import validate_name
+from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
-from perdure.engine.executor import ExecutionEnv, WorkflowSpec
+from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.observer import LoggingObserver, Observer, Observers, task_fields
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.wakeup import Wakeup
@@ -48,7 +49,10 @@ class WorkerOptions:
     poll_seconds: float = 1.0
     reap_seconds: float | None = None
     max_lapses: int = 5
-    claim_batch: int = 16
+    #: Tasks one claim takes at most. Runs claimed together advance together
+    #: and share their checkpoints' commits, so a claim takes every free slot
+    #: up to this.
+    claim_batch: int = 64
     shutdown_seconds: float = 30.0
     worker_id: str | None = None
     #: Stop once nothing is running and nothing is due now: the inline mode of
@@ -186,6 +190,7 @@ class Worker:
         threads = ThreadPoolExecutor(
             max_workers=opts.concurrency * 2 + 4, thread_name_prefix="perdure-step"
         )
+        committer = Committer(store)
         env = ExecutionEnv(
             store,
             opts.lease_seconds,
@@ -194,6 +199,7 @@ class Worker:
             on_event=self._emit,
             specs=self.specs,
             observer=self.observer,
+            committer=committer,
         )
         self._env = env
         wakeup = Wakeup(self.url, self.q.channel, f"{name}-listen")
@@ -214,6 +220,7 @@ class Worker:
             self.store = store
             self.observer.worker_started(self)
             wakeup.start()
+            committer.start()
             background = [
                 asyncio.create_task(
                     maintenance.heartbeat_loop(
@@ -254,6 +261,7 @@ class Worker:
             await self._claim_loop(store, env, wakeup)
         finally:
             await self._shutdown(store)
+            await committer.stop()
             for job in background:
                 job.cancel()
             await asyncio.gather(*background, return_exceptions=True)
@@ -261,6 +269,10 @@ class Worker:
             with contextlib.suppress(Exception, Disconnected):
                 await store.execute(self.q.worker_stop(self.id))
             await store.close()
+            self.counts["statements"] = store.statements
+            self.counts["round_trips"] = store.round_trips
+            self.counts["shared_commits"] = committer.transactions
+            self.counts["committed_units"] = committer.units
             self.store = None
             if env.sync_pool is not None:
                 env.sync_pool.close()
@@ -324,12 +336,14 @@ class Worker:
     async def _claim(
         self, store: AsyncStore, want: int, names: list[str], versions: list[int]
     ) -> list[ClaimedTask]:
-        """Claim up to ``want`` tasks, within the limits of their queues.
+        """Claim up to ``want`` tasks, within the limits of their queues, with their checkpoints.
 
         A queue with a global limit is claimed from only under its row lock
         (``queue_lock`` then ``task_claim``, in one transaction), so that
         workers claiming at once never exceed the limit together. When none of
-        the served queues has one, the claim is the plain single statement.
+        the served queues has one, the claim is the plain single statement,
+        pipelined with the read of the claimed tasks' checkpoints: one round
+        trip, one transaction.
         """
 
         def claim(
@@ -347,10 +361,11 @@ class Worker:
             )
 
         began = time.perf_counter()
+        read = self.q.step_list_claimed_now(self.id)
         if self._limited == []:
-            found = await store.execute(claim([], self.queues, want))
+            found, steps = (await store.execute_batch([[claim([], self.queues, want), read]]))[0]
             self.observer.claimed(found, time.perf_counter() - began)
-            return found
+            return _with_steps(found, steps)
         async with store.transaction() as conn:
             locks = await store.execute(self.q.queue_lock(self.queues), conn)
             locked = [name for name, _ in locks]
@@ -373,10 +388,13 @@ class Worker:
                 if len(claimed) < want:
                     more = await store.execute(make(want - len(claimed)), conn)
                     claimed.extend(more)
+            # Read after the claims, in their transaction: a later statement's
+            # snapshot sees every checkpoint committed before the claim.
+            steps = await store.execute(read, conn) if claimed else {}
         self._limited = locked
         self._throttled = throttled
         self.observer.claimed(claimed, time.perf_counter() - began)
-        return claimed
+        return _with_steps(claimed, steps)
 
     async def _next_due(
         self, store: AsyncStore, names: list[str], versions: list[int]
@@ -550,3 +568,10 @@ class Worker:
                         held.task.fence, delay_seconds=0, failed=False, event="run_released"
                     )
                 )
+
+
+def _with_steps(
+    claimed: list[ClaimedTask], steps: Mapping[int, Sequence[Any]]
+) -> list[ClaimedTask]:
+    """The claimed tasks, each with the checkpoints read for it in the claim's round trip."""
+    return [replace(t, steps=tuple(steps.get(t.fence.task_id, ()))) for t in claimed]

@@ -21,7 +21,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
@@ -104,13 +104,15 @@ def ensure_server(
     port: int | None = None,
     bins: Path | None = None,
     listen: str = "127.0.0.1",
+    settings: Mapping[str, str] | None = None,
 ) -> EmbeddedServer:
     """Initialise the cluster if needed, start it if needed, and return how to reach it.
 
     Safe to call from several processes at once: a lock file next to the data directory
     serialises initialisation and start. Without `port` the server listens on a unix socket only;
     with it, also on TCP at `listen`. `bins` names another PostgreSQL's binaries (a distribution
-    package's, for tests on another server version) instead of the wheel's.
+    package's, for tests on another server version) instead of the wheel's. `settings` are
+    further server settings for this start (the benchmark's `shared_preload_libraries`).
     A server that is already running is returned as it is, whatever options it was started with.
     """
     data_dir = _resolve(data_dir)
@@ -134,6 +136,7 @@ def ensure_server(
             f"port={tcp_port}",
             f"unix_socket_directories={socket_dir}",
             f"max_connections={max_connections}",
+            *(f"{name}={value}" for name, value in (settings or {}).items()),
         ]
         # pg_ctl hands -o to /bin/sh, so every option is quoted for the shell.
         opts = " ".join(f"-c {shlex.quote(option)}" for option in options)

@@ -63,6 +63,9 @@ class ClaimedTask:
     scheduled_at: datetime | None = None
     #: The trace propagation headers the run was started with, if any.
     trace_context: dict[str, str] | None = None
+    #: The checkpoints to replay with, when the worker read them for a whole
+    #: claim at once (step_list_claimed_now); None: the execution reads them.
+    steps: tuple[Step, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from psycopg import sql
 from perdure.clock import Clock
 from perdure.errors import ConfigurationError
 from perdure.store import rows
+from perdure.store.batch_statements import BatchStatements
 from perdure.store.manage_statements import ManageStatements
 from perdure.store.parallel_statements import ParallelStatements
 from perdure.store.queries import render
@@ -62,6 +63,7 @@ class Statements(
     ManageStatements,
     ReadingStatements,
     RetentionStatements,
+    BatchStatements,
 ):
     """Builds every statement perdure issues, for one schema and one clock."""
 
@@ -361,6 +363,17 @@ class Statements(
     def step_list(self, run_id: str) -> Statement[list[Step]]:
         """The checkpoints of a run in position order."""
         return self._stmt("step_list", lambda found: [rows.step(r) for r in found], run_id=run_id)
+
+    def step_list_claimed_now(self, worker_id: str) -> Statement[dict[int, list[Step]]]:
+        """The checkpoints of the tasks ``worker_id`` claimed in this transaction, by task id."""
+
+        def decode(found: list[Row]) -> dict[int, list[Step]]:
+            by_task: dict[int, list[Step]] = {}
+            for r in found:
+                by_task.setdefault(int(r["task_id"]), []).append(rows.step(r))
+            return by_task
+
+        return self._stmt("step_list_claimed_now", decode, worker_id=worker_id)
 
     def step_list_before(self, run_id: str, before: int, position: int) -> Statement[list[Step]]:
         """The checkpoints before position ``before``, and the one at ``position``."""

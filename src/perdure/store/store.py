@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+import time
+import weakref
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -19,6 +21,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from perdure.errors import DatabaseUnavailable
+from perdure.store.batch_statements import combine
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 
@@ -30,6 +33,12 @@ log = logging.getLogger("perdure.store")
 #: fast shutdown), crash_shutdown, cannot_connect_now (starting up) and
 #: too_many_connections. Class 08 (connection exceptions) counts as well.
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+#: A pooled connection returned less than this many seconds ago is handed out
+#: again without the pool's check (an empty query: one more round trip and one
+#: more transaction for every statement of the hot path). One that sat idle
+#: longer is checked, so that a server restart is noticed at checkout.
+RECENT_SECONDS = 1.0
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -96,6 +105,10 @@ class AsyncStore:
         self.url = url
         self.q = statements
         self.unavailable = unavailable
+        #: Statements executed and round trips made through this store (for
+        #: `perdure worker --stats-file` and the benchmark).
+        self.statements = 0
+        self.round_trips = 0
         self.reconnect_seconds = reconnect_seconds
         self.pool = AsyncConnectionPool(
             url,
@@ -105,8 +118,10 @@ class AsyncStore:
             open=False,
             name=name,
             # A connection that died with the server is noticed at checkout
-            # instead of failing the statement that happens to get it.
-            check=AsyncConnectionPool.check_connection,
+            # instead of failing the statement that happens to get it, unless
+            # it was in use a moment ago (see RECENT_SECONDS).
+            check=self._check_if_idle,
+            reset=self._stamp,
             # psycopg_pool doubles the wait between attempts until it gives up
             # after reconnect_timeout; after a long outage the next attempt
             # could be minutes away. Giving up early and starting a new round
@@ -114,6 +129,21 @@ class AsyncStore:
             reconnect_timeout=reconnect_seconds,
             reconnect_failed=_reconnect_again,
         )
+
+        self._returned: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def _stamp(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Remember when ``conn`` came back to the pool (the pool's reset hook)."""
+        self._returned[conn] = time.monotonic()
+
+    async def _check_if_idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """The pool's check, skipped for a connection that was in use a moment ago."""
+        returned = self._returned.get(conn)
+        if returned is not None and time.monotonic() - returned < RECENT_SECONDS:
+            return
+        await AsyncConnectionPool.check_connection(conn)
 
     async def open(self, timeout: float = 30.0) -> None:
         """Open the pool and wait until it holds ``min_size`` connections."""
@@ -130,11 +160,41 @@ class AsyncStore:
         self, stmt: Statement[T], conn: psycopg.AsyncConnection[Any] | None = None
     ) -> T:
         """Run ``stmt`` on ``conn`` if given, else on a pooled autocommit connection."""
+        self.statements += 1
+        self.round_trips += 1
         with self.reachable():
             if conn is not None:
                 return await execute_async(conn, stmt)
             async with self.pool.connection() as pooled:
                 return await execute_async(pooled, stmt)
+
+    async def execute_batch(self, units: Sequence[Sequence[Statement[Any]]]) -> list[list[Any]]:
+        """Run every statement of ``units`` in one transaction and one round trip.
+
+        The statements are pipelined (psycopg's pipeline mode) up to one Sync
+        message: they go out together, their answers come back together, and
+        the server runs them in one implicit transaction that the Sync
+        commits. So several runs' checkpoints cost one round trip and one
+        commit, and all commit or none does: on an error nothing is written
+        and the error is raised. (psycopg's ``transaction()`` is not used: in
+        pipeline mode it syncs after BEGIN and again at COMMIT.) The completed
+        steps and completions of many units are merged into one statement
+        each (see batch_statements). Returns each unit's decoded results, in
+        order.
+        """
+        statements, split = combine(self.q, units)
+        self.statements += len(statements)
+        self.round_trips += 1
+        with self.reachable():
+            async with self.pool.connection() as conn:
+                async with conn.pipeline():
+                    cursors = []
+                    for stmt in statements:
+                        cursor = conn.cursor(row_factory=dict_row)
+                        await cursor.execute(stmt.query, stmt.params)
+                        cursors.append(cursor)
+                found = [await c.fetchall() if c.description else [] for c in cursors]
+        return split([stmt.decode(rows) for stmt, rows in zip(statements, found, strict=True)])
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -143,6 +203,7 @@ class AsyncStore:
         Pass the connection to :meth:`execute`; the transaction commits when
         the block ends, or rolls back if it raises.
         """
+        self.round_trips += 2  # BEGIN and COMMIT
         with self.reachable():
             async with self.pool.connection() as conn, conn.transaction():
                 yield conn

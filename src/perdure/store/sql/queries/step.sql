@@ -18,6 +18,22 @@ FROM {schema}.steps
 WHERE run_id = %(run_id)s AND (position < %(before)s OR position = %(position)s)
 ORDER BY position;
 
+-- name: step_list_claimed_now
+-- The checkpoints of the tasks this worker claimed in this very transaction
+-- (claimed_at is the transaction's time), sent in the same pipeline right
+-- after task_claim: one round trip claims and reads. As a later statement of
+-- the transaction it has a fresh snapshot, so it sees every checkpoint
+-- committed before the claim (see task_claim). A gather's parallel step
+-- gets those before its gather and its own, like step_list_before.
+SELECT t.id AS task_id, s.position, s.name, s.kind, s.status, s.attempts, s.output, s.error,
+       s.worker_id, s.started_at, s.completed_at, s.wake_at
+FROM {schema}.tasks t
+JOIN {schema}.steps s ON s.run_id = t.run_id
+WHERE t.worker_id = %(worker_id)s AND t.status = 'claimed' AND t.claimed_at = {now}
+  AND (t.kind = 'run' OR t.gather_start IS NULL OR s.position < t.gather_start
+       OR s.position = t.step_position)
+ORDER BY t.id, s.position;
+
 -- name: step_checkpoint
 -- Record a step's outcome (completed, failed permanently, or a failed attempt
 -- that will be retried) and extend the lease, in one statement. Fenced: with

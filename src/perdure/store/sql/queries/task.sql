@@ -139,18 +139,27 @@ WHERE status = 'ready' AND queue = ANY(%(queues)s) AND available_at > {now};
 -- Only the ids the worker names are extended: a task it claimed but no longer
 -- executes (the execution died on a database error, or the claim's answer was
 -- lost with its connection) must lapse, not be held for as long as the worker
--- lives.
+-- lives. A task row locked right now is skipped, not waited for: it is in a
+-- checkpoint of this worker's (which extends the lease itself) or in the
+-- reaper's hands. Rows are locked in id order, as the group commit locks
+-- them, so that the two never wait for each other in a cycle.
 WITH alive AS (
     UPDATE {schema}.workers SET heartbeat_at = {now}, status = 'running'
     WHERE id = %(worker_id)s
     RETURNING id
+), held AS (
+    SELECT id FROM {schema}.tasks
+    WHERE id = ANY(%(task_ids)s) AND worker_id = %(worker_id)s AND status = 'claimed'
+), free AS (
+    SELECT id FROM {schema}.tasks WHERE id IN (SELECT id FROM held)
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
 ), extended AS (
     UPDATE {schema}.tasks
     SET lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
-    WHERE id = ANY(%(task_ids)s) AND worker_id = %(worker_id)s AND status = 'claimed'
-    RETURNING id
+    WHERE id IN (SELECT id FROM free) AND worker_id = %(worker_id)s AND status = 'claimed'
 )
-SELECT id FROM extended;
+SELECT id FROM held;
 
 -- name: task_release
 -- Give a held task back: due after %(delay_seconds)s, with the body's failure

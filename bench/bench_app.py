@@ -1,0 +1,80 @@
+"""The workflows `perdure bench` runs, served by a `perdure worker bench_app:app` process.
+
+- ``bench_noop3``: three no-op steps, the throughput workload (the same as the peers').
+- ``bench_first``: its first step reports when it began (start -> first step latency).
+- ``bench_signal``: waits for signal ``go``; the step after reports when it began.
+- ``bench_fanout``: a graph: one root, 100 parallel steps, one join.
+- ``bench_chain``: a graph of 10 steps, each depending on the one before.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import perdure
+
+app = perdure.App()
+
+FANOUT = 100
+CHAIN = 10
+
+
+async def _noop() -> int:
+    return 1
+
+
+@app.workflow("bench_noop3")
+async def bench_noop3(ctx: perdure.Context, _: Any = None) -> int:
+    """Three no-op steps."""
+    a = await ctx.step("a", _noop)
+    b = await ctx.step("b", _noop)
+    c = await ctx.step("c", _noop)
+    return a + b + c
+
+
+@app.workflow("bench_first")
+async def bench_first(ctx: perdure.Context, _: Any = None) -> float:
+    """The first step's start time (time.time() of this machine)."""
+    return await ctx.step("first", _now)
+
+
+@app.workflow("bench_signal")
+async def bench_signal(ctx: perdure.Context, _: Any = None) -> float:
+    """Wait for ``go``, then report when the next step began."""
+    await ctx.wait_for_signal("go")
+    return await ctx.step("after", _now)
+
+
+async def _now() -> float:
+    return time.time()
+
+
+fanout = app.graph("bench_fanout")
+
+
+@fanout.step()
+async def root(ctx: perdure.StepContext, _: Any) -> int:
+    """The fan-out's first step."""
+    return 0
+
+
+async def _leaf_async(ctx: perdure.StepContext, value: int | None) -> int:
+    return (value or 0) + 1
+
+
+for _i in range(FANOUT):
+    fanout.step(f"leaf{_i:03d}", depends_on=[root])(_leaf_async)
+
+
+@fanout.step(depends_on=[f"leaf{i:03d}" for i in range(FANOUT)])
+async def join(ctx: perdure.StepContext, outputs: dict[str, int]) -> int:
+    """The join: the sum of the leaves."""
+    return sum(outputs.values())
+
+
+chain = app.graph("bench_chain")
+_previous: list[str] = []
+for _i in range(CHAIN):
+    chain.step(f"link{_i}", depends_on=_previous)(_leaf_async)
+    _previous = [f"link{_i}"]

@@ -1,0 +1,141 @@
+"""``perdure bench``: the benchmark of docs/benchmarks.md, in one table.
+
+The measuring code is the scripts under ``bench/`` in perdure's source
+checkout (they need the peers and pgbench, which a plain install lacks):
+this command finds that folder, runs ``bench/suite.py`` and prints its
+report as a table (``--json`` also writes it to a file).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.text import Text
+
+from perdure.cli import render
+
+if TYPE_CHECKING:
+    from perdure.cli.main import CliState
+
+
+def bench_dir() -> Path:
+    """The ``bench/`` folder of the source checkout perdure runs from (PERDURE_BENCH_DIR wins)."""
+    override = os.environ.get("PERDURE_BENCH_DIR")
+    folder = Path(override) if override else Path(__file__).resolve().parents[3] / "bench"
+    if not (folder / "suite.py").exists():
+        raise click.ClickException(
+            f"no benchmark scripts in {folder}: `perdure bench` runs from a source checkout "
+            "(git clone, then pip install -e '.[bench]'), or set PERDURE_BENCH_DIR"
+        )
+    return folder
+
+
+@click.command()
+@click.option(
+    "--database-url", default=None, help="Use this server (default: start a private one)."
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Runs per throughput measurement (and per peer).",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Repetitions; every figure is their median.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Runs in flight in the one worker process (and in each peer).",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Latency samples of each kind per repetition.",
+)
+@click.option(
+    "--peers/--no-peers",
+    default=True,
+    show_default=True,
+    help="Also run DBOS, pgqrs and Absurd (pip install -e '.[bench]').",
+)
+@click.option(
+    "--preload",
+    type=click.IntRange(min=0),
+    default=100_000,
+    show_default=True,
+    help="Finished runs written (COPY) for the history-cost figure; 0 skips it.",
+)
+@click.option(
+    "--pgbench-seconds",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Duration of each pgbench measurement.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Also write the report to this file as JSON.",
+)
+@click.pass_obj
+def bench(
+    state: CliState, /, database_url: str | None, json_path: str | None, **options: Any
+) -> None:
+    """Measure perdure against pgbench and its peers on one PostgreSQL server.
+
+    Without --database-url the bench starts a private embedded PostgreSQL in a
+    temporary folder (with pg_stat_statements, to count statements) and
+    removes it afterwards. Takes a few minutes with the defaults.
+    """
+    folder = bench_dir()
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    suite = importlib.import_module("suite")
+    url = database_url or state.url
+    err = render.err_console()
+    report = suite.run(
+        suite.Options(url=url, json_path=json_path, **options),
+        say=lambda line: err.print(Text(line, style="dim")),
+    )
+    render.console().print(report_table(report, suite.number))
+
+
+def report_table(report: dict[str, Any], number: Callable[[float | None], str]) -> Any:
+    """The report as one rich table: figure, median, unit, every repetition, goal."""
+    table = render.table("figure", "median", "unit", "repetitions", "goal", title=_title(report))
+    for row in report["rows"]:
+        median = row["median"]
+        values = ", ".join(number(v) for v in row["values"]) if len(row["values"]) > 1 else ""
+        goal = Text(row["goal"])
+        if row["met"] is not None:
+            goal.append("  met" if row["met"] else "  missed", "green" if row["met"] else "red")
+        shown = Text(number(median)) if median is not None else Text(row["note"] or "n/a", "dim")
+        table.add_row(render.text(row["label"]), shown, row["unit"], values, goal)
+    return table
+
+
+def _title(report: dict[str, Any]) -> str:
+    machine = report["machine"]
+    load = ", ".join(f"{x:.1f}" for x in machine["load_average"])
+    return (
+        f"perdure bench, {report['when']}: {machine['cores']} cores, load {load}; "
+        f"medians of {report['options']['repeat']}"
+    )

@@ -1,0 +1,154 @@
+"""Group commit: the checkpoints of a worker's concurrent runs share transactions.
+
+Each execution hands its fenced writes to the worker's :class:`Committer` and
+waits for them to commit. The committer sends whatever is waiting as one
+pipelined transaction (one round trip, one commit, one WAL flush for all of
+them), and while that is in flight the next writes gather for the next one.
+Nothing waits on purpose: at low load a write goes alone at once, under load
+they go together. When every lane is free and many units wait, a lane takes
+half of them and leaves the rest to the next: the server then works on one
+half while the worker reads the other's answers and runs the next steps, so
+the worker and PostgreSQL keep two cores busy instead of taking turns.
+
+Each unit is one run's statements that must commit together (a step's
+checkpoint, or the last checkpoint and the run's completion). Units of
+different runs share a transaction but not a fate: every statement is fenced
+on its own task, so a lost lease writes nothing for that unit and leaves the
+others alone, and if the shared transaction fails as a whole (a deadlock, a
+statement error), each unit is tried again in a transaction of its own, so
+that one unit's error is reported to that unit only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from perdure.engine.control import Disconnected
+from perdure.store.statement import Statement
+from perdure.store.store import AsyncStore
+
+log = logging.getLogger("perdure.commit")
+
+#: Units in one transaction at most: a bound on the locks one transaction holds.
+MAX_UNITS = 64
+#: Below twice this many waiting units, a free lane takes them all.
+MIN_SPLIT = 8
+
+
+class Committer:
+    """Writes units of statements for many executions, grouped into shared transactions."""
+
+    def __init__(self, store: AsyncStore, lanes: int = 2) -> None:
+        """Commit through ``store``, with up to ``lanes`` transactions in flight at once."""
+        self.store = store
+        self.lanes = lanes
+        self._queue: list[tuple[Sequence[Statement[Any]], asyncio.Future[list[Any]]]] = []
+        self._waiting = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._busy = 0
+        #: Transactions committed, and units written (for the worker's counts).
+        self.transactions = 0
+        self.units = 0
+
+    def start(self) -> None:
+        """Start the lanes (each a background task that sends one transaction at a time)."""
+        self._tasks = [
+            asyncio.create_task(self._lane(), name=f"perdure-commit-{i}") for i in range(self.lanes)
+        ]
+
+    async def stop(self) -> None:
+        """Stop the lanes; a unit still queued gets :class:`Disconnected`."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for _, future in self._queue:
+            if not future.done():
+                future.set_exception(Disconnected("the worker is stopping"))
+        self._queue.clear()
+
+    async def write(self, unit: Sequence[Statement[Any]]) -> list[Any]:
+        """Commit ``unit`` (in a transaction shared with other units); its decoded results."""
+        if not self._tasks:
+            # Not started (a lone execution outside a worker): one transaction of its own.
+            return (await self.store.execute_batch([unit]))[0]
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._queue.append((unit, future))
+        self._waiting.set()
+        return await future
+
+    async def _lane(self) -> None:
+        while True:
+            await self._waiting.wait()
+            take = MAX_UNITS
+            if self._busy == 0 and len(self._queue) >= 2 * MIN_SPLIT:
+                # Every lane is free: leave half for the next one, so that the
+                # server works on one half while the worker takes the other's
+                # answers, and the two halves' runs go on out of step.
+                take = min(take, (len(self._queue) + 1) // 2)
+            batch = self._queue[:take]
+            del self._queue[:take]
+            if not self._queue:
+                self._waiting.clear()
+            batch = [(unit, future) for unit, future in batch if not future.cancelled()]
+            if batch:
+                self._busy += 1
+                try:
+                    await self._commit(batch)
+                finally:
+                    self._busy -= 1
+
+    async def _commit(
+        self, batch: list[tuple[Sequence[Statement[Any]], asyncio.Future[list[Any]]]]
+    ) -> None:
+        # Task rows are locked in task id order in every transaction, as the
+        # heartbeat does: two transactions never wait for each other in a cycle.
+        batch.sort(key=lambda item: _task_id(item[0]))
+        try:
+            results = await self.store.execute_batch([unit for unit, _ in batch])
+        except asyncio.CancelledError:
+            # The worker is stopping: whether this transaction committed is
+            # unknown, as after a lost connection.
+            for _, future in batch:
+                _settle(future, exc=Disconnected("the worker stopped during a commit"))
+            raise
+        except (Exception, Disconnected) as exc:
+            if len(batch) == 1 or isinstance(exc, Disconnected):
+                for _, future in batch:
+                    _settle(future, exc=exc)
+                return
+            log.info(
+                "a shared commit of %d units failed (%s); committing each alone", len(batch), exc
+            )
+            for unit, future in batch:
+                try:
+                    _settle(future, (await self.store.execute_batch([unit]))[0])
+                except (Exception, Disconnected) as alone:
+                    _settle(future, exc=alone)
+            return
+        self.transactions += 1
+        self.units += len(batch)
+        for (_, future), result in zip(batch, results, strict=True):
+            _settle(future, result)
+
+
+def _task_id(unit: Sequence[Statement[Any]]) -> int:
+    return int(unit[0].params.get("task_id") or 0) if unit else 0
+
+
+def _settle(
+    future: asyncio.Future[list[Any]],
+    result: list[Any] | None = None,
+    exc: BaseException | None = None,
+) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result or [])

@@ -1,0 +1,96 @@
+"""What the executions of one worker share: the store, the threads, the observer.
+
+``ExecutionEnv`` is built once by the worker and handed to every execution;
+``WorkflowSpec`` is what the engine needs of a workflow definition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from psycopg_pool import ConnectionPool
+
+from perdure.engine import serialization
+from perdure.engine.commit import Committer
+from perdure.engine.observer import Observer
+from perdure.engine.retry import RetryPolicy
+from perdure.store.rows import ClaimedTask
+from perdure.store.statement import Statement
+from perdure.store.store import AsyncStore
+
+if TYPE_CHECKING:
+    from perdure.engine.executor import Execution
+
+T = TypeVar("T")
+
+
+class WorkflowSpec(Protocol):
+    """What the engine needs of a workflow definition (the api layer provides it)."""
+
+    name: str
+    version: int
+    queue: str
+    retry: RetryPolicy
+
+    async def invoke(self, execution: Execution, input: Any) -> Any:
+        """Run the workflow body for ``execution`` with ``input``."""
+
+    def rebuild_result(self, output: Any) -> Any:
+        """A decoded result as the workflow declares it; InvalidPayload if it does not fit."""
+
+
+@dataclass
+class ExecutionEnv:
+    """What every execution on one worker shares."""
+
+    store: AsyncStore
+    lease_seconds: float
+    threads: Executor
+    max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES
+    sync_pool: ConnectionPool | None = None
+    on_event: Callable[[str, dict[str, Any]], None] | None = None
+    #: Tasks the heartbeat found taken away; their executions stop at the next ctx call.
+    lost_tasks: set[int] = field(default_factory=set)
+    #: The workflows this worker has code for, by (name, version): child runs
+    #: of these start without a registry lookup.
+    specs: Mapping[tuple[str, int], WorkflowSpec] = field(default_factory=dict)
+    #: Told of claims, executions, steps and how runs end (metrics, traces, logs).
+    observer: Observer = field(default_factory=Observer)
+    #: Group commit of the worker's checkpoints (None: each is written alone).
+    committer: Committer | None = None
+
+    async def write(self, statement: Statement[T]) -> T:
+        """Commit one fenced write, in a transaction shared with other runs' if a
+        committer is running."""
+        if self.committer is None:
+            return await self.store.execute(statement)
+        result: T = (await self.committer.write([statement]))[0]
+        return result
+
+    def emit(self, event: str, **fields: Any) -> None:
+        """Report an engine event to the worker's event callback, if any."""
+        if self.on_event is not None:
+            self.on_event(event, fields)
+
+    def run_finished(
+        self, run_id: str, workflow: str, status: str, error: BaseException | None = None
+    ) -> None:
+        """This worker ended a run with ``status``: tell the observer and the callback."""
+        self.observer.run_finished(run_id, workflow, status, error)
+        self.emit(f"run_{status}", run_id=run_id)
+
+    def lease_lost(self, task: ClaimedTask) -> None:
+        """A fenced write on ``task`` found another owner: tell the observer and the callback."""
+        self.observer.lease_lost(task)
+        self.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
+
+    def get_sync_pool(self) -> ConnectionPool:
+        """A small sync pool for ``ctx.transaction`` steps written as plain ``def``."""
+        if self.sync_pool is None:
+            self.sync_pool = self.store.sync_pool(
+                max(2, self.store.pool.max_size // 2), f"{self.store.pool.name}-tx"
+            )
+        return self.sync_pool

@@ -1,0 +1,157 @@
+"""Group commit: many runs' checkpoints in one transaction, each still fenced on its own.
+
+The worker's Committer sends the completed steps of several runs as one
+merged statement (and their completions as another): a lost lease or a stale
+history in one run must leave the others' writes intact, and an error in one
+unit must not fail the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+import perdure
+from perdure.engine.commit import Committer
+from perdure.store.rows import ClaimedTask, Fence
+from perdure.store.store import AsyncStore
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+async def _claimed(app: perdure.App, count: int) -> tuple[AsyncStore, list[ClaimedTask]]:
+    @app.workflow("gc")
+    async def gc(ctx: perdure.Context) -> None:
+        """Never executed: the test writes the checkpoints itself."""
+
+    for _ in range(count):
+        await app.start_async("gc")
+    store = AsyncStore(app.url, app.q)
+    await store.open()
+    claimed = await store.execute(
+        app.q.task_claim(
+            worker_id="w1",
+            queues=["gc"],
+            names=["gc"],
+            versions=[1],
+            limit=count,
+            lease_seconds=30,
+        )
+    )
+    assert len(claimed) == count
+    return store, sorted(claimed, key=lambda t: t.fence.task_id)
+
+
+def _checkpoint(app: perdure.App, fence: Fence, position: int, output: str = "1") -> Any:
+    return app.q.step_checkpoint(
+        fence,
+        lease_seconds=30,
+        position=position,
+        name=f"s{position}",
+        kind="step",
+        status="completed",
+        attempts=1,
+        output_json=output,
+        error_json=None,
+        started_at=datetime.now(UTC),
+        event="step_completed",
+    )
+
+
+def test_merged_checkpoints_are_fenced_one_by_one(app: perdure.App, db: Conn) -> None:
+    async def main() -> list[list[Any]]:
+        store, tasks = await _claimed(app, 3)
+        stale = Fence(tasks[1].fence.task_id, "w1", tasks[1].fence.attempt + 1)
+        units = [
+            [_checkpoint(app, tasks[0].fence, 0)],
+            [_checkpoint(app, stale, 0)],
+            [_checkpoint(app, tasks[2].fence, 0)],
+        ]
+        try:
+            return await store.execute_batch(units)
+        finally:
+            await store.close()
+
+    results = asyncio.run(main())
+    assert results == [[(1, 1, "running")], [(0, 0, None)], [(1, 1, "running")]]
+    assert db.execute("SELECT count(*) FROM steps").fetchone() == (2,)
+    events = db.execute("SELECT event, count(*) FROM history GROUP BY event").fetchall()
+    assert dict(events)["step_completed"] == 2
+
+
+def test_merged_completions_finish_each_run_or_leave_its_task(app: perdure.App, db: Conn) -> None:
+    async def main() -> tuple[list[list[Any]], list[ClaimedTask]]:
+        store, tasks = await _claimed(app, 3)
+        # The second run's position 0 already holds a final checkpoint: its
+        # replay was stale, so it must keep its task and not complete.
+        await store.execute(_checkpoint(app, tasks[1].fence, 0))
+        units = [
+            [app.q.run_complete_step(t.fence, '"done"', _checkpoint(app, t.fence, 0))]
+            for t in tasks
+        ]
+        try:
+            return await store.execute_batch(units), tasks
+        finally:
+            await store.close()
+
+    results, tasks = asyncio.run(main())
+    assert results == [[(1, 1, 1)], [(1, 0, 0)], [(1, 1, 1)]]
+    statuses = dict(db.execute("SELECT id::text, status FROM runs").fetchall())
+    assert statuses[tasks[0].run_id] == statuses[tasks[2].run_id] == "completed"
+    assert statuses[tasks[1].run_id] == "running"
+    assert db.execute("SELECT run_id::text FROM tasks").fetchall() == [(tasks[1].run_id,)]
+    completed = db.execute("SELECT count(*) FROM history WHERE event = 'run_completed'").fetchone()
+    assert completed == (2,)
+
+
+def test_an_error_in_one_unit_fails_that_unit_only(app: perdure.App, db: Conn) -> None:
+    async def main() -> list[Any]:
+        store, tasks = await _claimed(app, 3)
+        committer = Committer(store)
+        committer.start()
+        try:
+            writes = [
+                committer.write([_checkpoint(app, tasks[0].fence, 0)]),
+                # Not JSON: the server refuses it, and the shared transaction with it.
+                committer.write([_checkpoint(app, tasks[1].fence, 0, output="{oops")]),
+                committer.write([_checkpoint(app, tasks[2].fence, 0)]),
+            ]
+            return await asyncio.gather(*writes, return_exceptions=True)
+        finally:
+            await committer.stop()
+            await store.close()
+
+    first, second, third = asyncio.run(main())
+    assert first == [(1, 1, "running")] and third == [(1, 1, "running")]
+    assert isinstance(second, psycopg.errors.InvalidTextRepresentation)
+    assert db.execute("SELECT count(*) FROM steps").fetchone() == (2,)
+
+
+@pytest.mark.parametrize("runs", [40])
+def test_a_worker_commits_many_runs_steps_together(app: perdure.App, db: Conn, runs: int) -> None:
+    @app.workflow("three")
+    async def three(ctx: perdure.Context, n: int) -> int:
+        a = await ctx.step("a", _plus, n, 1)
+        b = await ctx.step("b", _plus, a, 1)
+        return int(await ctx.step("c", _plus, b, 1))
+
+    handles = [app.start("three", n) for n in range(runs)]
+    worker = app.worker(concurrency=16, exit_when_idle=True)
+    asyncio.run(worker.run())
+    assert [h.result(timeout=10) for h in handles] == [n + 3 for n in range(runs)]
+    # Every step checkpointed once with its history, every run completed once.
+    assert db.execute("SELECT count(*) FROM steps").fetchone() == (3 * runs,)
+    events = dict(db.execute("SELECT event, count(*) FROM history GROUP BY event").fetchall())
+    assert events["step_completed"] == 3 * runs and events["run_completed"] == runs
+    # Fewer transactions than steps: steps of different runs shared commits.
+    assert worker.counts["shared_commits"] < 3 * runs
+    # Per run: the checkpoints of a and b, then c's with the completion.
+    assert worker.counts["committed_units"] == 3 * runs
+
+
+async def _plus(a: int, b: int) -> int:
+    return a + b
