@@ -4,7 +4,8 @@ Usage: python bench/dashboard.py [--runs 1000000] [--database-url URL]
 
 Fills a schema of its own (bench_dashboard, dropped first) with N runs spread
 over 30 days (92 % completed, 5 % failed, 2 % cancelled, the rest live; five
-workflows, two versions, twenty workers, a key each) and two steps per run,
+workflows, two versions, twenty workers, a key and a customer tag each, a
+thousand runs per customer) and two steps per run,
 with one INSERT ... SELECT each, then ANALYZE. Then it requests each page
 through the ASGI app in this process (no network), once to warm up and 7
 times, and prints the median and the slowest time of each. Without
@@ -34,14 +35,16 @@ WORKFLOWS = ("checkout", "refund", "signup", "nightly_etl", "report")
 
 FILL_RUNS = """
 INSERT INTO {runs} (id, workflow, version, queue, key, status, input, output, error, worker_id,
-                    created_at, started_at, completed_at, updated_at)
+                    tags, created_at, started_at, completed_at, updated_at)
 SELECT gen_random_uuid(), w, 1 + (i %% 2), w, 'order:' || i,
        CASE WHEN i %% 100 < 92 THEN 'completed' WHEN i %% 100 < 97 THEN 'failed'
             WHEN i %% 100 < 99 THEN 'cancelled' ELSE 'queued' END,
        jsonb_build_object('order_id', i), '{{"ok": true}}'::jsonb,
        CASE WHEN i %% 100 BETWEEN 92 AND 96
             THEN '{{"type": "Gateway", "message": "timeout"}}'::jsonb END,
-       'worker-' || (i %% 20), t, t + interval '20 ms', t + interval '900 ms', t + interval '900 ms'
+       'worker-' || (i %% 20),
+       jsonb_build_object('customer', 'c' || (i %% (%(n)s / 1000 + 1))),
+       t, t + interval '20 ms', t + interval '900 ms', t + interval '900 ms'
 FROM (SELECT i, (ARRAY{workflows})[1 + i %% 5] AS w,
              now() - (%(n)s - i) * (interval '30 days' / %(n)s) AS t
       FROM generate_series(1, %(n)s) AS i) g
@@ -78,9 +81,9 @@ def fill(url: str, runs: int) -> None:
 def measure(url: str) -> None:
     """Time each page: median and slowest of 7 requests after a warm-up."""
     with perdure.App(url, schema=SCHEMA) as app:
-        sample = app.search_runs(perdure.RunFilters(status="failed"), limit=1)[0]
+        (sample,) = app.list_runs(status="failed", limit=1)
         halfway = datetime.now(UTC) - timedelta(days=15)
-        deep = app.search_runs(perdure.RunFilters(before=halfway), limit=1)[0]
+        deep = app.list_runs(before=halfway, limit=1).next_cursor
         client = TestClient(create_app(app, DashboardConfig()), base_url="http://127.0.0.1")
         pages: dict[str, str] = {
             "overview, last hour": "/?range=1h",
@@ -90,7 +93,8 @@ def measure(url: str) -> None:
             "runs, one workflow, last 24 h": "/runs?workflow=checkout&range=24h",
             "runs, one worker": "/runs?worker=worker-7",
             "runs, key prefix": "/runs?key=order%3A77777",
-            "runs, 15 days deep (cursor)": f"/runs?after={deep.created_at.isoformat()}_{deep.id}",
+            "runs, one tag": "/runs?tag=customer%3Dc7",
+            "runs, 15 days deep (cursor)": f"/runs?after={deep}",
             "runs, live refresh": "/runs",
             "one failed run": f"/runs/{sample.id}",
             "workflows": "/workflows",

@@ -11,7 +11,6 @@ from perdure.api.context import ChildRun, Context, SyncChildRun, SyncContext
 from perdure.api.filters import RunFilter
 from perdure.api.graph import Graph, GraphStep
 from perdure.api.handle import RunHandle
-from perdure.api.reading import RunFilters
 from perdure.clock import Clock, VirtualClock
 from perdure.engine.control import Snooze
 from perdure.engine.graph import StepContext
@@ -91,7 +90,6 @@ __all__ = [
     "RunCancelled",
     "RunFailed",
     "RunFilter",
-    "RunFilters",
     "RunHandle",
     "RunKeyConflict",
     "RunNotFound",

@@ -191,3 +191,42 @@ def test_graph_run_draws_its_dag_and_the_main_pages_render(
     page.goto(f"{served}/workflows")
     expect(page.locator("section.workflow")).to_have_count(5)
     shot(page, "workflows")
+
+
+def test_older_pages_follow_the_cursor_and_the_form_filters_by_tag(
+    page: Page, served: str, defined: perdure.App
+) -> None:
+    # No worker: the runs stay queued, so the counts hold still.
+    started = [
+        defined.start("greet", i, tags={"batch": "b1" if i % 10 else "b2"}).id for i in range(30)
+    ]
+    rows = page.locator("table.runs tbody tr")
+    live = page.locator("#live")
+    page.goto(f"{served}/runs?limit=25")
+    expect(rows).to_have_count(25)
+    expect(rows.first).to_have_attribute("data-run", started[-1])
+    expect(live).not_to_have_attribute("data-refresh", "0")
+    # The first page refreshes live: a new run appears on top without a reload.
+    newer = defined.start("greet", "late").id
+    expect(rows.first).to_have_attribute("data-run", newer, timeout=WAIT_MS)
+
+    page.get_by_role("link", name="Older →").click()
+    expect(page).to_have_url(re.compile(r"[?&]after=[A-Za-z0-9_-]+"))
+    expect(live).to_have_attribute("data-refresh", "0")  # an older page holds still
+    expect(rows).to_have_count(6)
+    # The page after the refreshed one: the six oldest runs, none repeated.
+    assert [rows.nth(i).get_attribute("data-run") for i in range(6)] == started[5::-1]
+    expect(page.get_by_role("link", name="Older →")).to_have_count(0)
+    page.get_by_role("link", name="← Newest").click()
+    expect(rows.first).to_have_attribute("data-run", newer)
+
+    page.locator('input[name="tag"]').fill("batch=b2")
+    page.get_by_role("button", name="Apply").click()
+    expect(rows).to_have_count(3)
+    expect(page.locator('nav.status-counts [data-status="all"] b')).to_have_text("3")
+    expect(page.locator('input[name="tag"]')).to_have_value("batch=b2")
+
+    page.goto(f"{served}/runs?tag=no-equals-sign&after=not-a-cursor")
+    warnings = page.locator(".flash.warn")
+    expect(warnings).to_contain_text(["tag must be NAME=VALUE", "page cursor is not valid"])
+    expect(rows).to_have_count(31)

@@ -1,4 +1,7 @@
-"""The observability reads the dashboard is built on, against a real PostgreSQL."""
+"""The observability reads the dashboard is built on, against a real PostgreSQL.
+
+Its runs list and counts take one perdure.RunFilter: app.list_runs and app.count_runs.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
-from perdure import RunFilters
+from perdure import RunFilter
+from perdure.dashboard.data import DashboardData
 from perdure.testing import drain
 
 FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
@@ -35,65 +39,64 @@ def define(app: perdure.App) -> None:
     app.register()
 
 
-def test_search_runs_pages_by_cursor_newest_first(app: perdure.App) -> None:
+def test_the_runs_list_pages_by_cursor_with_every_filter_of_the_form(app: perdure.App) -> None:
+    # The dashboard's runs page is app.list_runs with a RunFilter's criteria.
     define(app)
-    ids = [app.start("echo", i, version=1).id for i in range(7)]
-    expected = [r.id for r in app.list_runs(limit=100)]
-    assert sorted(expected) == sorted(ids)
-    seen: list[str] = []
-    cursor = None
-    for size in (3, 3, 1):
-        page = app.search_runs(limit=3, cursor=cursor)
-        assert len(page) == size
-        seen += [r.id for r in page]
-        cursor = (page[-1].created_at, page[-1].id)
-    assert app.search_runs(limit=3, cursor=cursor) == []
-    assert seen == expected
-
-
-def test_search_runs_filters_by_every_field(app: perdure.App) -> None:
-    define(app)
-    first = app.start("echo", 1, version=1, key="a:1")
-    app.start("echo", 2, version=2, key="a:2")
+    first = app.start("echo", 1, version=1, key="a:1", tags={"team": "red"})
+    app.start("echo", 2, version=2, key="a:2", tags={"team": "blue"})
     app.start("echo", 3, version=2, key="b:1")
-    app.start("special", 4, key="a%")
+    app.start("special", 4, key="a%", tags={"team": "red"})
     drain(app)
+    data = DashboardData(app)
 
-    def ids(**filters: Any) -> set[str]:
-        return {r.key or r.id for r in app.search_runs(RunFilters(**filters), limit=100)}
+    def keys(**criteria: Any) -> list[str]:
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = data.runs_page(RunFilter(**criteria), cursor=cursor, limit=1)
+            seen += [r.key or r.id for r in page.runs]
+            if page.next_cursor is None:
+                return seen
+            cursor = page.next_cursor
 
-    assert ids(workflow="echo") == {"a:1", "a:2", "b:1"}
-    assert ids(workflow="echo", version=2) == {"a:2", "b:1"}
-    assert ids(queue="lane") == {"a%"}
-    assert ids(key_prefix="a") == {"a:1", "a:2", "a%"}
-    assert ids(key_prefix="a:") == {"a:1", "a:2"}
-    assert ids(key_prefix="%") == set()  # a prefix, never a LIKE pattern
-    assert ids(status="completed") == {"a:1", "a:2", "b:1", "a%"}
-    assert ids(status="failed") == set()
+    assert keys() == ["a%", "b:1", "a:2", "a:1"]  # newest first, one run a page
+    assert keys(workflow="echo", version=2) == ["b:1", "a:2"]
+    assert keys(queue="lane") == ["a%"]
+    assert keys(key_prefix="a:") == ["a:2", "a:1"]
+    assert keys(key_prefix="%") == []  # a prefix, never a LIKE pattern
+    assert keys(status="completed", tags={"team": "red"}) == ["a%", "a:1"]
     worker = app.get_run("a:1").worker_id
-    assert worker is not None and ids(worker=worker) == {"a:1", "a:2", "b:1", "a%"}
-    assert ids(worker="nobody") == set()
+    assert worker is not None and len(keys(worker=worker)) == 4
+    assert keys(worker="nobody") == []
     created = first.get().created_at
-    assert ids(since=created) == {"a:1", "a:2", "b:1", "a%"}
-    assert ids(before=created) == set()
-    assert ids(since=datetime.now(UTC) + timedelta(hours=1)) == set()
+    assert keys(since=created, before=created) == []
+    assert keys(before=datetime.now(UTC) + timedelta(hours=1), since=created)[-1] == "a:1"
+    page = data.runs_page(RunFilter(tags={"team": "red"}), cursor=None, limit=50)
+    assert page.counts["completed"] == 2 and sum(page.counts.values()) == 2
 
 
 def test_count_runs_counts_each_status_up_to_the_cap(app: perdure.App) -> None:
     define(app)
     for i in range(3):
         app.start("echo", i, version=1)
-    app.start("special", 9)
+    tagged = app.start("special", 9, tags={"kind": "odd"})
     counts = app.count_runs()
     assert counts["queued"] == 4 and counts["completed"] == 0
     assert set(counts) == {s.value for s in perdure.RunStatus}
     assert app.count_runs(cap=2)["queued"] == 2
-    assert app.count_runs(RunFilters(queue="lane"))["queued"] == 1
+    assert app.count_runs(RunFilter(queue="lane"))["queued"] == 1
     # A narrowing filter counts the newest matching runs, at most cap of them.
-    assert app.count_runs(RunFilters(workflow="echo"))["queued"] == 3
-    assert sum(app.count_runs(RunFilters(workflow="echo"), cap=2).values()) == 2
+    assert app.count_runs(RunFilter(workflow="echo"))["queued"] == 3
+    assert sum(app.count_runs(RunFilter(workflow="echo"), cap=2).values()) == 2
     # The status filter does not narrow the counts: the page shows them all.
-    assert app.count_runs(RunFilters(status="completed"))["queued"] == 4
+    assert app.count_runs(RunFilter(status="completed"))["queued"] == 4
+    # Every criterion of RunFilter counts, with or without a narrowing one.
+    since = app.get_run(tagged.id).created_at
+    assert app.count_runs(RunFilter(since=since))["queued"] == 1
+    assert app.count_runs(RunFilter(tags={"kind": "odd"}))["queued"] == 1
+    assert app.count_runs(RunFilter(runs=(tagged.id,)))["queued"] == 1
+    assert app.count_runs(RunFilter(parent=tagged.id))["queued"] == 0
+    assert app.count_runs(RunFilter(since=since, tags={"kind": "even"}))["queued"] == 0
 
 
 def test_run_activity_buckets_runs_by_creation_and_status(app: perdure.App) -> None:
@@ -163,13 +166,15 @@ def test_events_lists_what_a_run_published(app: perdure.App) -> None:
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda app: app.search_runs(RunFilters(status="nope")), "status must be one of"),
-        (lambda app: app.search_runs(RunFilters(version=0)), "version"),
-        (lambda app: app.search_runs(RunFilters(key_prefix="")), "key_prefix"),
-        (lambda app: app.search_runs(RunFilters(since="yesterday")), "since"),  # type: ignore[arg-type]
-        (lambda app: app.search_runs(cursor=("x", "y")), "cursor"),  # type: ignore[arg-type]
-        (lambda app: app.search_runs(limit=0), "limit"),
+        (lambda app: app.count_runs(RunFilter(status="nope")), "status must be one of"),
+        (lambda app: app.count_runs(RunFilter(version=0)), "version"),
+        (lambda app: app.count_runs(RunFilter(key_prefix="")), "key_prefix"),
+        (lambda app: app.count_runs(RunFilter(since="yesterday")), "since"),  # type: ignore[arg-type]
+        (lambda app: app.count_runs(RunFilter(tags={"a": 1})), "tag"),  # type: ignore[dict-item]
+        (lambda app: app.count_runs({"status": "failed"}), "RunFilter"),  # type: ignore[arg-type]
         (lambda app: app.count_runs(cap=0), "cap"),
+        (lambda app: app.list_runs(cursor="x"), "cursor"),
+        (lambda app: app.list_runs(runs="not-a-list"), "runs"),
         (lambda app: app.run_activity(since="1h", bucket_seconds=60), "since"),  # type: ignore[arg-type]
         (lambda app: app.run_activity(since=datetime.now(UTC), bucket_seconds=0), "bucket"),
         (lambda app: app.held_tasks(limit=0), "limit"),

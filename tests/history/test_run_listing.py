@@ -126,6 +126,12 @@ def test_pages_of_a_filtered_listing_cover_exactly_its_runs(
     assert sorted(flat) == sorted(wanted) and len(set(flat)) == 10
     newest = app.list_runs(workflow="beta", limit=10)
     assert flat == ids(newest) and newest.next_cursor is None
+    # Only given runs (RunFilter.runs, as bulk operations take it), paged alike.
+    chosen = [run_id for run_id in flat if run_id in wanted[:3]]
+    some = app.list_runs(runs=wanted[:3], limit=2)
+    assert ids(some) == chosen[:2] and some.next_cursor is not None
+    rest = app.list_runs(runs=wanted[:3], limit=2, cursor=some.next_cursor)
+    assert ids(rest) == chosen[2:] and rest.next_cursor is None
 
 
 def test_listing_from_async_code(app: perdure.App) -> None:

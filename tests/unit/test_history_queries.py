@@ -1,4 +1,7 @@
-"""The runs listing's two queries, live and archived, filter alike; cursors round-trip."""
+"""The runs listing's two queries, live and archived, filter alike; cursors round-trip.
+
+Every query a RunFilter feeds (listings, bulk operations, counts) takes each of its criteria.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from perdure.api import listing
+from perdure.api.filters import RunFilter
 from perdure.errors import ConfigurationError
 from perdure.store import queries
 from perdure.types import Run, RunStatus
@@ -32,10 +36,24 @@ def test_the_archived_listing_has_every_filter_of_the_live_one() -> None:
         "since",
         "before",
         "parent",
+        "tags",
+        "ids",
         "cursor_at",
         "cursor_id",
     ):
         assert f"%({name})s" in live
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["run_list", "run_list_archived", "run_select", "run_count_by_status", "run_count_recent"],
+)
+def test_every_query_of_a_run_filter_takes_each_of_its_criteria(query: str) -> None:
+    body = queries.load_all()[query]
+    criteria = RunFilter().params()
+    assert set(criteria) >= {"workflow", "tags", "parent", "ids"}
+    for name in criteria:
+        assert f"%({name})s" in body, (query, name)
 
 
 def _run(created: datetime, run_id: str) -> Run:

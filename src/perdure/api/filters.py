@@ -1,9 +1,11 @@
 """RunFilter: which runs a listing or a bulk operation is about.
 
-One object carries the criteria of ``app.list_runs``, ``app.cancel_runs`` and
-``app.retry_runs`` (and the CLI and dashboard that call them), so a criterion
-added here (with its SQL in ``run_list`` and ``run_select``) reaches every one
-of them. Each criterion left None matches every run.
+One object carries the criteria of ``app.list_runs``, ``app.count_runs``,
+``app.cancel_runs`` and ``app.retry_runs`` (and the CLI and dashboard that call
+them), so a criterion added here (with its SQL in ``run_list``,
+``run_list_archived``, ``run_select``, ``run_count_by_status`` and
+``run_count_recent``) reaches every one of them. Each criterion left None
+matches every run.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from perdure.api.start_options import tags_json
 from perdure.engine import arguments
 from perdure.errors import ConfigurationError
 from perdure.types import RunStatus
+
+#: The criteria that narrow runs (to a workflow, queue, worker, key, parent, tags or ids).
+NARROWING = ("workflow", "version", "queue", "worker", "key_prefix", "parent", "tags", "runs")
 
 
 @dataclass(frozen=True)
@@ -81,12 +86,24 @@ class RunFilter:
         )
 
     @property
+    def narrowing(self) -> bool:
+        """True when a criterion other than status and time is set (see ``app.count_runs``).
+
+        Such a filter is counted among the newest matching runs: a count per
+        status would walk a status's runs past every one that does not match.
+        """
+        return any(getattr(self, name) is not None for name in NARROWING)
+
+    @property
     def is_empty(self) -> bool:
         """True when no criterion is set: the filter matches every run."""
         return all(getattr(self, f.name) is None for f in fields(self))
 
     def params(self) -> dict[str, Any]:
-        """The criteria that ``run_list`` and ``run_select`` share, as query parameters."""
+        """Every criterion but the status, as query parameters (``runs`` as ``ids``).
+
+        What ``run_list``, ``run_select`` and the counts of ``count_runs`` share.
+        """
         return {
             "workflow": self.workflow,
             "version": self.version,
@@ -97,6 +114,7 @@ class RunFilter:
             "before": self.before,
             "parent": self.parent,
             "tags": tags_json("tags", self.tags),
+            "ids": None if self.runs is None else list(self.runs),
         }
 
     def listing(self) -> dict[str, Any]:

@@ -261,7 +261,6 @@ class ManageMixin:
                 self.q.run_select(
                     statuses=statuses,
                     filters=checked.params(),
-                    ids=checked.runs,
                     after=after,
                     limit=size,
                 )

@@ -1,8 +1,9 @@
 """Reading runs: find one by id or key, list them, their steps and history, wait for results.
 
-Also the observability reads the dashboard is built on (:meth:`ReadingMixin.search_runs`,
-:meth:`~ReadingMixin.count_runs`, :meth:`~ReadingMixin.run_activity`, held tasks, queue
-heads), each served by an index so that its cost does not grow with finished runs.
+Also the observability reads the dashboard is built on (:meth:`ReadingMixin.count_runs`,
+:meth:`~ReadingMixin.run_activity`, held tasks, queue heads), each served by an index so
+that its cost does not grow with finished runs. Listings and counts take the criteria of
+one :class:`~perdure.api.filters.RunFilter`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,7 +20,6 @@ from perdure.api.filters import RunFilter
 from perdure.api.portal import Portal
 from perdure.engine import arguments
 from perdure.errors import ConfigurationError, ResultTimeout, RunCancelled, RunFailed, RunNotFound
-from perdure.store.reading_statements import NARROWING
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.types import (
@@ -38,49 +38,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 #: The options of list_runs that are not filters.
 _PAGING = ("archived", "cursor", "limit")
-
-
-@dataclass(frozen=True)
-class RunFilters:
-    """What :meth:`ReadingMixin.search_runs` and :meth:`~ReadingMixin.count_runs` select.
-
-    Each field left None selects every run. ``since`` is inclusive, ``before``
-    exclusive (creation times); ``key_prefix`` matches the start of run keys.
-    """
-
-    status: RunStatus | str | None = None
-    workflow: str | None = None
-    version: int | None = None
-    queue: str | None = None
-    worker: str | None = None
-    key_prefix: str | None = None
-    since: datetime | None = None
-    before: datetime | None = None
-
-    def checked(self) -> dict[str, Any]:
-        """The filters as query parameters, or ConfigurationError naming a bad one."""
-        params = asdict(self)
-        params["status"] = _status(self.status)
-        for name in ("workflow", "queue", "worker"):
-            params[name] = arguments.optional_text(name, params[name], max_length=128)
-        params["key_prefix"] = arguments.optional_text(
-            "key_prefix", self.key_prefix, max_length=arguments.MAX_KEY_LENGTH
-        )
-        if self.version is not None:
-            arguments.integer("version", self.version, minimum=1)
-        arguments.timestamp("since", self.since)
-        arguments.timestamp("before", self.before)
-        return params
-
-
-def _status(status: RunStatus | str | None) -> str | None:
-    if status is None:
-        return None
-    try:
-        return RunStatus(status).value
-    except ValueError:
-        known = ", ".join(s.value for s in RunStatus)
-        raise ConfigurationError(f"status must be one of {known}, not {status!r}") from None
 
 
 class ReadingMixin:
@@ -136,6 +93,7 @@ class ReadingMixin:
         before: datetime | None = None,
         parent: str | None = None,
         tags: dict[str, str] | None = None,
+        runs: Sequence[str] | None = None,
         archived: bool = False,
         cursor: str | None = None,
         limit: int = 50,
@@ -147,7 +105,8 @@ class ReadingMixin:
         claimed the run), ``key_prefix`` (keys that start with it),
         ``since`` (created at or after) and ``before`` (created before), and
         ``parent`` (the children of that run), ``tags`` (runs whose tags
-        include every given pair). ``archived=True`` lists the
+        include every given pair), ``runs`` (only these run ids): the
+        criteria of :class:`perdure.RunFilter`. ``archived=True`` lists the
         runs ``perdure prune --archive`` moved to the archive instead. The
         page is a list of at most ``limit`` runs; its ``next_cursor``, passed
         as ``cursor=``, gives the page after it (None on the last page).
@@ -163,6 +122,7 @@ class ReadingMixin:
             before=before,
             parent=parent,
             tags=tags,
+            runs=None if runs is None else tuple(runs),
         ).checked()
         return self._portal.call(self._list_runs(filters, archived, cursor, limit))
 
@@ -224,48 +184,25 @@ class ReadingMixin:
 
     # Observability reads (the dashboard's) ------------------------------------------
 
-    def search_runs(
-        self,
-        filters: RunFilters | None = None,
-        *,
-        limit: int = 50,
-        cursor: tuple[datetime, str] | None = None,
-    ) -> list[Run]:
-        """Runs newest first matching ``filters``, one page of at most ``limit``.
-
-        For the next page pass ``cursor=(run.created_at, run.id)`` of the last
-        run of this one: pages are read by key, not by offset, so a deep page
-        costs what the first does.
-        """
-        params = (filters or RunFilters()).checked()
-        arguments.integer("limit", limit, minimum=1, maximum=10_000)
-        if cursor is not None:
-            try:
-                at, run_id = cursor
-                arguments.timestamp("cursor", at)
-                cursor = (at, str(uuid.UUID(str(run_id))))
-            except (TypeError, ValueError):
-                raise ConfigurationError(
-                    f"cursor must be (created_at, run id) of a run, not {cursor!r}"
-                ) from None
-        return self._portal.call(self._run(self.q.run_search(params, limit=limit, cursor=cursor)))
-
-    def count_runs(self, filters: RunFilters | None = None, *, cap: int = 10_000) -> dict[str, int]:
-        """How many runs match ``filters`` in each status (the status filter is ignored).
+    def count_runs(self, filter: RunFilter | None = None, *, cap: int = 10_000) -> dict[str, int]:
+        """How many runs ``filter`` matches in each status (its status is ignored).
 
         The cost is bounded however many runs are finished. With only a time
         range (or nothing), each status is counted up to ``cap``: a count equal
-        to ``cap`` means "cap or more". With a workflow, version, queue, worker
-        or key filter, the counts are those of the newest ``cap`` matching
-        runs (so they add up to at most ``cap``).
+        to ``cap`` means "cap or more". With a narrowing criterion (workflow,
+        version, queue, worker, key prefix, parent, tags or runs), the counts
+        are those of the newest ``cap`` matching runs (so they add up to at
+        most ``cap``).
         """
-        params = (filters or RunFilters()).checked()
+        if filter is not None and not isinstance(filter, RunFilter):
+            raise ConfigurationError(f"filter must be a perdure.RunFilter, not {filter!r}")
+        checked = (filter or RunFilter()).checked()
         arguments.integer("cap", cap, minimum=1, maximum=10_000_000)
         counts = dict.fromkeys((s.value for s in RunStatus), 0)
-        if any(params[name] is not None for name in NARROWING):
-            stmt = self.q.run_count_recent(params, cap)
+        if checked.narrowing:
+            stmt = self.q.run_count_recent(checked.params(), cap)
         else:
-            stmt = self.q.run_count_by_status(params, list(counts), cap)
+            stmt = self.q.run_count_by_status(checked.params(), list(counts), cap)
         found: dict[str, int] = self._portal.call(self._run(stmt))
         counts.update(found)
         return counts

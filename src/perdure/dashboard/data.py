@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from perdure.api.app import App
-from perdure.api.reading import RunFilters
+from perdure.api.filters import RunFilter
 from perdure.errors import ConfigurationError
 from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, WorkflowInfo
 
@@ -59,11 +59,11 @@ class FilterOptions:
 
 @dataclass(frozen=True)
 class RunsPage:
-    """One page of runs, the counts per status, and where the next page starts."""
+    """One page of runs, the counts per status, and the cursor of the next page (or None)."""
 
     runs: list[Run]
     counts: dict[str, int]
-    next_cursor: tuple[datetime, str] | None
+    next_cursor: str | None
 
 
 @dataclass(frozen=True)
@@ -124,16 +124,15 @@ class DashboardData:
 
     # Reads -----------------------------------------------------------------------
 
-    def runs_page(
-        self, filters: RunFilters, *, cursor: tuple[datetime, str] | None, limit: int
-    ) -> RunsPage:
-        """Runs newest first matching ``filters`` after ``cursor``, with counts per status."""
-        found = self.app.search_runs(filters, limit=limit + 1, cursor=cursor)
-        counts = self.app.count_runs(filters, cap=COUNT_CAP)
-        more = len(found) > limit
-        found = found[:limit]
-        last = found[-1] if more and found else None
-        return RunsPage(found, counts, None if last is None else (last.created_at, last.id))
+    def runs_page(self, filter: RunFilter, *, cursor: str | None, limit: int) -> RunsPage:
+        """Runs newest first matching ``filter`` after ``cursor``, with counts per status.
+
+        ``cursor`` is the ``next_cursor`` of the page before (``app.list_runs``).
+        """
+        criteria = {f.name: getattr(filter, f.name) for f in dataclasses.fields(filter)}
+        found = self.app.list_runs(**criteria, cursor=cursor, limit=limit)
+        counts = self.app.count_runs(filter, cap=COUNT_CAP)
+        return RunsPage(list(found), counts, found.next_cursor)
 
     def filter_options(self) -> FilterOptions:
         """Workflow names, versions, queues and workers known to the database."""
@@ -153,7 +152,7 @@ class DashboardData:
             held[task["worker_id"]].append(task)
         return Overview(
             activity=self.app.run_activity(since=since, bucket_seconds=bucket_seconds),
-            counts=self.app.count_runs(RunFilters(since=since), cap=COUNT_CAP),
+            counts=self.app.count_runs(RunFilter(since=since), cap=COUNT_CAP),
             queues=[QueueRow(q, heads.get(q.name)) for q in self.app.queues()],
             workers=[WorkerRow(w, held.get(w.id, [])) for w in self.app.workers()],
             schedules=self.schedules(),
@@ -200,7 +199,7 @@ class DashboardData:
                 counts={
                     status: n
                     for status, n in self.app.count_runs(
-                        RunFilters(workflow=info.name, version=info.version), cap=RECENT_RUNS
+                        RunFilter(workflow=info.name, version=info.version), cap=RECENT_RUNS
                     ).items()
                     if n
                 },

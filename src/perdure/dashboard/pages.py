@@ -13,7 +13,7 @@ from perdure.dashboard import chart, dag, query, timeline
 from perdure.dashboard import format as fmt
 from perdure.dashboard.data import RECENT_RUNS
 from perdure.dashboard.site import dashboard_of, is_fragment
-from perdure.errors import DatabaseUnavailable, PerdureError, RunNotFound
+from perdure.errors import ConfigurationError, DatabaseUnavailable, PerdureError, RunNotFound
 from perdure.types import RunStatus
 
 #: What an action's redirect says on the run page (?done=...).
@@ -53,7 +53,14 @@ def runs(request: Request) -> Response:
     """The runs list: filter form, counts per status, one page of runs."""
     board = dashboard_of(request)
     asked = query.parse(request.query_params, fmt.now())
-    page = board.data.runs_page(asked.filters, cursor=asked.cursor, limit=asked.limit)
+    try:
+        page = board.data.runs_page(asked.filter, cursor=asked.cursor, limit=asked.limit)
+    except ConfigurationError:
+        if asked.cursor is None:
+            raise
+        # A cursor that no page gave out (edited, or cut short): the newest runs.
+        asked.newest("the page cursor is not valid: showing the newest runs")
+        page = board.data.runs_page(asked.filter, cursor=None, limit=asked.limit)
     context = {
         "page": "runs",
         "q": asked,

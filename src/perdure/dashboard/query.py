@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 from starlette.datastructures import QueryParams
 
-from perdure.api.reading import RunFilters
+from perdure.api.filters import RunFilter
 from perdure.types import RunStatus
 
 #: The time ranges the form offers ("" is all time).
@@ -22,16 +22,31 @@ RANGES: dict[str, timedelta] = {
 }
 PAGE_SIZES = (25, 50, 100, 200)
 #: Every field of the form, in the order of the query string it writes.
-FIELDS = ("range", "from", "to", "status", "workflow", "version", "queue", "worker", "key", "limit")
+FIELDS = (
+    "range",
+    "from",
+    "to",
+    "status",
+    "workflow",
+    "version",
+    "queue",
+    "worker",
+    "key",
+    "tag",
+    "limit",
+)
 
 
 @dataclass
 class RunsQuery:
-    """The runs page's filters as typed (``form``) and as the library takes them."""
+    """The runs page's filters as typed (``form``) and as the library takes them.
+
+    ``cursor`` is the opaque ``next_cursor`` of the page before (``?after=``).
+    """
 
     form: dict[str, str]
-    filters: RunFilters
-    cursor: tuple[datetime, str] | None
+    filter: RunFilter
+    cursor: str | None
     limit: int
     errors: list[str] = field(default_factory=list)
 
@@ -40,24 +55,24 @@ class RunsQuery:
         values = {**self.form, **changes}
         return "?" + urlencode({k: v for k, v in values.items() if v and k in FIELDS})
 
-    def next_link(self, cursor: tuple[datetime, str]) -> str:
-        """The query string of the page after ``cursor``."""
-        return self.link() + "&" + urlencode({"after": encode_cursor(cursor)})
+    def next_link(self, cursor: str) -> str:
+        """The query string of the page that starts after ``cursor`` (a RunPage's next_cursor)."""
+        return self.link() + "&" + urlencode({"after": cursor})
+
+    def newest(self, problem: str) -> None:
+        """Drop the cursor (back to the newest runs), saying why in ``errors``."""
+        self.cursor = None
+        self.errors.append(problem)
 
     @property
     def narrowed(self) -> bool:
-        """Whether a workflow, version, queue, worker or key filter is set (see App.count_runs)."""
-        return any(self.form.get(k) for k in ("workflow", "version", "queue", "worker", "key"))
+        """Whether a narrowing filter is set (see App.count_runs): RunFilter.narrowing."""
+        return self.filter.narrowing
 
     @property
     def filtered(self) -> bool:
         """Whether any filter other than the page size is set."""
         return any(self.form.get(k) for k in FIELDS if k != "limit")
-
-
-def encode_cursor(cursor: tuple[datetime, str]) -> str:
-    """A page cursor for a URL: the last run's creation time and id."""
-    return f"{cursor[0].isoformat()}_{cursor[1]}"
 
 
 def parse(params: QueryParams, now: datetime) -> RunsQuery:
@@ -92,10 +107,11 @@ def parse(params: QueryParams, now: datetime) -> RunsQuery:
         else:
             errors.append(f"version must be a positive number, not {form['version']!r}: ignored")
             form["version"] = ""
+    tags = _tag(form, errors)
     limit = int(form["limit"]) if form["limit"].isdigit() else 50
     if limit not in PAGE_SIZES:
         limit = 50
-    filters = RunFilters(
+    filter = RunFilter(
         status=status,
         workflow=form["workflow"] or None,
         version=version,
@@ -104,16 +120,18 @@ def parse(params: QueryParams, now: datetime) -> RunsQuery:
         key_prefix=form["key"] or None,
         since=since,
         before=before,
+        tags=tags,
     )
-    return RunsQuery(form, filters, _cursor(params.get("after"), errors), limit, errors)
+    return RunsQuery(form, filter, params.get("after") or None, limit, errors)
 
 
-def _cursor(text: str | None, errors: list[str]) -> tuple[datetime, str] | None:
-    if not text:
+def _tag(form: dict[str, str], errors: list[str]) -> dict[str, str] | None:
+    """The form's ``tag`` (NAME=VALUE) as the tags a RunFilter takes."""
+    if not form["tag"]:
         return None
-    at, _, run_id = text.rpartition("_")
-    try:
-        return datetime.fromisoformat(at), run_id
-    except ValueError:
-        errors.append("the page cursor is not valid: showing the newest runs")
-        return None
+    name, equals, value = form["tag"].partition("=")
+    if equals and name.strip():
+        return {name.strip(): value.strip()}
+    errors.append(f"tag must be NAME=VALUE, not {form['tag']!r}: ignored")
+    form["tag"] = ""
+    return None

@@ -41,21 +41,20 @@ class ManageStatements:
         *,
         statuses: Sequence[str],
         filters: dict[str, Any],
-        ids: Sequence[str] | None,
         after: RunRef | None,
         limit: int,
     ) -> Statement[list[RunRef]]:
         """A page of runs in ``statuses`` matching ``filters``, newest first, after ``after``.
 
         ``filters`` holds the criteria of ``run_list`` but the status (each
-        None to skip it), as :meth:`perdure.RunFilter.params` gives them.
+        None to skip it; ``ids`` the given runs), as
+        :meth:`perdure.RunFilter.params` gives them.
         """
         after_at: datetime | None = None if after is None else after.created_at
         return self._stmt(
             "run_select",
             lambda found: [_ref(r) for r in found],
             statuses=list(statuses),
-            ids=None if ids is None else list(ids),
             after_at=after_at,
             after_id=None if after is None else after.id,
             limit=limit,

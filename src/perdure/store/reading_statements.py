@@ -1,4 +1,4 @@
-"""Statements of the observability reads: filtered run pages, counts, activity, held work.
+"""Statements of the observability reads: counts of runs, activity, held work.
 
 A mixin of :class:`~perdure.store.statements.Statements`: the queries live in
 ``sql/queries/reading.sql``. They serve the dashboard and anyone who wants
@@ -8,22 +8,15 @@ the same views from code.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
 from perdure.store import rows
 from perdure.store.statement import Row, Statement
-from perdure.types import Run, WorkflowInfo
+from perdure.types import WorkflowInfo
 
 T = TypeVar("T")
-
-#: The filters run_search and run_count_by_status share; None skips one.
-RUN_FILTERS = ("status", "workflow", "version", "queue", "worker", "key_prefix", "since", "before")
-
-
-#: The filters that narrow runs to a workflow, queue, worker or key: counted
-#: among the newest matching runs rather than per status (run_count_recent).
-NARROWING = ("workflow", "version", "queue", "worker", "key_prefix")
 
 
 def _all_rows(found: list[Row]) -> list[Row]:
@@ -42,39 +35,26 @@ class ReadingStatements:
     ) -> Statement[T]:
         raise NotImplementedError  # provided by Statements
 
-    def run_search(
-        self,
-        filters: Mapping[str, Any],
-        *,
-        limit: int,
-        cursor: tuple[datetime, str] | None = None,
-    ) -> Statement[list[Run]]:
-        """Runs newest first matching ``filters`` (see RUN_FILTERS), after ``cursor``.
-
-        ``cursor`` is the (created_at, id) of the last run of the previous page.
-        """
-        return self._stmt(
-            "run_search",
-            lambda found: [rows.run(r) for r in found],
-            **{name: filters.get(name) for name in RUN_FILTERS},
-            cursor_at=None if cursor is None else cursor[0],
-            cursor_id=None if cursor is None else cursor[1],
-            limit=limit,
-        )
-
     def run_count_by_status(
         self, filters: Mapping[str, Any], statuses: Sequence[str], cap: int
     ) -> Statement[dict[str, int]]:
-        """How many runs of each status match ``filters``, each count stopping at ``cap``."""
-        params = {name: filters.get(name) for name in RUN_FILTERS if name != "status"}
-        return self._stmt(
-            "run_count_by_status", _counts, statuses=list(statuses), cap=cap, **params
+        """How many runs of each status match ``filters``, each count stopping at ``cap``.
+
+        ``filters`` are the criteria :meth:`perdure.RunFilter.params` gives.
+        Planned with its values (never prepared), as ``run_list`` is.
+        """
+        stmt = self._stmt(
+            "run_count_by_status", _counts, statuses=list(statuses), cap=cap, **filters
         )
+        return replace(stmt, prepare=False)
 
     def run_count_recent(self, filters: Mapping[str, Any], cap: int) -> Statement[dict[str, int]]:
-        """How many of the newest ``cap`` runs matching ``filters`` are in each status."""
-        params = {name: filters.get(name) for name in RUN_FILTERS if name != "status"}
-        return self._stmt("run_count_recent", _counts, cap=cap, **params)
+        """How many of the newest ``cap`` runs matching ``filters`` are in each status.
+
+        ``filters`` as for :meth:`run_count_by_status`.
+        """
+        stmt = self._stmt("run_count_recent", _counts, cap=cap, **filters)
+        return replace(stmt, prepare=False)
 
     def run_activity(self, since: datetime, bucket_seconds: float) -> Statement[list[Row]]:
         """Runs created since ``since`` per (bucket, status): rows of bucket, status, n."""

@@ -31,6 +31,7 @@ WHERE (%(status)s::text IS NULL OR r.status = %(status)s::text)
   AND (%(parent)s::uuid IS NULL OR r.parent_run_id = %(parent)s::uuid)
   -- Tags: runs whose tags contain every given pair (GIN index runs_tags_idx).
   AND (%(tags)s::jsonb IS NULL OR r.tags @> %(tags)s::jsonb)
+  AND (%(ids)s::uuid[] IS NULL OR r.id = ANY(%(ids)s::uuid[]))
   AND (%(cursor_at)s::timestamptz IS NULL
        OR (r.created_at, r.id) < (%(cursor_at)s::timestamptz, %(cursor_id)s::uuid))
 ORDER BY r.created_at DESC, r.id DESC

@@ -3,7 +3,7 @@
 -- name: run_select
 -- One page of the runs a bulk operation (app.cancel_runs, app.retry_runs)
 -- applies to, newest first: the filter of app.list_runs, narrowed to the
--- statuses the operation accepts and, with %(ids)s, to given runs. Keyset
+-- statuses the operation accepts (%(ids)s: only given runs). Keyset
 -- paging: the page starts after (%(after_at)s, %(after_id)s), the last row of
 -- the previous page, so runs created meanwhile (newer) are never visited and
 -- the walk ends. Runs created in one transaction share created_at; the id

@@ -1,35 +1,14 @@
--- Named queries of the observability reads: the dashboard's runs page,
--- overview chart, workers and queues. Every filter is skipped when its
--- parameter is NULL.
-
--- name: run_search
--- Runs newest first, with every filter of the dashboard's runs page, one
--- page at a time: the cursor is the (created_at, id) of the last run of the
--- previous page (keyset pagination, so page 1000 costs what page 1 costs).
--- runs_created_at_idx serves the unfiltered form; the (status, created_at),
--- (workflow, created_at) and (worker_id, created_at) indexes the filtered ones.
-SELECT r.*,
-       (SELECT count(*) FROM {schema}.steps s WHERE s.run_id = r.id AND s.status = 'completed')
-           AS steps_completed
-FROM {schema}.runs r
-WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
-  AND (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s)
-  AND (%(version)s::integer IS NULL OR r.version = %(version)s)
-  AND (%(queue)s::text IS NULL OR r.queue = %(queue)s)
-  AND (%(worker)s::text IS NULL OR r.worker_id = %(worker)s)
-  AND (%(key_prefix)s::text IS NULL OR starts_with(r.key, %(key_prefix)s))
-  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
-  AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s)
-  AND (%(cursor_at)s::timestamptz IS NULL
-       OR (r.created_at, r.id) < (%(cursor_at)s::timestamptz, %(cursor_id)s::uuid))
-ORDER BY r.created_at DESC, r.id DESC
-LIMIT %(limit)s;
+-- Named queries of the observability reads: the dashboard's counts,
+-- overview chart, workers and queues (its runs list is run_list, run.sql).
+-- Every filter is skipped when its parameter is NULL.
 
 -- name: run_count_by_status
--- How many runs match the filters of run_search, per status, each count
--- stopping at %(cap)s: every status is counted by its own bounded scan of the
--- (status, created_at) index, so the page costs the same with a million
--- finished runs behind it (a count at the cap reads "cap or more").
+-- How many runs match a RunFilter (app.count_runs: the criteria of run_list
+-- but the status), per status, each count stopping at %(cap)s: every status
+-- is counted by its own bounded scan of the (status, created_at) index, so
+-- the page costs the same with a million finished runs behind it (a count at
+-- the cap reads "cap or more"). count_runs sends a narrowing filter
+-- (RunFilter.narrowing) to run_count_recent instead.
 SELECT s.status,
        (SELECT count(*) FROM (
             SELECT 1 FROM {schema}.runs r
@@ -41,15 +20,19 @@ SELECT s.status,
               AND (%(key_prefix)s::text IS NULL OR starts_with(r.key, %(key_prefix)s))
               AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
               AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s)
+              AND (%(parent)s::uuid IS NULL OR r.parent_run_id = %(parent)s::uuid)
+              AND (%(tags)s::jsonb IS NULL OR r.tags @> %(tags)s::jsonb)
+              AND (%(ids)s::uuid[] IS NULL OR r.id = ANY(%(ids)s::uuid[]))
             LIMIT %(cap)s) capped) AS n
 FROM unnest(%(statuses)s::text[]) AS s(status);
 
 -- name: run_count_recent
 -- How many of the newest %(cap)s runs matching a workflow, version, queue,
--- worker or key filter are in each status. One ordered scan of the index
--- that serves the filter ((workflow, created_at), (worker_id, created_at),
--- or created_at), stopped at %(cap)s rows: a per-status count of a narrow
--- filter would walk the status index past every run that does not match.
+-- worker, key, parent, tags or run ids filter are in each status. One
+-- ordered scan of the index that serves the filter ((workflow, created_at),
+-- (worker_id, created_at), parent_run_id, tags, or created_at), stopped at
+-- %(cap)s rows: a per-status count of a narrow filter would walk the status
+-- index past every run that does not match.
 SELECT newest.status, count(*) AS n
 FROM (SELECT r.status
       FROM {schema}.runs r
@@ -60,6 +43,9 @@ FROM (SELECT r.status
         AND (%(key_prefix)s::text IS NULL OR starts_with(r.key, %(key_prefix)s))
         AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
         AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s)
+        AND (%(parent)s::uuid IS NULL OR r.parent_run_id = %(parent)s::uuid)
+        AND (%(tags)s::jsonb IS NULL OR r.tags @> %(tags)s::jsonb)
+        AND (%(ids)s::uuid[] IS NULL OR r.id = ANY(%(ids)s::uuid[]))
       ORDER BY r.created_at DESC
       LIMIT %(cap)s) newest
 GROUP BY newest.status;
