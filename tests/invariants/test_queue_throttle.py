@@ -86,7 +86,9 @@ def test_rate_limit_and_priority_hold_under_three_worker_processes(
         for run_b, at_b in rows:
             if at_a < at_b:
                 assert place[run_a] < place[run_b], "a lower-priority run was claimed first"
-    assert len(set(pids)) >= 2 and set(pids) <= {w.pid for w in workers}
+    # Which worker wins each window is a race (one may win them all): the
+    # limit must hold whoever claims, so only the claimants are checked.
+    assert set(pids) <= {w.pid for w in workers}
 
 
 def test_priority_orders_a_queue_claimed_one_at_a_time(
