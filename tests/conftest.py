@@ -153,3 +153,5 @@ def spawn_worker(pg_url: str, schema: str) -> Iterator[Callable[..., WorkerProce
     yield spawn
     for proc in procs:
         proc.kill()
+        # Shown by pytest only when the test failed: what each worker said.
+        print(f"--- worker {proc.pid} (exit {proc.proc.poll()}) ---\n{proc.output()[-4000:]}")
