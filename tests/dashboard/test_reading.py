@@ -115,7 +115,7 @@ def test_run_activity_buckets_runs_by_creation_and_status(app: perdure.App) -> N
     assert app.run_activity(since=datetime.now(UTC) + timedelta(minutes=5), bucket_seconds=60) == []
 
 
-def test_held_tasks_and_queue_heads_show_what_is_held_and_what_waits(app: perdure.App) -> None:
+def test_held_tasks_and_queue_ages_show_what_is_held_and_what_waits(app: perdure.App) -> None:
     release = threading.Event()
 
     @app.workflow("hold")
@@ -136,11 +136,12 @@ def test_held_tasks_and_queue_heads_show_what_is_held_and_what_waits(app: perdur
         assert task["kind"] == "run" and task["claimed_at"] is not None
         (worker,) = [w for w in app.workers() if w.status == "running"]
         assert task["worker_id"] == worker.id and worker.held == 1
-        heads = {h["queue"]: h for h in app.queue_heads()}
+        heads = {q.name: q for q in app.queues() if q.ready}
         assert set(heads) == {"nobody-serves-this"}
-        assert heads["nobody-serves-this"]["ready"] == 1
-        assert heads["nobody-serves-this"]["oldest"] <= datetime.now(UTC)
-        assert heads["nobody-serves-this"]["oldest"] >= waiting.get().created_at
+        assert heads["nobody-serves-this"].ready == 1
+        oldest = heads["nobody-serves-this"].oldest_seconds
+        assert oldest is not None and oldest >= 0
+        assert oldest <= (datetime.now(UTC) - waiting.get().created_at).total_seconds() + 1
         release.set()
         assert held.result(timeout=20) is True
     assert app.held_tasks() == []

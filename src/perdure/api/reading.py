@@ -1,7 +1,7 @@
 """Reading runs: find one by id or key, list them, their steps and history, wait for results.
 
 Also the observability reads the dashboard is built on (:meth:`ReadingMixin.count_runs`,
-:meth:`~ReadingMixin.run_activity`, held tasks, queue heads), each served by an index so
+:meth:`~ReadingMixin.run_activity`, held tasks), each served by an index so
 that its cost does not grow with finished runs. Listings and counts take the criteria of
 one :class:`~perdure.api.filters.RunFilter`.
 """
@@ -226,11 +226,6 @@ class ReadingMixin:
         """The tasks workers hold now: worker_id, run_id, kind, workflow, step_name, claimed_at."""
         arguments.integer("limit", limit, minimum=1, maximum=100_000)
         return self._portal.call(self._run(self.q.task_list_claimed(limit)))
-
-    def queue_heads(self) -> list[dict[str, Any]]:
-        """Per queue with due work: ``oldest`` (the due time of its oldest unclaimed task)
-        and ``ready`` (how many are due)."""
-        return self._portal.call(self._run(self.q.task_oldest_ready()))
 
     def events(self, ref: str) -> list[dict[str, Any]]:
         """The events run ``ref`` published (ctx.set_event): key, value, position, updated_at."""

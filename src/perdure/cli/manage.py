@@ -19,10 +19,10 @@ from rich.table import Table
 
 from perdure.api.filters import RunFilter
 from perdure.api.manage import CANCELLABLE, DEFAULT_BATCH, MAX_BATCH, RETRYABLE
-from perdure.cli import render, times
-from perdure.cli.run_queueing import tags_option
+from perdure.cli import render, run_filters
+from perdure.cli.run_filters import filter_options
 from perdure.cli.runs import _steer
-from perdure.types import BulkResult, RunRef, RunStatus
+from perdure.types import BulkResult, RunRef
 
 if TYPE_CHECKING:
     from perdure.api.app import App
@@ -34,61 +34,9 @@ PREVIEW_ROWS = 20
 F = Callable[..., Any]
 
 
-#: The filter options of bulk commands, named as RunFilter's fields.
-_CRITERIA = (
-    "status",
-    "workflow",
-    "version",
-    "queue",
-    "worker",
-    "key_prefix",
-    "since",
-    "before",
-    "parent",
-    "tags",
-)
-
-
 def _filter_options(fn: F) -> F:
-    """The filter options of a bulk command, as in ``perdure runs list``."""
+    """The filter options of a bulk command (those of ``perdure runs list``) and its own."""
     options = [
-        click.option(
-            "--status",
-            type=click.Choice([s.value for s in RunStatus]),
-            help="Only runs in this status.",
-        ),
-        click.option("--workflow", help="Only runs of this workflow."),
-        click.option("--version", type=click.IntRange(min=1), help="Only runs of this version."),
-        click.option("--queue", help="Only runs of this queue."),
-        click.option(
-            "--worker", metavar="WORKER_ID", help="Only runs last claimed by this worker."
-        ),
-        click.option(
-            "--key-prefix", metavar="PREFIX", help="Only runs whose key starts with PREFIX."
-        ),
-        click.option(
-            "--tag",
-            "tags",
-            multiple=True,
-            metavar="NAME=VALUE",
-            callback=tags_option,
-            help="Only runs with this tag (repeatable: runs with every one).",
-        ),
-        click.option(
-            "--since",
-            metavar="DURATION|ISO",
-            callback=times.point_option,
-            help="Only runs created since: 30m, 2h, 7d or an ISO timestamp.",
-        ),
-        click.option(
-            "--before",
-            "--until",
-            "before",
-            metavar="DURATION|ISO",
-            callback=times.point_option,
-            help="Only runs created before: 30m, 2h, 7d (ago) or an ISO timestamp.",
-        ),
-        click.option("--parent", metavar="RUN_ID", help="Only the child runs of this run."),
         click.option("--dry-run", is_flag=True, help="Only show how many runs match, and which."),
         click.option("--yes", "-y", is_flag=True, help="Act without asking for confirmation."),
         click.option(
@@ -105,7 +53,7 @@ def _filter_options(fn: F) -> F:
     ]
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return filter_options(fn)
 
 
 @click.command("cancel")
@@ -149,13 +97,13 @@ def retry(state: CliState, /, ref: str | None, **options: Any) -> None:
 
 def _single(options: dict[str, Any], ref: str | None) -> bool:
     """True for a command on one run; a usage error for a run and a filter, or neither."""
-    criteria = [name for name in _CRITERIA if options[name]]
+    criteria = [name for name, value in run_filters.criteria(options).items() if value]
     if ref is not None and criteria:
         raise click.UsageError(f"give a run or a filter, not both (--{criteria[0]} with {ref!r})")
     if ref is None and not criteria:
         raise click.UsageError(
             "give a run (ID_OR_KEY), or a filter: "
-            + ", ".join("--" + name.replace("_", "-") for name in _CRITERIA)
+            + ", ".join("--" + name.replace("_", "-") for name in run_filters.CRITERIA)
         )
     if ref is not None and options["dry_run"]:
         raise click.UsageError("--dry-run previews a filter's runs; it takes no ID_OR_KEY")
@@ -164,7 +112,7 @@ def _single(options: dict[str, Any], ref: str | None) -> bool:
 
 def _bulk(state: CliState, operation: str, options: dict[str, Any], extra: dict[str, Any]) -> None:
     """Preview the runs a filter matches; unless --dry-run, confirm and act on exactly those."""
-    wanted = RunFilter(**{name: options[name] for name in _CRITERIA})
+    wanted = RunFilter(**run_filters.criteria(options))
     as_json = options["as_json"]
     with state.app() as app:
         act = _operation(app, operation)

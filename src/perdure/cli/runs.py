@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from perdure.cli import render, times
-from perdure.cli.run_queueing import queueing_rows, tags_option, unserved_versions, waits_for
+from perdure.cli.run_filters import filter_options
+from perdure.cli.run_queueing import queueing_rows, unserved_versions, waits_for
 from perdure.types import HistoryEvent, Run, RunStatus, Step
 
 if TYPE_CHECKING:
@@ -28,41 +29,11 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option(
-    "--status", type=click.Choice([s.value for s in RunStatus]), help="Only runs in this status."
-)
-@click.option("--workflow", help="Only runs of this workflow.")
-@click.option("--version", "version", type=click.IntRange(min=1), help="Only runs of this version.")
-@click.option("--queue", help="Only runs of this queue.")
-@click.option("--worker", metavar="WORKER_ID", help="Only runs last claimed by this worker.")
-@click.option("--key-prefix", metavar="PREFIX", help="Only runs whose key starts with PREFIX.")
-@click.option("--parent", metavar="RUN_ID", help="Only the child runs of this run.")
-@click.option(
-    "--since",
-    metavar="DURATION|ISO",
-    callback=times.point_option,
-    help="Only runs created since: 30m, 2h, 7d (ago) or an ISO timestamp (naive means UTC).",
-)
-@click.option(
-    "--until",
-    "--before",
-    "until",
-    metavar="DURATION|ISO",
-    callback=times.point_option,
-    help="Only runs created before: 30m, 2h, 7d (ago) or an ISO timestamp.",
-)
+@filter_options
 @click.option("--archived", is_flag=True, help="List archived runs (perdure prune --archive).")
 @click.option("--cursor", help="Start after this cursor (printed under the previous page).")
 @click.option(
     "--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="At most N runs."
-)
-@click.option(
-    "--tag",
-    "tags",
-    multiple=True,
-    metavar="NAME=VALUE",
-    callback=tags_option,
-    help="Only runs with this tag (repeatable: runs with every one).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @click.pass_obj
@@ -71,9 +42,7 @@ def list_runs(
     /,
     cursor: str | None,
     limit: int,
-    tags: dict[str, str] | None,
     as_json: bool,
-    until: datetime | None,
     **filters: Any,
 ) -> None:
     """List runs, newest first, a page at a time.
@@ -82,7 +51,7 @@ def list_runs(
     worker with that version (``perdure workflows list`` shows who serves what).
     """
     with state.app() as app:
-        found = app.list_runs(**filters, before=until, cursor=cursor, limit=limit, tags=tags)
+        found = app.list_runs(**filters, cursor=cursor, limit=limit)
         unserved = unserved_versions(app, found)
     render.listing(found, as_json, "no runs match", lambda runs: runs_table(runs, unserved))
     if found.next_cursor is not None:

@@ -67,14 +67,6 @@ class RunsPage:
 
 
 @dataclass(frozen=True)
-class QueueRow:
-    """A queue with its depth and how long its oldest due task has waited."""
-
-    info: QueueInfo
-    oldest_ready: datetime | None
-
-
-@dataclass(frozen=True)
 class WorkerRow:
     """A worker and the tasks it holds now."""
 
@@ -88,7 +80,7 @@ class Overview:
 
     activity: list[dict[str, Any]]
     counts: dict[str, int]
-    queues: list[QueueRow]
+    queues: list[QueueInfo]
     workers: list[WorkerRow]
     schedules: list[dict[str, Any]] | None
 
@@ -146,14 +138,13 @@ class DashboardData:
 
     def overview(self, since: datetime, bucket_seconds: float) -> Overview:
         """Activity since ``since`` in buckets, counts, queues, workers and schedules."""
-        heads = {row["queue"]: row["oldest"] for row in self.app.queue_heads()}
         held: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for task in self.app.held_tasks():
             held[task["worker_id"]].append(task)
         return Overview(
             activity=self.app.run_activity(since=since, bucket_seconds=bucket_seconds),
             counts=self.app.count_runs(RunFilter(since=since), cap=COUNT_CAP),
-            queues=[QueueRow(q, heads.get(q.name)) for q in self.app.queues()],
+            queues=self.app.queues(),
             workers=[WorkerRow(w, held.get(w.id, [])) for w in self.app.workers()],
             schedules=self.schedules(),
         )

@@ -5,7 +5,8 @@ default), so that several workers in one process, or one test after another,
 never share a series. Counters and histograms are updated from the engine's
 observer hooks, in memory: no metric adds a database round trip. The queue
 gauges are read from the database when Prometheus scrapes, with one cheap
-statement (``queue_depth``) on the worker's own pool.
+statement (``queue_list``, the one behind ``perdure queues list``) on the worker's
+own pool.
 
 docs/observability.md lists every series with its labels.
 """
@@ -26,6 +27,7 @@ from prometheus_client.registry import Collector
 from perdure.engine.observer import Observer, StepAttempt
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
+from perdure.types import QueueInfo
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -302,15 +304,15 @@ class _QueueDepth(Collector):
             return []
         depth, oldest = self._families()
         assert self.metrics._worker is not None
-        found = {row["queue"]: row for row in rows}
+        found = {info.name: info for info in rows}
         for queue in self.metrics._worker.queues:
-            row = found.get(queue, {})
+            info = found.get(queue)
             for state in QUEUE_STATES:
-                depth.add_metric([queue, state], float(row.get(state, 0)))
-            oldest.add_metric([queue], float(row.get("oldest_ready_seconds", 0.0)))
+                depth.add_metric([queue, state], float(getattr(info, state, 0)))
+            oldest.add_metric([queue], float((info and info.oldest_seconds) or 0.0))
         return [depth, oldest]
 
-    def _read(self) -> list[dict[str, Any]] | None:
+    def _read(self) -> list[QueueInfo] | None:
         worker, loop = self.metrics._worker, self.metrics._loop
         store = worker.store if worker is not None else None
         if worker is None or store is None or loop is None or loop.is_closed():
@@ -323,9 +325,7 @@ class _QueueDepth(Collector):
             # Scraped from inside an event loop (the worker's own, perhaps):
             # waiting here could block the very statement the wait is for.
             return None
-        future = asyncio.run_coroutine_threadsafe(
-            store.execute(store.q.queue_depth(worker.queues)), loop
-        )
+        future = asyncio.run_coroutine_threadsafe(store.execute(store.q.queue_list()), loop)
         try:
             return future.result(self.timeout)
         except BaseException as exc:

@@ -71,12 +71,6 @@ class QueueStatements:
             "queue_set", lambda found: bool(found), name=name, channel=self.channel, **params
         )
 
-    def queue_depth(self, queues: Sequence[str]) -> Statement[list[dict[str, Any]]]:
-        """Tasks of ``queues`` by state (ready, running, waiting, paused) and the oldest ready."""
-        return self._stmt(
-            "queue_depth", lambda found: [dict(r) for r in found], queues=list(queues)
-        )
-
     def queue_list(self, name: str | None = None) -> Statement[list[QueueInfo]]:
         """Every known queue (or the one named) with its limits and task counts."""
         return self._stmt("queue_list", lambda found: [rows.queue(r) for r in found], name=name)

@@ -64,10 +64,6 @@ class ReadingStatements:
         """The tasks workers hold now, by worker, oldest claim first."""
         return self._stmt("task_list_claimed", _all_rows, limit=limit)
 
-    def task_oldest_ready(self) -> Statement[list[Row]]:
-        """Per queue: the oldest due, unclaimed task's due time, and how many are due."""
-        return self._stmt("task_oldest_ready", _all_rows)
-
     def event_list(self, run_id: str) -> Statement[list[Row]]:
         """The events a run published, in the order it first set them."""
         return self._stmt("event_list", _all_rows, run_id=run_id)

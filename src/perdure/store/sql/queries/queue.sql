@@ -17,24 +17,6 @@ WHERE name = ANY(%(queues)s)
 ORDER BY name
 FOR UPDATE;
 
--- name: queue_depth
--- The tasks of the given queues by state, and the age of the oldest task due
--- now: what a worker's /metrics endpoint reports at each scrape. The tasks
--- table holds only pending and held work (a finished task is deleted), so
--- this reads the backlog, never the history; queue = ANY(...) is served by
--- the partial index of ready tasks and the claimed ones are few.
-SELECT queue,
-       count(*) FILTER (WHERE status = 'ready' AND available_at <= {now}) AS ready,
-       count(*) FILTER (WHERE status = 'claimed') AS running,
-       count(*) FILTER (WHERE status = 'ready' AND available_at > {now}) AS waiting,
-       count(*) FILTER (WHERE status = 'paused') AS paused,
-       coalesce(extract(epoch FROM {now} - min(available_at)
-                        FILTER (WHERE status = 'ready' AND available_at <= {now})), 0)::float8
-           AS oldest_ready_seconds
-FROM {schema}.tasks
-WHERE queue = ANY(%(queues)s)
-GROUP BY queue;
-
 -- name: queue_set
 -- Record the settings of a queue. Only the settings flagged %(set_...)s are
 -- written (set_rate covers rate_limit and rate_period together); the others

@@ -73,15 +73,6 @@ WHERE t.status = 'claimed'
 ORDER BY t.worker_id, t.claimed_at
 LIMIT %(limit)s;
 
--- name: task_oldest_ready
--- Per queue, the due time of the oldest task that is due and unclaimed: how
--- long the queue's head has been waiting for a worker.
-SELECT t.queue, min(t.available_at) AS oldest, count(*) AS ready
-FROM {schema}.tasks t
-WHERE t.status = 'ready' AND t.available_at <= {now}
-GROUP BY t.queue
-ORDER BY t.queue;
-
 -- name: event_list
 -- The events a run published (ctx.set_event), latest value of each key.
 SELECT key, value, position, updated_at
