@@ -41,21 +41,30 @@ WITH capacity AS (
       AND (q.concurrency IS NOT NULL OR q.worker_concurrency IS NOT NULL
            OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)
 ), ready AS (
-    SELECT id, queue, priority, available_at
-    FROM {schema}.tasks
-    WHERE status = 'ready'
-      AND queue = ANY(%(queues)s)
-      AND available_at <= {now}
-      -- Only the workflow versions this worker has code for; the rest wait,
-      -- visible, for a worker that has them.
-      AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[], %(versions)s::integer[]))
-      -- A queue with no free slot is not read at all.
-      AND queue NOT IN (SELECT name FROM capacity WHERE free <= 0)
-    ORDER BY priority DESC, available_at, id
-    -- A limited queue's tasks past its free slots are locked here but not
-    -- claimed; the margin keeps them from crowding out other queues' tasks.
-    LIMIT %(limit)s * (1 + (SELECT count(*) FROM capacity))
-    FOR UPDATE SKIP LOCKED
+    -- Each served queue is read on its own, in claim order, through the
+    -- partial index tasks_ready_idx (queue, priority DESC, available_at, id):
+    -- the scan stops at the first tasks it can lock, so a claim costs the
+    -- same with ten ready tasks or a million. A queue with no free slot is
+    -- not read at all. A limited queue's tasks past its free slots are locked
+    -- here but not claimed; the margin keeps them from crowding out other
+    -- queues' tasks.
+    SELECT t.id, t.queue, t.priority, t.available_at
+    FROM (SELECT DISTINCT unnest(%(queues)s::text[])) AS served(name)
+    CROSS JOIN LATERAL (
+        SELECT id, queue, priority, available_at
+        FROM {schema}.tasks
+        WHERE status = 'ready'
+          AND queue = served.name
+          AND available_at <= {now}
+          -- Only the workflow versions this worker has code for; the rest
+          -- wait, visible, for a worker that has them.
+          AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[],
+                                                           %(versions)s::integer[]))
+        ORDER BY priority DESC, available_at, id
+        LIMIT %(limit)s * (1 + (SELECT count(*) FROM capacity))
+        FOR UPDATE SKIP LOCKED
+    ) t
+    WHERE served.name NOT IN (SELECT name FROM capacity WHERE free <= 0)
 ), candidates AS (
     -- At most `free` tasks of each limited queue, the first in claim order.
     SELECT r.id
