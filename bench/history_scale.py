@@ -7,10 +7,11 @@ steps and six history entries each, into a fresh schema with COPY; the newest
 tenth holds a few thousand live ones (queued with ready tasks, running, waiting). Then
 it times the queries a dashboard runs, through perdure's own API, and prints
 each one's median over R repetitions (default 7) with the indexes its plan
-uses, and the plan of the claim query (task_claim), which must read the
-partial index tasks_ready_idx. Without --database-url it uses the embedded
-server, like the other scripts here. tests/history/test_scale_plans.py runs
-the same generator and plan checks on 20,000 runs.
+uses, and the plan of the claim query (task_claim), which must read a
+partial index of ready tasks (tasks_ready_idx or tasks_due_idx). Without
+--database-url it uses the embedded server, like the other scripts here.
+tests/history/test_scale_plans.py runs the same generator and plan checks on
+20,000 runs.
 """
 
 from __future__ import annotations

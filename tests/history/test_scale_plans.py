@@ -76,7 +76,9 @@ def test_dashboard_queries_and_the_claim_read_their_indexes(
     assert {"runs_pkey", "steps_pkey"} <= one_run
     # One index range per day partition of history (and the default one).
     assert sum(1 for index in one_run if index.endswith("run_id_id_idx")) >= 30
-    assert "tasks_ready_idx" in used("claim")
+    # The claim reads a partial index of ready tasks: in claim order
+    # (tasks_ready_idx) or by due time (tasks_due_idx), as the planner sees fit.
+    assert used("claim") & {"tasks_ready_idx", "tasks_due_idx"}
     for name in plans:
         assert whole_tables(name) == [], (name, whole_tables(name))
 

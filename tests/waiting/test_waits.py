@@ -127,6 +127,56 @@ def test_signal_through_sql_wakes_the_run(app: perdure.App, pg_url: str, schema:
         assert handle.result(timeout=20) == {"amount": 5}
 
 
+def test_a_signal_to_a_parked_run_completes_its_wait_in_the_senders_transaction(
+    app: perdure.App,
+) -> None:
+    ran: list[str] = []
+
+    @app.workflow("handoff")
+    async def handoff(ctx: perdure.Context) -> Any:
+        payload = await ctx.wait_for_signal("go", timeout=600)
+        await ctx.step("after", lambda: ran.append("after"))
+        return payload
+
+    handle = app.start("handoff")
+    with BackgroundWorker(app, **FAST):
+        wait_until(lambda: handle.status() == "waiting", 20, what="the wait")
+    # No worker runs now: the sender alone completes the wait.
+    signal_id = app.signal(handle.id, "go", {"n": 1})
+    (wait,) = app.steps(handle.id)
+    assert (wait.name, wait.kind, wait.status, wait.output) == (
+        "signal:go",
+        "signal",
+        "completed",
+        {"n": 1},
+    )
+    (signal,) = app.signals(handle.id)
+    assert signal["consumed_at"] is not None and signal["consumed_position"] == wait.position
+    consumed = [e for e in app.history(handle.id) if e.event == "signal_consumed"]
+    assert [(e.step_name, e.detail) for e in consumed] == [("signal:go", {"signal_id": signal_id})]
+    assert handle.status() == "waiting"
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=20) == {"n": 1}
+    assert ran == ["after"]
+
+
+def test_a_signal_to_a_paused_run_waits_for_the_resume(app: perdure.App) -> None:
+    @app.workflow("held_handoff")
+    async def held_handoff(ctx: perdure.Context) -> Any:
+        return await ctx.wait_for_signal("go")
+
+    handle = app.start("held_handoff")
+    with BackgroundWorker(app, **FAST):
+        wait_until(lambda: handle.status() == "waiting", 20, what="the wait")
+        app.pause(handle.id)
+        app.signal(handle.id, "go", "later")
+        (signal,) = app.signals(handle.id)
+        assert signal["consumed_at"] is None
+        assert [s.status for s in app.steps(handle.id)] == ["waiting"]
+        app.resume(handle.id)
+        assert handle.result(timeout=20) == "later"
+
+
 def test_signals_from_many_threads_race_with_the_wait_and_none_is_lost(
     app: perdure.App,
 ) -> None:

@@ -117,22 +117,30 @@ FROM claimed c JOIN {schema}.runs r ON r.id = c.run_id LEFT JOIN started s ON s.
 
 -- name: task_next_due
 -- Seconds until the earliest ready task of these queues becomes due (NULL if
--- none): the idle worker sleeps exactly that long instead of polling. A queue
--- at its limit (global, or this worker's) is left out, or a worker would spin
--- on work it may not claim: a slot freed on this worker wakes it, one freed
--- elsewhere is found by that worker's next claim or by the poll.
-SELECT extract(epoch FROM min(available_at) - {now})::float8 AS seconds
-FROM {schema}.tasks
-WHERE status = 'ready' AND queue = ANY(%(queues)s)
-  AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[], %(versions)s::integer[]))
-  AND queue NOT IN (
-      SELECT q.name FROM {schema}.queues q
-      WHERE q.name = ANY(%(queues)s)
-        AND (q.concurrency <= (SELECT count(*) FROM {schema}.tasks c
-                               WHERE c.status = 'claimed' AND c.queue = q.name)
-             OR q.worker_concurrency <= (SELECT count(*) FROM {schema}.tasks c
-                                         WHERE c.status = 'claimed' AND c.queue = q.name
-                                           AND c.worker_id = %(worker_id)s)));
+-- none): the idle worker sleeps exactly that long instead of polling. Each
+-- queue's first task of a version this worker has is read from
+-- tasks_due_idx (queue, available_at), so the answer costs the same with a
+-- million runs asleep. A queue at its limit (global, or this worker's) is left
+-- out, or a worker would spin on work it may not claim: a slot freed on this
+-- worker wakes it, one freed elsewhere is found by that worker's next claim
+-- or by the poll.
+SELECT extract(epoch FROM min(next.available_at) - {now})::float8 AS seconds
+FROM (SELECT DISTINCT unnest(%(queues)s::text[])) AS served(name)
+CROSS JOIN LATERAL (
+    SELECT available_at FROM {schema}.tasks
+    WHERE status = 'ready' AND queue = served.name
+      AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[], %(versions)s::integer[]))
+    ORDER BY available_at
+    LIMIT 1
+) next
+WHERE served.name NOT IN (
+    SELECT q.name FROM {schema}.queues q
+    WHERE q.name = ANY(%(queues)s)
+      AND (q.concurrency <= (SELECT count(*) FROM {schema}.tasks c
+                             WHERE c.status = 'claimed' AND c.queue = q.name)
+           OR q.worker_concurrency <= (SELECT count(*) FROM {schema}.tasks c
+                                       WHERE c.status = 'claimed' AND c.queue = q.name
+                                         AND c.worker_id = %(worker_id)s)));
 
 -- name: task_waiting_summary
 -- How many tasks of these queues wait for a future time (sleeps, signal

@@ -155,10 +155,17 @@ FROM claimed c JOIN {schema}.runs r ON r.id = c.run_id LEFT JOIN started s ON s.
 -- must not make the worker spin; a slot that frees on this worker wakes it,
 -- one that frees elsewhere is found by the poll.
 SELECT extract(epoch FROM least(
-    (SELECT min(available_at) FROM {schema}.tasks
-     WHERE status = 'ready' AND queue = ANY(%(queues)s) AND available_at > {now}
-       AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[],
-                                                        %(versions)s::integer[]))),
+    -- Each queue's first future task, from tasks_due_idx (queue, available_at).
+    (SELECT min(next.available_at)
+     FROM (SELECT DISTINCT unnest(%(queues)s::text[])) AS served(name)
+     CROSS JOIN LATERAL (
+         SELECT available_at FROM {schema}.tasks
+         WHERE status = 'ready' AND queue = served.name AND available_at > {now}
+           AND (workflow, version) IN (SELECT * FROM unnest(%(names)s::text[],
+                                                            %(versions)s::integer[]))
+         ORDER BY available_at
+         LIMIT 1
+     ) next),
     (SELECT min(s.started_at + make_interval(secs => q.rate_period))
      FROM {schema}.queue_starts s JOIN {schema}.queues q ON q.name = s.queue
      WHERE s.queue = ANY(%(queues)s)
