@@ -416,8 +416,8 @@ def main() -> None:
                 print(f"  {line}")
             every = indexes(explain(conn, claim_statement(app, WORKFLOWS)))
             print(
-                f"(a worker serving all {len(WORKFLOWS)} queues reads the small tasks table "
-                f"whole instead; indexes in its plan: {', '.join(sorted(every))})"
+                f"(the claim of a worker serving all {len(WORKFLOWS)} queues reads these "
+                f"indexes: {', '.join(sorted(every))})"
             )
     finally:
         app.close()

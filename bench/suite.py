@@ -33,6 +33,7 @@ import throughput
 from harness import BENCH_DIR, Probe, counting, drop_schema, start_server
 
 PEERS = {"dbos": "DBOS 3.4", "pgqrs": "pgqrs 0.15", "absurd": "Absurd 0.5"}
+RATIOS = ("perdure_vs_dbos", "perdure_vs_best_queue", "steps_vs_pgbench", "preloaded_vs_empty")
 
 
 @dataclass
@@ -89,15 +90,30 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
             notes["preload"] = f"{options.preload} runs written in {seconds:.0f} s"
         clients = 0
         for rep in range(1, options.repeat + 1):
-            say(f"repetition {rep}/{options.repeat}: perdure throughput ({options.runs} runs)")
-            figures = throughput.measure(server.url, probe, options.runs, options.concurrency)
-            keep("perdure.", figures)
-            clients = clients or max(1, int(figures["worker_connections"]))
+            found: dict[str, Any] = {}
+            # Empty and preloaded tables back to back, in turns first, so that
+            # both meet the server in the same state (their ratio is paired).
+            targets: list[str | None] = [None, preloaded] if options.preload else [None]
+            if rep % 2 == 0:
+                targets.reverse()
+            for target in targets:
+                if target is None:
+                    say(f"repetition {rep}/{options.repeat}: perdure throughput ({options.runs} runs)")
+                else:
+                    say(f"repetition {rep}/{options.repeat}: perdure with {options.preload} runs")
+                prefix = "perdure." if target is None else "preloaded."
+                figures = throughput.measure(
+                    server.url, probe, options.runs, options.concurrency, schema=target
+                )
+                keep(prefix, figures)
+                found.update({f"{prefix}{k}": v for k, v in figures.items()})
+            clients = clients or max(1, int(found["perdure.worker_connections"]))
             say(f"repetition {rep}/{options.repeat}: pgbench, {clients} client(s)")
             rate = ceiling.measure(
                 server.url, probe, server.bin_dir, clients, options.pgbench_seconds
             )
             keep("pgbench.", {"commits_per_s": rate})
+            found["pgbench.commits_per_s"] = rate
             say(f"repetition {rep}/{options.repeat}: latency ({options.samples} samples each)")
             keep("latency.", latency.measure(server.url, probe, options.samples))
             say(f"repetition {rep}/{options.repeat}: graphs")
@@ -105,19 +121,13 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
             if options.peers:
                 for peer in PEERS:
                     say(f"repetition {rep}/{options.repeat}: {PEERS[peer]}")
-                    found = _peer(peer, server.url, probe, options)
-                    if "error" in found:
-                        notes[peer] = found["error"]
+                    result = _peer(peer, server.url, probe, options)
+                    if "error" in result:
+                        notes[peer] = result["error"]
                     else:
-                        keep(f"{peer}.", found)
-            if options.preload:
-                say(f"repetition {rep}/{options.repeat}: perdure with {options.preload} runs")
-                keep(
-                    "preloaded.",
-                    throughput.measure(
-                        server.url, probe, options.runs, options.concurrency, schema=preloaded
-                    ),
-                )
+                        keep(f"{peer}.", result)
+                        found[f"{peer}.runs_per_s"] = result["runs_per_s"]
+            keep("ratio.", {k: v for k, v in _ratios(found).items() if v is not None})
     finally:
         if options.preload:
             drop_schema(probe, preloaded)
@@ -228,25 +238,18 @@ def _report(
         rows.append(
             row("preloaded.runs_per_s", f"perdure with {options.preload} finished runs", "runs/s")
         )
-    by_key = {r.key: r.median for r in rows}
-    ratios = _ratios(by_key)
+    # Each ratio is the median of the repetitions' ratios: the two figures of
+    # a ratio come from the same repetition, measured minutes apart at most.
     for name, label, goal, bound in (
         ("perdure_vs_dbos", "ratio: perdure / DBOS runs/s", "≥ 10", 10.0),
         ("perdure_vs_best_queue", "ratio: perdure / best(pgqrs, Absurd)", "≥ 5", 5.0),
         ("steps_vs_pgbench", "ratio: perdure steps/s / pgbench commits/s", "≥ 0.5", 0.5),
         ("preloaded_vs_empty", "ratio: perdure with finished runs / empty", "≥ 0.9", 0.9),
     ):
-        value = ratios.get(name)
-        rows.append(
-            Row(
-                name,
-                label,
-                "",
-                [] if value is None else [value],
-                goal,
-                None if value is None else value >= bound,
-            )
-        )
+        ratio = row(f"ratio.{name}", label, "", goal, at_least=bound)
+        ratio.key = name
+        rows.append(ratio)
+    ratios = {r.key: r.median for r in rows if r.key in RATIOS}
     return {
         "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": {
