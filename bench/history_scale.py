@@ -329,6 +329,7 @@ def statements(app: perdure.App, data: Dataset) -> dict[str, list[Statement[Any]
 
     q = app.q
     middle = app.get_run(data.cursor_run)
+    both_versions = [1] * len(WORKFLOWS) + [2] * len(WORKFLOWS)
 
     def page(**filters: Any) -> Statement[Any]:
         cursor = filters.pop("cursor", None)
@@ -345,6 +346,7 @@ def statements(app: perdure.App, data: Dataset) -> dict[str, list[Statement[Any]
         ],
         "cursor page": [page(cursor=(middle.created_at, middle.id))],
         "claim": [claim_statement(app)],
+        "next due": [q.task_next_due("bench-claimer", WORKFLOWS, WORKFLOWS * 2, both_versions)],
     }
 
 

@@ -97,10 +97,10 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
             if rep % 2 == 0:
                 targets.reverse()
             for target in targets:
-                if target is None:
-                    say(f"repetition {rep}/{options.repeat}: perdure throughput ({options.runs} runs)")
-                else:
-                    say(f"repetition {rep}/{options.repeat}: perdure with {options.preload} runs")
+                what = f"throughput ({options.runs} runs)"
+                if target is not None:
+                    what = f"with {options.preload} runs"
+                say(f"repetition {rep}/{options.repeat}: perdure {what}")
                 prefix = "perdure." if target is None else "preloaded."
                 figures = throughput.measure(
                     server.url, probe, options.runs, options.concurrency, schema=target

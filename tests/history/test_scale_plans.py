@@ -79,6 +79,8 @@ def test_dashboard_queries_and_the_claim_read_their_indexes(
     # The claim reads a partial index of ready tasks: in claim order
     # (tasks_ready_idx) or by due time (tasks_due_idx), as the planner sees fit.
     assert used("claim") & {"tasks_ready_idx", "tasks_due_idx"}
+    # An idle worker's next due time: the first entry of each queue by due time.
+    assert "tasks_due_idx" in used("next due")
     for name in plans:
         assert whole_tables(name) == [], (name, whole_tables(name))
 

@@ -37,18 +37,21 @@ WITH input AS (
         started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at
     WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
       AND {schema}.steps.name = EXCLUDED.name
-    RETURNING run_id, position
+    RETURNING run_id, position, name, attempts, worker_id
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id)
-    SELECT c.run_id, {now}, 'step_completed', i.position, i.name, i.step_attempts, i.worker_id
-    FROM checkpoint c JOIN lease l ON l.run_id = c.run_id JOIN input i ON i.task_id = l.task_id
+    SELECT run_id, {now}, 'step_completed', position, name, attempts, worker_id
+    FROM checkpoint
 )
-SELECT i.task_id, (l.task_id IS NOT NULL)::int AS leased, (c.run_id IS NOT NULL)::int AS written,
+-- Membership tests (hashed subplans) rather than joins of the CTEs: the
+-- planner cannot size a CTE's answer and would join them in nested loops.
+SELECT i.task_id, (i.task_id IN (SELECT task_id FROM lease))::int AS leased,
+       coalesce((l.run_id, i.position) IN (SELECT run_id, position FROM checkpoint),
+                false)::int AS written,
        r.status AS run_status
 FROM input i
-LEFT JOIN lease l ON l.task_id = i.task_id
-LEFT JOIN checkpoint c ON c.run_id = l.run_id AND c.position = i.position
-LEFT JOIN {schema}.runs r ON r.id = l.run_id
+LEFT JOIN {schema}.tasks l ON l.id = i.task_id
+LEFT JOIN {schema}.runs r ON r.id = l.run_id AND i.task_id IN (SELECT task_id FROM lease)
 ORDER BY i.n;
 
 -- name: run_complete_step_many
@@ -86,11 +89,12 @@ WITH input AS (
         started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at
     WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
       AND {schema}.steps.name = EXCLUDED.name
-    RETURNING run_id
+    RETURNING run_id, position, name, attempts, worker_id
 ), done AS (
+    -- One unit per run here, so the run's checkpoint names its task.
     DELETE FROM {schema}.tasks t
-    USING lease l
-    WHERE t.id = l.task_id AND l.run_id IN (SELECT run_id FROM checkpoint)
+    USING checkpoint c
+    WHERE t.run_id = c.run_id AND t.id = ANY(%(task_ids)s::bigint[])
     RETURNING t.id AS task_id, t.run_id
 ), finished AS (
     UPDATE {schema}.runs r
@@ -98,7 +102,7 @@ WITH input AS (
         completed_at = {now}, updated_at = {now}
     FROM done d JOIN input i ON i.task_id = d.task_id
     WHERE r.id = d.run_id AND r.status IN ('running', 'paused')
-    RETURNING r.id
+    RETURNING r.id, i.task_id, i.attempt, i.worker_id
 ), leftovers AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN done d ON t.run_id = d.run_id
@@ -106,16 +110,17 @@ WITH input AS (
                  FOR UPDATE OF t SKIP LOCKED)
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id)
-    SELECT c.run_id, {now}, 'step_completed', i.position, i.name, i.step_attempts, i.worker_id
-    FROM checkpoint c JOIN lease l ON l.run_id = c.run_id JOIN input i ON i.task_id = l.task_id
+    SELECT run_id, {now}, 'step_completed', position, name, attempts, worker_id
+    FROM checkpoint
     UNION ALL
-    SELECT f.id, {now}, 'run_completed', NULL, NULL, i.attempt, i.worker_id
-    FROM finished f JOIN done d ON d.run_id = f.id JOIN input i ON i.task_id = d.task_id
+    SELECT id, {now}, 'run_completed', NULL, NULL, attempt, worker_id
+    FROM finished
 )
-SELECT i.task_id, (l.task_id IS NOT NULL)::int AS leased, (c.run_id IS NOT NULL)::int AS written,
-       (f.id IS NOT NULL)::int AS changed
+-- Membership tests (hashed subplans) rather than joins of the CTEs: the
+-- planner cannot size a CTE's answer and would join them in nested loops.
+-- A task is deleted exactly when its run's checkpoint was written.
+SELECT i.task_id, (i.task_id IN (SELECT task_id FROM lease))::int AS leased,
+       (i.task_id IN (SELECT task_id FROM done))::int AS written,
+       (i.task_id IN (SELECT task_id FROM finished))::int AS changed
 FROM input i
-LEFT JOIN lease l ON l.task_id = i.task_id
-LEFT JOIN checkpoint c ON c.run_id = l.run_id
-LEFT JOIN finished f ON f.id = l.run_id
 ORDER BY i.n;
