@@ -41,9 +41,9 @@ class Options:
     """What `perdure bench` was asked to do."""
 
     url: str | None = None
-    runs: int = 1000
+    runs: int = 3000
     repeat: int = 3
-    concurrency: int = 64
+    concurrency: int = 128
     samples: int = 200
     peers: bool = True
     preload: int = 100_000

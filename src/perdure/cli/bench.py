@@ -43,7 +43,7 @@ def bench_dir() -> Path:
 @click.option(
     "--runs",
     type=click.IntRange(min=1),
-    default=1000,
+    default=3000,
     show_default=True,
     help="Runs per throughput measurement (and per peer).",
 )
@@ -57,7 +57,7 @@ def bench_dir() -> Path:
 @click.option(
     "--concurrency",
     type=click.IntRange(min=1),
-    default=64,
+    default=128,
     show_default=True,
     help="Runs in flight in the one worker process (and in each peer).",
 )
