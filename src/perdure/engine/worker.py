@@ -307,6 +307,11 @@ class Worker:
                     if len(claimed) == want:
                         continue
                     timeout = opts.poll_seconds
+                    if claimed:
+                        # Let the executions just started reach their first
+                        # await before this loop's next query: a woken run's
+                        # first step starts without waiting for it.
+                        await asyncio.sleep(0)
                     self._emit("worker_idle", {"free": free - len(claimed)})
                     due = await self._next_due(store, names, versions)
                     if due is not None:
