@@ -116,3 +116,32 @@ def test_an_app_without_the_code_starts_registered_workflows(
     handle = trigger_side.start("invoice", 1)
     run = handle.get()
     assert (run.workflow, run.version, run.queue) == ("invoice", 2, "billing")
+
+
+def test_an_app_without_the_code_pins_registered_versions_in_one_statement(
+    make_app: Any, db: psycopg.Connection[Any]
+) -> None:
+    worker_side = make_app()
+
+    @worker_side.workflow("ledger", version=1, queue="books-v1")
+    async def ledger_v1(ctx: perdure.Context, n: int) -> int:
+        return n
+
+    @worker_side.workflow("ledger", version=2, queue="books-v2")
+    async def ledger_v2(ctx: perdure.Context, n: int) -> int:
+        return n
+
+    worker_side.register()
+    trigger_side = make_app()
+    pinned = trigger_side.start("ledger", 1, version=1, key="ledger:1").get()
+    assert (pinned.version, pinned.queue) == (1, "books-v1")
+    newest = trigger_side.start("ledger", 2).get()
+    assert (newest.version, newest.queue) == (2, "books-v2")
+    again = trigger_side.start("ledger", 1, version=1, key="ledger:1")
+    assert again.id == pinned.id and not again.created
+    with pytest.raises(perdure.UnknownWorkflow, match="ledger"):
+        trigger_side.start("ledger", 3, version=3)
+    with pytest.raises(perdure.UnknownWorkflow):
+        trigger_side.start("journal", 3)
+    assert db.execute("SELECT count(*) FROM runs").fetchone() == (2,)
+    assert db.execute("SELECT count(*) FROM tasks").fetchone() == (2,)

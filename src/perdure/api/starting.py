@@ -50,7 +50,7 @@ class StartingMixin:
 
     def _insert_statement(
         self,
-        resolved: tuple[str, int, str],
+        resolved: tuple[str, int, str | None],
         input: Any,
         key: str | None,
         delay: float | timedelta | None,
@@ -59,7 +59,11 @@ class StartingMixin:
         options: StartOptions | None = None,
         newest: bool = False,
     ) -> tuple[Statement[Any], Statement[Any] | None]:
-        """The run's insert, and the debounce that goes first (None without debounce)."""
+        """The run's insert, and the debounce that goes first (None without debounce).
+
+        A ``resolved`` without a queue is a workflow this App has no code for:
+        the insert looks its version and queue up among the registered ones.
+        """
         name, version, queue = resolved
         key = arguments.optional_text("key", key, max_length=arguments.MAX_KEY_LENGTH)
         priority = arguments.integer(
@@ -85,9 +89,11 @@ class StartingMixin:
             timeout_seconds=timeout_seconds,
             queueing=queueing,
             newest=newest,
+            lookup=queue is None,
         )
         if window is None:
             return insert, None
+        assert queue is not None, "a debounced start resolves its workflow first"
         debounce = self.q.run_debounce(
             workflow=name, queue=queue, key=key, input_json=text, queueing=queueing
         )
@@ -221,13 +227,20 @@ class StartingMixin:
         name, resolved = self._local(workflow, version)
         if not self._schema_ready:
             await asyncio.to_thread(self.ensure_schema)
-        if resolved is None:
+        target: tuple[str, int, str | None]
+        if resolved is not None:
+            target = resolved
+        elif options.debounce is None:
+            # Without the workflow's code: the insert itself looks up the
+            # version and queue registered in the database (one round trip).
+            target = (name, version or 0, None)
+        else:
             row = await run(self.q.workflow_lookup(name, version))
             if row is None:
                 raise UnknownWorkflow(name, version)
-            resolved = (row["name"], row["version"], row["queue"])
+            target = (row["name"], row["version"], row["queue"])
         stmt, debounce = self._insert_statement(
-            resolved, input, key, delay, priority, timeout, options, newest=version is None
+            target, input, key, delay, priority, timeout, options, newest=version is None
         )
         # A concurrent start with the same key can leave this statement's
         # snapshot without either row (see run_insert); a new statement sees it.
@@ -240,6 +253,8 @@ class StartingMixin:
                 if collapsed is not None:
                     return self._checked(collapsed, name, key)
             result = await run(stmt)
+            if result is not None and result.unknown_workflow:
+                raise UnknownWorkflow(name, version)
             if result is not None and (result.created or debounce is None or attempt > 0):
                 return self._checked(result, name, key)
         raise RunNotFound(key or "")

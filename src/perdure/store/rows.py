@@ -84,10 +84,14 @@ class StartResult:
     run_id: str
     workflow: str
     created: bool
+    #: The workflow is registered nowhere (a ``run_insert`` with ``lookup``).
+    unknown_workflow: bool = False
 
 
 def start_result(r: Row) -> StartResult:
     """A ``run_insert`` or ``run_debounce`` row as a StartResult."""
+    if r["id"] is None:
+        return StartResult("", r["workflow"], False, unknown_workflow=True)
     return StartResult(str(r["id"]), r["workflow"], bool(r["created"]))
 
 

@@ -88,7 +88,7 @@ class Statements(
         run_id: str,
         workflow: str,
         version: int,
-        queue: str,
+        queue: str | None,
         key: str | None,
         input_json: str,
         priority: int = 0,
@@ -98,13 +98,18 @@ class Statements(
         queueing: Queueing | None = None,
         newest: bool = False,
         trace_context_json: str | None = None,
+        lookup: bool = False,
     ) -> Statement[StartResult | None]:
         """Create a run with its first task, or find the run that has ``key``.
 
         ``queueing`` carries the partition key, dedup key and tags; with
         ``newest``, a newer version registered in the database replaces
         ``version`` (and its queue replaces ``queue``). ``trace_context_json``
-        holds the starter's trace propagation headers.
+        holds the starter's trace propagation headers. With ``lookup`` (a
+        caller without the workflow's code; ``queue`` None, ``version`` 0 with
+        ``newest``), the version and queue come from the registered workflows,
+        and an unregistered one writes nothing and answers a StartResult whose
+        ``unknown_workflow`` is set.
         """
         extra = queueing or Queueing()
         return self._stmt(
@@ -125,6 +130,7 @@ class Statements(
             dedup_key=extra.dedup_key,
             tags=extra.tags_json,
             trace_context=trace_context_json,
+            lookup=lookup,
         )
 
     def run_get(self, run_id: str) -> Statement[Run | None]:

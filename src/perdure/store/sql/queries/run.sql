@@ -8,20 +8,26 @@
 -- (runs_dedup_key_idx); the last SELECTs find it. Under a concurrent insert of
 -- the same key, this statement's snapshot may predate the winner's commit and
 -- return no row: the caller then runs it again, and the fresh snapshot sees
--- the winner.
+-- the winner. With %(lookup)s (a caller without the workflow's code), the
+-- workflow must be registered in the database: if it is not, nothing is
+-- written and the answer is one row whose id is NULL.
 WITH target AS (
     -- The version the run is pinned to: the caller's. When the caller did not
     -- pin one (%(newest)s), the newest version registered in the database
     -- wins if it is newer than the caller's code: a deploy that registered
     -- version 3 makes unpinned starts run version 3, even from an App that
-    -- has only version 2. Its queue is that version's.
+    -- has only version 2. Its queue is that version's. A lookup pinned to a
+    -- version takes exactly that one.
     SELECT coalesce(w.version, %(version)s) AS version, coalesce(w.queue, %(queue)s) AS queue
     FROM (SELECT) one
     LEFT JOIN LATERAL (
         SELECT version, queue FROM {schema}.workflows
-        WHERE %(newest)s AND name = %(workflow)s AND version > %(version)s
+        WHERE name = %(workflow)s
+          AND CASE WHEN %(newest)s THEN version > %(version)s
+                   ELSE %(lookup)s AND version = %(version)s END
         ORDER BY version DESC LIMIT 1
     ) w ON true
+    WHERE NOT %(lookup)s OR w.version IS NOT NULL
 ), inserted AS (
     INSERT INTO {schema}.runs (id, workflow, version, queue, key, status, input, parent_run_id,
                                created_at, updated_at, deadline_at, priority, partition_key,
@@ -56,6 +62,8 @@ UNION ALL
  WHERE queue = (SELECT queue FROM target) AND dedup_key = %(dedup_key)s
    AND status = 'queued' AND started_at IS NULL
    AND NOT EXISTS (SELECT 1 FROM inserted))
+UNION ALL
+(SELECT NULL, %(workflow)s, NULL, NULL, false WHERE NOT EXISTS (SELECT 1 FROM target))
 LIMIT 1;
 
 -- name: run_debounce
