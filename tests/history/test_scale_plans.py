@@ -8,6 +8,7 @@ of runs, steps or history. Invariant 8: cost independent of history.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -60,12 +61,14 @@ def test_dashboard_queries_and_the_claim_read_their_indexes(
     def whole_tables(name: str) -> list[str]:
         # The tables that grow with history. (The claim may read the small
         # tasks table whole to count claimed tasks; an empty partition, a day
-        # ahead or the default one, costs nothing to read.)
+        # ahead or the default one, costs nothing to read, and neither does
+        # the oldest day's partition when the generated span covers only its
+        # last minutes: the planner rightly reads a few pages whole.)
         return [
             line
             for line in plans[name]
             if any(f"Seq Scan on {table}" in line for table in ("runs", "steps", "history"))
-            and "cost=0.00..0.00" not in line
+            and _estimated_cost(line) >= 20
         ]
 
     assert "runs_status_created_at_idx" in used("failed in the last hour")
@@ -96,3 +99,10 @@ def test_the_generated_history_is_spread_over_day_partitions(
     assert sum(counts.values()) > 20_000 * 5
     assert counts.get(f"{dataset.schema}.history_default", 0) == 0
     assert len(counts) >= 30
+
+
+def _estimated_cost(plan_line: str) -> float:
+    """The planner's total cost of one plan node (``cost=start..total``)."""
+    match = re.search(r"cost=[0-9.]+\.\.([0-9.]+)", plan_line)
+    assert match, plan_line
+    return float(match.group(1))
