@@ -56,8 +56,8 @@ class Statements:
         """Render the named queries for ``schema``; take times from ``clock``."""
         self.schema = validate_schema(schema)
         self.clock = clock
-        self.channel = f"{schema}_wakeup"
-        build = Builder(schema, clock, render(sql.Identifier(schema).as_string(None)))
+        build = Builder(self.schema, clock, render(sql.Identifier(schema).as_string(None)))
+        self.channel = build.channel
         self.runs = RunStatements(build)
         self.steps = StepStatements(build)
         self.tasks = TaskStatements(build)

@@ -1,4 +1,4 @@
-"""The statements on a run's events: ``sql/queries/events.sql``, ``sql/queries/streams.sql``."""
+"""The statements on a run's events and streams: ``sql/queries/{events,streams}.sql``."""
 
 from __future__ import annotations
 

@@ -233,7 +233,7 @@ class RunStatements(Namespace):
         """How many runs of each status match ``filters``, each count stopping at ``cap``.
 
         ``filters`` are the criteria :meth:`perdure.RunFilter.params` gives.
-        Planned with its values (never prepared), as ``run_list`` is.
+        Planned with its values (never prepared), as :meth:`list` is.
         """
         stmt = self._build(
             "run_count_by_status", _counts, statuses=list(statuses), cap=cap, **filters
@@ -243,7 +243,7 @@ class RunStatements(Namespace):
     def count_recent(self, filters: Mapping[str, Any], cap: int) -> Statement[dict[str, int]]:
         """How many of the newest ``cap`` runs matching ``filters`` are in each status.
 
-        ``filters`` as for :meth:`run_count_by_status`.
+        ``filters`` as for :meth:`count_by_status`.
         """
         stmt = self._build("run_count_recent", _counts, cap=cap, **filters)
         return replace(stmt, prepare=False)
@@ -262,7 +262,7 @@ class RunStatements(Namespace):
     ) -> Statement[list[RunRef]]:
         """A page of runs in ``statuses`` matching ``filters``, newest first, after ``after``.
 
-        ``filters`` holds the criteria of ``run_list`` but the status (each
+        ``filters`` holds the criteria of :meth:`list` but the status (each
         None to skip it; ``ids`` the given runs), as
         :meth:`perdure.RunFilter.params` gives them.
         """
@@ -308,7 +308,7 @@ class RunStatements(Namespace):
         )
 
     def prune_count(self, before: datetime) -> Statement[int]:
-        """How many runs :meth:`run_prune` would take in all."""
+        """How many runs :meth:`prune` would take in all."""
         return self._build("run_prune_count", count("prunable"), before=before)
 
     def prune_cutoff(self, seconds: float) -> Statement[datetime]:

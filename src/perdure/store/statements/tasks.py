@@ -28,7 +28,7 @@ class TaskStatements(Namespace):
         """Claim up to ``limit`` due tasks, within the limits of their queues.
 
         ``locked`` names the globally limited queues whose rows this
-        transaction locked (:meth:`queue_lock`); any other queue with a global
+        transaction locked (``statements.queues.lock``); any other queue with a global
         limit gets no task. With ``throttled``, ``queues`` are queues with a
         partition or rate limit, all locked, and the claim is
         ``task_claim_throttled``.
