@@ -43,6 +43,9 @@ def test_a_fragment_is_placed_where_a_query_names_it_and_is_no_query() -> None:
     assert placed == {"n_list": "SELECT n FROM t WHERE (n % 2 = 0) AND n > 1"}
     # {schema} and {now} are left to rendering; a name that is no fragment is refused.
     assert queries.inline({"a": "{schema}.t {now}"}, {}) == {"a": "{schema}.t {now}"}
+    # A fragment of several lines takes the indentation of the line naming it.
+    nested = queries.inline({"a": "SELECT 1\n    WHERE {two}"}, {"two": "x\n  AND y"})
+    assert nested == {"a": "SELECT 1\n    WHERE x\n    AND y"}
     with pytest.raises(queries.QueryFileError, match="unknown fragment"):
         queries.inline({"a": "SELECT {nothing}"}, {})
 

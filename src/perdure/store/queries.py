@@ -12,6 +12,7 @@ every time comparison goes through one clock a test can move.
 from __future__ import annotations
 
 import re
+import textwrap
 from functools import cache
 from importlib import resources
 
@@ -60,7 +61,11 @@ def parse(text: str) -> dict[str, str]:
 
 
 def inline(queries: dict[str, str], fragments: dict[str, str]) -> dict[str, str]:
-    """``queries`` with each ``{fragment}`` replaced by the fragment's text."""
+    """``queries`` with each ``{fragment}`` replaced by the fragment's text.
+
+    The fragment's lines after its first are indented as the line that names
+    it, so that the statement the server logs reads as written.
+    """
 
     def place(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -68,7 +73,11 @@ def inline(queries: dict[str, str], fragments: dict[str, str]) -> dict[str, str]
             return match.group(0)
         if name not in fragments:
             raise QueryFileError(f"unknown fragment {{{name}}}")
-        return fragments[name]
+        line_start = match.string.rfind("\n", 0, match.start()) + 1
+        line = match.string[line_start : match.start()]
+        indent = line[: len(line) - len(line.lstrip())]
+        head, _, rest = fragments[name].partition("\n")
+        return "\n".join([head, *(indent + row for row in textwrap.dedent(rest).splitlines())])
 
     return {name: _PLACEHOLDER.sub(place, body) for name, body in queries.items()}
 
