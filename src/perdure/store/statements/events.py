@@ -22,4 +22,4 @@ class StreamStatements(Namespace):
 
     def read(self, run_id: str, key: str, after: int) -> Statement[list[Row]]:
         """Stream values after ``after``, with the run's status on every row."""
-        return self._build("stream_read", lambda found: found, run_id=run_id, key=key, after=after)
+        return self._build("stream_read", all_rows, run_id=run_id, key=key, after=after)

@@ -5,10 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from perdure.store import rows
-from perdure.store.statement import Namespace, Row, Statement, count
-from perdure.types import (
-    HistoryEvent,
-)
+from perdure.store.statement import Namespace, Row, Statement, all_rows, count
+from perdure.types import HistoryEvent
 
 
 class HistoryStatements(Namespace):
@@ -16,7 +14,7 @@ class HistoryStatements(Namespace):
 
     def partition_list(self) -> Statement[list[Row]]:
         """The partitions of history: name, from_at, to_at, is_default."""
-        return self._build("history_partition_list", lambda found: found)
+        return self._build("history_partition_list", all_rows)
 
     def partitions_ensure(self, days: int) -> Statement[int]:
         """Create missing day partitions from today to ``days`` ahead; how many."""

@@ -8,9 +8,7 @@ from typing import Any
 from perdure.errors import ConfigurationError
 from perdure.store import rows
 from perdure.store.statement import Namespace, Statement
-from perdure.types import (
-    QueueInfo,
-)
+from perdure.types import QueueInfo
 
 #: The columns of a queue's settings that ``queues.set`` writes, and the flag
 #: that says each is stated. ``rate_limit`` and ``rate_period`` go together.

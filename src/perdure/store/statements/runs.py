@@ -10,11 +10,7 @@ from typing import Any
 from perdure.store import rows
 from perdure.store.rows import Fence, Queueing, StartResult
 from perdure.store.statement import Namespace, Row, Statement, all_rows, count, first, pair
-from perdure.types import (
-    Run,
-    RunRef,
-    RunStatus,
-)
+from perdure.types import Run, RunRef, RunStatus
 
 
 def _counts(found: list[Row]) -> dict[str, int]:
@@ -164,7 +160,7 @@ class RunStatements(Namespace):
         its ``id``, ``previous_status`` and whether it ``changed``."""
         return self._build(
             "run_cancel",
-            lambda found: found,
+            all_rows,
             run_ids=list(run_ids),
             reason=reason,
             statuses=None if statuses is None else list(statuses),

@@ -6,9 +6,7 @@ from datetime import datetime
 
 from perdure.store import rows
 from perdure.store.statement import Namespace, Row, Statement, first
-from perdure.types import (
-    ScheduleInfo,
-)
+from perdure.types import ScheduleInfo
 
 
 def _due(found: list[Row]) -> tuple[list[str], float | None]:

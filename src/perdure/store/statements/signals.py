@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from perdure.store.rows import Fence
-from perdure.store.statement import Namespace, Row, Statement
+from perdure.store.statement import Namespace, Row, Statement, all_rows
 
 
 class SignalStatements(Namespace):
@@ -33,4 +33,4 @@ class SignalStatements(Namespace):
 
     def list(self, run_id: str) -> Statement[list[Row]]:
         """The signals a run received."""
-        return self._build("signal_list", lambda found: found, run_id=run_id)
+        return self._build("signal_list", all_rows, run_id=run_id)

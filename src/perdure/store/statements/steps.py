@@ -8,9 +8,7 @@ from datetime import datetime
 from perdure.store import rows
 from perdure.store.rows import Fence
 from perdure.store.statement import Namespace, Row, Statement, count
-from perdure.types import (
-    Step,
-)
+from perdure.types import Step
 
 
 def _checkpoint_result(found: list[Row]) -> tuple[int, int, str | None]:

@@ -6,9 +6,7 @@ from collections.abc import Sequence
 
 from perdure.store import rows
 from perdure.store.statement import Namespace, Statement
-from perdure.types import (
-    WorkerInfo,
-)
+from perdure.types import WorkerInfo
 
 
 class WorkerStatements(Namespace):

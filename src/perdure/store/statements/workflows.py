@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from perdure.store import rows
 from perdure.store.statement import Namespace, Row, Statement, first
-from perdure.types import (
-    WorkflowInfo,
-)
+from perdure.types import WorkflowInfo
 
 
 class WorkflowStatements(Namespace):
