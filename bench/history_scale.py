@@ -327,33 +327,37 @@ def queries(app: perdure.App, data: Dataset) -> dict[str, Callable[[], Any]]:
 def statements(app: perdure.App, data: Dataset) -> dict[str, list[Statement[Any]]]:
     """The SQL statements behind :func:`queries`, for EXPLAIN."""
 
-    q = app.q
+    statements = app.statements
     middle = app.get_run(data.cursor_run)
     both_versions = [1] * len(WORKFLOWS) + [2] * len(WORKFLOWS)
 
     def page(**filters: Any) -> Statement[Any]:
         cursor = filters.pop("cursor", None)
-        return q.run_list(perdure.RunFilter(**filters).checked().listing(), cursor=cursor, limit=51)
+        return statements.runs.list(
+            perdure.RunFilter(**filters).checked().listing(), cursor=cursor, limit=51
+        )
 
     return {
         "failed in the last hour": [page(status="failed", since=data.now - timedelta(hours=1))],
         "one workflow": [page(workflow=data.rare_workflow)],
         "one worker": [page(worker=data.worker)],
         "one run": [
-            q.run_get(data.sample_run),
-            q.step_list(data.sample_run),
-            q.history_list(data.sample_run),
+            statements.runs.get(data.sample_run),
+            statements.steps.list(data.sample_run),
+            statements.history.list(data.sample_run),
         ],
         "cursor page": [page(cursor=(middle.created_at, middle.id))],
         "claim": [claim_statement(app)],
-        "next due": [q.task_next_due("bench-claimer", WORKFLOWS, WORKFLOWS * 2, both_versions)],
+        "next due": [
+            statements.tasks.next_due("bench-claimer", WORKFLOWS, WORKFLOWS * 2, both_versions)
+        ],
     }
 
 
 def claim_statement(app: perdure.App, queues: list[str] | None = None) -> Statement[Any]:
     """The claim of a worker serving ``queues`` (default: the busiest one), versions 1 and 2."""
     queues = queues or WORKFLOWS[:1]
-    return app.q.task_claim(
+    return app.statements.tasks.claim(
         worker_id="bench-claimer",
         queues=queues,
         names=queues * 2,

@@ -58,17 +58,17 @@ def fill(conn: psycopg.Connection, schema: str, queue: str, backlog: int, keys: 
 
 def time_claims(app: perdure.App, url: str, queue: str, samples: int) -> list[float]:
     """Seconds per claim of one task from ``queue`` (lock + claim, rolled back)."""
-    q = app.q
+    statements = app.statements
     spent = []
     with psycopg.connect(url, row_factory=dict_row) as conn:
         for _ in range(samples):
             began = time.perf_counter()
             with conn.transaction(force_rollback=True):
-                locks = execute_sync(conn, q.queue_lock([queue]))
+                locks = execute_sync(conn, statements.queues.lock([queue]))
                 throttled = any(flag for _, flag in locks)
                 claimed = execute_sync(
                     conn,
-                    q.task_claim(
+                    statements.tasks.claim(
                         worker_id="bench",
                         queues=[queue],
                         names=[WORKFLOW],

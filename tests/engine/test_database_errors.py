@@ -33,11 +33,11 @@ def test_heartbeats_extend_only_the_tasks_a_worker_executes(
     app.ensure_schema()
     app.start("noop")
     app.start("noop")
-    claim = app.q.task_claim(
+    claim = app.statements.tasks.claim(
         worker_id="w", queues=["noop"], names=["noop"], versions=[1], limit=2, lease_seconds=1
     )
     executing, given_up = (t.fence.task_id for t in execute_sync(db, claim))
-    held = execute_sync(db, app.q.task_heartbeat("w", [executing], 3600))
+    held = execute_sync(db, app.statements.tasks.heartbeat("w", [executing], 3600))
     assert held == {executing}
     leases = dict(db.execute("SELECT id, lease_expires_at - now() FROM tasks").fetchall())
     assert leases[executing] > timedelta(minutes=59)

@@ -30,10 +30,10 @@ async def _claimed(app: perdure.App, count: int) -> tuple[AsyncStore, list[Claim
 
     for _ in range(count):
         await app.start_async("gc")
-    store = AsyncStore(app.url, app.q)
+    store = AsyncStore(app.url, app.statements)
     await store.open()
     claimed = await store.execute(
-        app.q.task_claim(
+        app.statements.tasks.claim(
             worker_id="w1",
             queues=["gc"],
             names=["gc"],
@@ -47,7 +47,7 @@ async def _claimed(app: perdure.App, count: int) -> tuple[AsyncStore, list[Claim
 
 
 def _checkpoint(app: perdure.App, fence: Fence, position: int, output: str = "1") -> Any:
-    return app.q.step_checkpoint(
+    return app.statements.steps.checkpoint(
         fence,
         lease_seconds=30,
         position=position,
@@ -90,7 +90,11 @@ def test_merged_completions_finish_each_run_or_leave_its_task(app: perdure.App, 
         # replay was stale, so it must keep its task and not complete.
         await store.execute(_checkpoint(app, tasks[1].fence, 0))
         units = [
-            [app.q.run_complete_step(t.fence, '"done"', _checkpoint(app, t.fence, 0))]
+            [
+                app.statements.batch.run_complete_step(
+                    t.fence, '"done"', _checkpoint(app, t.fence, 0)
+                )
+            ]
             for t in tasks
         ]
         try:

@@ -74,7 +74,7 @@ def test_the_claim_uses_the_partial_index_of_ready_tasks(
         " now(), now(), 'w', now() + interval '1 hour' FROM runs"
     )
     db.execute("ANALYZE tasks")
-    stmt = app.q.task_claim(
+    stmt = app.statements.tasks.claim(
         worker_id="w2", queues=["noop"], names=["noop"], versions=[1], limit=10, lease_seconds=30
     )
     plan = "\n".join(r[0] for r in db.execute("EXPLAIN " + stmt.query, stmt.params).fetchall())

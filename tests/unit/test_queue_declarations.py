@@ -58,10 +58,10 @@ def test_set_queue_needs_a_setting_and_validates_before_connecting() -> None:
 
 
 def test_the_store_refuses_unknown_settings() -> None:
-    q = Statements("perdure", Clock())
+    statements = Statements("perdure", Clock())
     with pytest.raises(perdure.ConfigurationError, match="unknown queue settings: priority"):
-        q.queue_set("media", {"priority": 1})
-    stmt = q.queue_set("media", {"worker_concurrency": None})
+        statements.queues.set("media", {"priority": 1})
+    stmt = statements.queues.set("media", {"worker_concurrency": None})
     assert stmt.params["set_worker_concurrency"] is True
     assert stmt.params["set_concurrency"] is False
 

@@ -106,7 +106,7 @@ class App(
         self.registry = Registry()
         self._queues: dict[str, QueueDef] = {}
         self._schedule_defs: list[ScheduleDef] = []
-        self.q = Statements(self.schema, self.clock)
+        self.statements = Statements(self.schema, self.clock)
         self._portal = Portal()
         self._store: AsyncStore | None = None
         self._store_lock: asyncio.Lock | None = None
@@ -125,7 +125,7 @@ class App(
             self._url = url
         if schema is not None:
             self.schema = validate_schema(schema)
-            self.q = Statements(self.schema, self.clock)
+            self.statements = Statements(self.schema, self.clock)
 
     @property
     def url(self) -> str:
@@ -169,7 +169,11 @@ class App(
             if self._store is None:
                 await asyncio.to_thread(self.ensure_schema)
                 store = AsyncStore(
-                    self.url, self.q, min_size=1, max_size=self.pool_size, name="perdure-app"
+                    self.url,
+                    self.statements,
+                    min_size=1,
+                    max_size=self.pool_size,
+                    name="perdure-app",
                 )
                 await store.open()
                 self._store = store
@@ -249,7 +253,7 @@ class App(
         for d in self.registry.all().values():
             d.validate()
             await target.execute(
-                self.q.workflow_upsert(
+                self.statements.workflows.upsert(
                     name=d.name,
                     version=d.version,
                     queue=d.queue,
@@ -277,7 +281,7 @@ class App(
 
     async def _retry(self, ref: str) -> RunHandle:
         run = await self._find(ref)
-        if not await self._run(self.q.run_retry([run.id])):
+        if not await self._run(self.statements.runs.retry([run.id])):
             raise InvalidRunState(run.id, run.status.value, "retry")
         return RunHandle(self, run.id, created=False)
 
@@ -292,7 +296,7 @@ class App(
     async def _cancel(self, ref: str, reason: str) -> Run:
         check_reason(reason)
         run = await self._find(ref)
-        found = await self._run(self.q.run_cancel([run.id], reason[:1000]))
+        found = await self._run(self.statements.runs.cancel([run.id], reason[:1000]))
         if not found:
             raise RunNotFound(ref)
         row = found[0]
@@ -346,7 +350,7 @@ class App(
         self.ensure_schema()
         return Worker(
             self.url,
-            self.q,
+            self.statements,
             defs,
             worker_options,
             max_payload_bytes=self.max_payload_bytes,

@@ -2,9 +2,9 @@
 
 One object carries the criteria of ``app.list_runs``, ``app.count_runs``,
 ``app.cancel_runs`` and ``app.retry_runs`` (and the CLI and dashboard that call
-them), so a criterion added here (with its SQL in ``run_list``,
-``run_list_archived``, ``run_select``, ``run_count_by_status`` and
-``run_count_recent``) reaches every one of them. Each criterion left None
+them), so a criterion added here (with its SQL in the ``run_filter`` fragment
+of the store's ``runs.sql``, which the queries of all of them share) reaches
+every one of them. Each criterion left None
 matches every run.
 """
 

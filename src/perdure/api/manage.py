@@ -57,7 +57,7 @@ class ManageMixin:
 
     if TYPE_CHECKING:
         _portal: Portal
-        q: Statements
+        statements: Statements
         registry: Registry
 
         async def _run(self, stmt: Statement[T]) -> T: ...
@@ -118,7 +118,7 @@ class ManageMixin:
         if from_step is not None:
             fork_step, positions = await self._fork_plan(run, from_step)
         row = await self._run(
-            self.q.run_copy(
+            self.statements.runs.copy(
                 source_id=run.id,
                 run_id=new_run_id(),
                 key=key,
@@ -135,13 +135,13 @@ class ManageMixin:
 
     async def _fork_plan(self, run: Run, from_step: str | int) -> tuple[str, list[int]]:
         """The fork point's name and the positions to copy (see engine.lineage)."""
-        steps = await self._run(self.q.step_list(run.id))
+        steps = await self._run(self.statements.steps.list(run.id))
         local = self.registry.get(run.workflow, run.version)
         if local is not None:
             local.validate()
             kind, definition = local.kind, local.definition()
         else:
-            row = await self._run(self.q.workflow_lookup(run.workflow, run.version))
+            row = await self._run(self.statements.workflows.lookup(run.workflow, run.version))
             if row is None:
                 raise UnknownWorkflow(run.workflow, run.version)
             kind, definition = row["kind"], row["definition"] or {}
@@ -149,7 +149,7 @@ class ManageMixin:
             return lineage.graph_fork(run.id, definition, steps, from_step)
         finished = []
         for child in lineage.child_runs(steps):
-            found = await self._run(self.q.run_get(child))
+            found = await self._run(self.statements.runs.get(child))
             if found is not None and found.status.is_final:
                 finished.append(child)
         return lineage.function_fork(run.id, steps, from_step, finished)
@@ -227,13 +227,13 @@ class ManageMixin:
         check_reason(reason)
 
         async def cancel(ids: list[str], statuses: list[str]) -> list[str]:
-            found = await self._run(self.q.run_cancel(ids, reason[:1000], statuses))
+            found = await self._run(self.statements.runs.cancel(ids, reason[:1000], statuses))
             return [str(row["id"]) for row in found if row["changed"]]
 
         return cancel
 
     async def _retry_batch(self, ids: list[str], statuses: list[str]) -> list[str]:
-        return await self._run(self.q.run_retry(ids, statuses))
+        return await self._run(self.statements.runs.retry(ids, statuses))
 
     async def _bulk(
         self,
@@ -258,7 +258,7 @@ class ManageMixin:
         while statuses:
             size = batch_size if limit is None else min(batch_size, limit - len(done + skipped))
             page = await self._run(
-                self.q.run_select(
+                self.statements.runs.select(
                     statuses=statuses,
                     filters=checked.params(),
                     after=after,

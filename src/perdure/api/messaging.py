@@ -25,7 +25,7 @@ class MessagingMixin:
 
     if TYPE_CHECKING:
         _portal: Portal
-        q: Statements
+        statements: Statements
         max_payload_bytes: int
 
         async def _run(self, stmt: Statement[T]) -> T: ...
@@ -59,7 +59,7 @@ class MessagingMixin:
             payload, f"the payload of signal {name!r}", self.max_payload_bytes
         )
         try:
-            return await self._run(self.q.run_signal(run, name, text, key))
+            return await self._run(self.statements.runs.signal(run, name, text, key))
         except psycopg.errors.NoDataFound:
             raise RunNotFound(run) from None
         except psycopg.errors.ObjectNotInPrerequisiteState:
@@ -86,7 +86,11 @@ class MessagingMixin:
 
     async def _steer(self, ref: str, operation: str) -> Run:
         run = await self._find(ref)
-        stmt = self.q.run_pause(run.id) if operation == "pause" else self.q.run_resume(run.id)
+        stmt = (
+            self.statements.runs.pause(run.id)
+            if operation == "pause"
+            else self.statements.runs.resume(run.id)
+        )
         row = await self._run(stmt)
         if row is None:
             raise RunNotFound(ref)
@@ -117,7 +121,7 @@ class MessagingMixin:
         deadline = time.monotonic() + timeout
         interval = 0.005
         while True:
-            row = await self._run(self.q.event_get(run.id, key))
+            row = await self._run(self.statements.events.get(run.id, key))
             if row is not None:
                 return row["value"]
             finished = (await self._find(run.id)).status.is_final
@@ -163,14 +167,14 @@ class MessagingMixin:
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = 0.005
         while True:
-            rows = await self._run(self.q.stream_read(run.id, key, after))
+            rows = await self._run(self.statements.streams.read(run.id, key, after))
             values = [(r["seq"], r["value"]) for r in rows if not r["closed"]]
             closed = any(r["closed"] for r in rows)
             if values or closed:
                 return values, closed
             if RunStatus((await self._find(run.id)).status).is_final:
                 # The run may have written its last values just before finishing.
-                rows = await self._run(self.q.stream_read(run.id, key, after))
+                rows = await self._run(self.statements.streams.read(run.id, key, after))
                 return [(r["seq"], r["value"]) for r in rows if not r["closed"]], True
             if deadline is not None and time.monotonic() >= deadline:
                 raise EventTimeout(run.id, key, timeout or 0.0)
@@ -183,4 +187,4 @@ class MessagingMixin:
 
     async def _signals(self, ref: str) -> list[dict[str, Any]]:
         run = await self._find(ref)
-        return await self._run(self.q.signal_list(run.id))
+        return await self._run(self.statements.signals.list(run.id))

@@ -143,7 +143,7 @@ class QueuesMixin:
 
     if TYPE_CHECKING:
         _portal: Portal
-        q: Statements
+        statements: Statements
         _queues: dict[str, QueueDef]
 
         async def _run(self, stmt: Statement[T]) -> T: ...
@@ -185,11 +185,11 @@ class QueuesMixin:
     def queues(self) -> list[QueueInfo]:
         """Every known queue by name: its limits, its depth (ready tasks), running and
         waiting tasks, and how long the oldest ready task has been due."""
-        return self._portal.call(self._run(self.q.queue_list()))
+        return self._portal.call(self._run(self.statements.queues.list()))
 
     async def queues_async(self) -> list[QueueInfo]:
         """Every known queue with its limits and load (async); see :meth:`queues`."""
-        return await self._portal.run(self._run(self.q.queue_list()))
+        return await self._portal.run(self._run(self.statements.queues.list()))
 
     def set_queue(
         self,
@@ -220,11 +220,11 @@ class QueuesMixin:
         return self._portal.call(self._set_queue(definition))
 
     async def _set_queue(self, definition: QueueDef) -> QueueInfo:
-        await self._run(self.q.queue_set(definition.name, definition.columns()))
-        (info,) = await self._run(self.q.queue_list(definition.name))
+        await self._run(self.statements.queues.set(definition.name, definition.columns()))
+        (info,) = await self._run(self.statements.queues.list(definition.name))
         return info
 
     async def _register_queues(self, store: AsyncStore) -> None:
         """Record the declared settings; one statement per queue, so no lock order to keep."""
         for definition in self._queues.values():
-            await store.execute(self.q.queue_set(definition.name, definition.columns()))
+            await store.execute(self.statements.queues.set(definition.name, definition.columns()))

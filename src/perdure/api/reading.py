@@ -45,7 +45,7 @@ class ReadingMixin:
 
     if TYPE_CHECKING:
         _portal: Portal
-        q: Statements
+        statements: Statements
         registry: Registry
 
         async def _run(self, stmt: Statement[T]) -> T: ...
@@ -62,8 +62,8 @@ class ReadingMixin:
             run_id = None
         # A live run first, then an archived one (perdure prune --archive).
         for by_id, by_key in (
-            (self.q.run_get, self.q.run_get_by_key),
-            (self.q.run_get_archived, self.q.run_get_by_key_archived),
+            (self.statements.runs.get, self.statements.runs.get_by_key),
+            (self.statements.runs.get_archived, self.statements.runs.get_by_key_archived),
         ):
             run = None if run_id is None else await self._run(by_id(run_id))
             if run is None:
@@ -149,7 +149,9 @@ class ReadingMixin:
         limit = listing.check_limit(limit)
         after = None if cursor is None else listing.decode_cursor(cursor)
         found = await self._run(
-            self.q.run_list(filters.listing(), archived=archived, cursor=after, limit=limit + 1)
+            self.statements.runs.list(
+                filters.listing(), archived=archived, cursor=after, limit=limit + 1
+            )
         )
         return listing.page(found, limit)
 
@@ -160,8 +162,8 @@ class ReadingMixin:
     async def _steps(self, ref: str) -> list[Step]:
         run = await self._find(ref)
         if run.archived:
-            return await self._run(self.q.step_list_archived(run.id))
-        return await self._run(self.q.step_list(run.id))
+            return await self._run(self.statements.steps.list_archived(run.id))
+        return await self._run(self.statements.steps.list(run.id))
 
     def history(self, ref: str) -> list[HistoryEvent]:
         """The append-only history of a run (live or archived), oldest first."""
@@ -170,17 +172,17 @@ class ReadingMixin:
     async def _history(self, ref: str) -> list[HistoryEvent]:
         run = await self._find(ref)
         if run.archived:
-            return await self._run(self.q.history_list_archived(run.id))
-        return await self._run(self.q.history_list(run.id))
+            return await self._run(self.statements.history.list_archived(run.id))
+        return await self._run(self.statements.history.list(run.id))
 
     def workers(self) -> list[WorkerInfo]:
         """Known workers, most recently seen first."""
-        return self._portal.call(self._run(self.q.worker_list()))
+        return self._portal.call(self._run(self.statements.workers.list()))
 
     def workflows(self) -> list[WorkflowInfo]:
         """Registered workflow versions with run counts by status and the live workers
         that serve each (a version no live worker has gets none of its runs claimed)."""
-        return self._portal.call(self._run(self.q.workflow_list()))
+        return self._portal.call(self._run(self.statements.workflows.list()))
 
     # Observability reads (the dashboard's) ------------------------------------------
 
@@ -200,9 +202,9 @@ class ReadingMixin:
         arguments.integer("cap", cap, minimum=1, maximum=10_000_000)
         counts = dict.fromkeys((s.value for s in RunStatus), 0)
         if checked.narrowing:
-            stmt = self.q.run_count_recent(checked.params(), cap)
+            stmt = self.statements.runs.count_recent(checked.params(), cap)
         else:
-            stmt = self.q.run_count_by_status(checked.params(), list(counts), cap)
+            stmt = self.statements.runs.count_by_status(checked.params(), list(counts), cap)
         found: dict[str, int] = self._portal.call(self._run(stmt))
         counts.update(found)
         return counts
@@ -216,16 +218,16 @@ class ReadingMixin:
         if not isinstance(since, datetime):
             raise ConfigurationError(f"since must be a datetime, not {since!r}")
         seconds = arguments.seconds("bucket_seconds", bucket_seconds, positive=True)
-        return self._portal.call(self._run(self.q.run_activity(since, seconds)))
+        return self._portal.call(self._run(self.statements.runs.activity(since, seconds)))
 
     def registered_workflows(self) -> list[WorkflowInfo]:
         """Registered workflow versions with their definitions, without run counts (cheap)."""
-        return self._portal.call(self._run(self.q.workflow_list_registered()))
+        return self._portal.call(self._run(self.statements.workflows.list_registered()))
 
     def held_tasks(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The tasks workers hold now: worker_id, run_id, kind, workflow, step_name, claimed_at."""
         arguments.integer("limit", limit, minimum=1, maximum=100_000)
-        return self._portal.call(self._run(self.q.task_list_claimed(limit)))
+        return self._portal.call(self._run(self.statements.tasks.list_claimed(limit)))
 
     def events(self, ref: str) -> list[dict[str, Any]]:
         """The events run ``ref`` published (ctx.set_event): key, value, position, updated_at."""
@@ -233,14 +235,14 @@ class ReadingMixin:
 
     async def _events(self, ref: str) -> list[dict[str, Any]]:
         run = await self._find(ref)
-        return await self._run(self.q.event_list(run.id))
+        return await self._run(self.statements.events.list(run.id))
 
     async def _wait_result(self, run_id: str, timeout: float | None) -> Any:
         timeout = arguments.optional_seconds("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = 0.005
         while True:
-            row = await self._run(self.q.run_status(run_id))
+            row = await self._run(self.statements.runs.status(run_id))
             if row is None:
                 raise RunNotFound(run_id)
             status = RunStatus(row["status"])

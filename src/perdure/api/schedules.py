@@ -106,7 +106,7 @@ class SchedulesMixin:
 
     if TYPE_CHECKING:
         _portal: Portal
-        q: Statements
+        statements: Statements
         registry: Registry
         max_payload_bytes: int
         _schedule_defs: list[ScheduleDef]
@@ -191,7 +191,7 @@ class SchedulesMixin:
         """(schedule name, workflow name); UnknownWorkflow unless the workflow is known."""
         name, workflow = definition.resolve(self.registry)
         if self.registry.get(workflow) is None:
-            if await store.execute(self.q.workflow_lookup(workflow, None)) is None:
+            if await store.execute(self.statements.workflows.lookup(workflow, None)) is None:
                 raise UnknownWorkflow(workflow)
         return name, workflow
 
@@ -200,9 +200,9 @@ class SchedulesMixin:
     ) -> ScheduleInfo:
         target = store or await self._get_store()
         name, workflow = await self._resolve(definition, target)
-        now = await target.execute(self.q.schedule_now())
+        now = await target.execute(self.statements.schedules.now())
         info = await target.execute(
-            self.q.schedule_upsert(
+            self.statements.schedules.upsert(
                 name=name,
                 cron=definition.cron.expression,
                 timezone=definition.cron.timezone,
@@ -239,16 +239,16 @@ class SchedulesMixin:
         A schedule declared in code is recorded again by the next worker that
         starts with that code: remove the declaration too.
         """
-        if not self._portal.call(self._run(self.q.schedule_delete(_name(name)))):
+        if not self._portal.call(self._run(self.statements.schedules.delete(_name(name)))):
             raise ScheduleNotFound(name)
 
     def schedules(self) -> list[ScheduleInfo]:
         """Every schedule with its next tick, last tick and pause state, by name."""
-        return self._portal.call(self._run(self.q.schedule_list()))
+        return self._portal.call(self._run(self.statements.schedules.list()))
 
     def get_schedule(self, name: str) -> ScheduleInfo:
         """Schedule ``name``; ScheduleNotFound if there is none."""
-        found = self._portal.call(self._run(self.q.schedule_list(_name(name))))
+        found = self._portal.call(self._run(self.statements.schedules.list(_name(name))))
         if not found:
             raise ScheduleNotFound(name)
         return found[0]
@@ -262,7 +262,9 @@ class SchedulesMixin:
         return self._set_paused(name, False)
 
     def _set_paused(self, name: str, paused: bool) -> ScheduleInfo:
-        info = self._portal.call(self._run(self.q.schedule_set_paused(_name(name), paused)))
+        info = self._portal.call(
+            self._run(self.statements.schedules.set_paused(_name(name), paused))
+        )
         if info is None:
             raise ScheduleNotFound(name)
         return info

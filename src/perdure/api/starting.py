@@ -39,7 +39,7 @@ class StartingMixin:
 
     if TYPE_CHECKING:
         _portal: Portal
-        q: Statements
+        statements: Statements
         registry: Registry
         max_payload_bytes: int
         _schema_ready: bool
@@ -76,7 +76,7 @@ class StartingMixin:
         if local is not None:
             input = local.check_input(input)  # a typed input is validated before any write
         text = serialization.dumps(input, f"the input of workflow {name!r}", self.max_payload_bytes)
-        insert = self.q.run_insert(
+        insert = self.statements.runs.insert(
             trace_context_json=_tracing.current_context_json(),
             run_id=new_run_id(),
             workflow=name,
@@ -94,7 +94,7 @@ class StartingMixin:
         if window is None:
             return insert, None
         assert queue is not None, "a debounced start resolves its workflow first"
-        debounce = self.q.run_debounce(
+        debounce = self.statements.runs.debounce(
             workflow=name, queue=queue, key=key, input_json=text, queueing=queueing
         )
         return insert, debounce
@@ -235,7 +235,7 @@ class StartingMixin:
             # version and queue registered in the database (one round trip).
             target = (name, version or 0, None)
         else:
-            row = await run(self.q.workflow_lookup(name, version))
+            row = await run(self.statements.workflows.lookup(name, version))
             if row is None:
                 raise UnknownWorkflow(name, version)
             target = (row["name"], row["version"], row["queue"])

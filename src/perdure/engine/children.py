@@ -33,7 +33,7 @@ async def _resolve(ex: Execution, workflow: str, version: int | None) -> tuple[s
     if local:
         spec = max(local, key=lambda s: s.version)
         return spec.name, spec.version, spec.queue
-    row = await ex.env.store.execute(ex.env.store.q.workflow_lookup(workflow, version))
+    row = await ex.env.store.execute(ex.env.store.statements.workflows.lookup(workflow, version))
     if row is None:
         raise UnknownWorkflow(workflow, version)
     return row["name"], row["version"], row["queue"]
@@ -59,16 +59,16 @@ async def start_child(
     text = serialization.dumps(
         input, f"the input of child workflow {workflow!r}", ex.env.max_payload_bytes
     )
-    q = ex.env.store.q
+    statements = ex.env.store.statements
     child_key = key if key is not None else f"{ex.task.run_id}:{position}"
-    attempt = _Attempt(position, name, "child", 1, q.clock.wall_now())
+    attempt = _Attempt(position, name, "child", 1, statements.clock.wall_now())
     async with ex.env.store.transaction() as conn:
-        if not await execute_async(conn, q.task_lock_fenced(ex.task.fence)):
+        if not await execute_async(conn, statements.tasks.lock_fenced(ex.task.fence)):
             ex.lost = True
             ex.check_alive()
         started = await execute_async(
             conn,
-            q.run_insert(
+            statements.runs.insert(
                 run_id=run_id,
                 workflow=resolved[0],
                 version=resolved[1],
@@ -100,13 +100,13 @@ async def child_result(ex: Execution, child_run_id: str, workflow: str) -> Any:
         error = recorded.error or {}
         raise ChildFailed(name, child_run_id, str(error.get("status", "failed")), error)
     ex.end_of_history()
-    q = ex.env.store.q
-    started = recorded.started_at if recorded is not None else q.clock.wall_now()
+    statements = ex.env.store.statements
+    started = recorded.started_at if recorded is not None else statements.clock.wall_now()
     attempt = _Attempt(position, name, "child_result", 1, started)
     async with ex.env.store.transaction() as conn:
         # A shared lock on the child's row: it cannot finish between this
         # read and the park below, so its final update sees the parked task.
-        row = await execute_async(conn, q.run_child_status(child_run_id))
+        row = await execute_async(conn, statements.runs.child_status(child_run_id))
         if row is None:
             raise ChildFailed(name, child_run_id, "missing", {"message": "the child run is gone"})
         status = RunStatus(row["status"])

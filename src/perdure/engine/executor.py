@@ -163,7 +163,7 @@ class Execution:
         """Hand the task back, due after ``delay`` s, and stop executing (Suspend)."""
         await self.deferred.settle()
         released = await self.env.store.execute(
-            self.env.store.q.task_release(
+            self.env.store.statements.tasks.release(
                 self.task.fence,
                 delay_seconds=delay,
                 failed=False,
@@ -241,7 +241,7 @@ class Execution:
             name,
             kind,
             (recorded.attempts if recorded is not None else 0) + 1,
-            self.env.store.q.clock.wall_now(),
+            self.env.store.statements.clock.wall_now(),
         )
         self.env.emit("step_started", run_id=self.task.run_id, step=name, attempt=attempt.number)
         observer = self.env.observer
@@ -367,9 +367,9 @@ class Execution:
         kwargs: dict[str, Any],
         output: _Output,
     ) -> Any:
-        q = self.env.store.q
+        statements = self.env.store.statements
         async with self.env.store.transaction() as conn:
-            if not await execute_async(conn, q.task_lock_fenced(self.task.fence)):
+            if not await execute_async(conn, statements.tasks.lock_fenced(self.task.fence)):
                 raise _LeaseGone()
             result = await fn(conn, *args, **kwargs)
             text, decoded = output.encode(result, self.env.max_payload_bytes)
@@ -386,10 +386,10 @@ class Execution:
         kwargs: dict[str, Any],
         output: _Output,
     ) -> Any:
-        q = self.env.store.q
+        statements = self.env.store.statements
         pool = self.env.get_sync_pool()
         with self.env.store.reachable(), pool.connection() as conn, conn.transaction():
-            if not execute_sync(conn, q.task_lock_fenced(self.task.fence)):
+            if not execute_sync(conn, statements.tasks.lock_fenced(self.task.fence)):
                 raise _LeaseGone()
             result = fn(conn, *args, **kwargs)
             text, decoded = output.encode(result, self.env.max_payload_bytes)
@@ -490,12 +490,14 @@ class Execution:
             "started_at": attempt.started,
             "event": events[status],
         }
-        q = self.env.store.q
+        statements = self.env.store.statements
         if attempt.position == self.branch_position and status in ("completed", "failed"):
             # A parallel step's final checkpoint also ends its task and may
             # wake the run (at once on a failure: gathers fail fast).
-            return q.step_complete_parallel(self.task.fence, wake=status == "failed", **common)
-        return q.step_checkpoint(
+            return statements.steps.complete_parallel(
+                self.task.fence, wake=status == "failed", **common
+            )
+        return statements.steps.checkpoint(
             self.task.fence,
             lease_seconds=self.env.lease_seconds,
             detail_json=error_json,
@@ -526,7 +528,7 @@ class Execution:
             # Under the run's row lock: sibling completions serialise, and the
             # last one sees every other one's commit when it decides to wake.
             async with self.env.store.transaction() as conn:
-                await execute_async(conn, self.env.store.q.run_lock(self.task.run_id))
+                await execute_async(conn, self.env.store.statements.runs.lock(self.task.run_id))
                 leased, written, run_status = await execute_async(conn, statement)
                 if leased and self.on_branch_final is not None:
                     await self.on_branch_final(conn)

@@ -89,14 +89,14 @@ class StepContext:
 
 async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
     """Execute a task of a graph run: its first task, a step, or a compensation."""
-    store, q = env.store, env.store.q
+    store, statements = env.store, env.store.statements
     if task.finished:
-        await store.execute(q.task_settle(task.fence))
+        await store.execute(statements.tasks.settle(task.fence))
         return "settled"
     if task.kind == "run":
         async with store.transaction() as conn:
-            await execute_async(conn, q.run_lock(task.run_id))
-            if not await execute_async(conn, q.task_finish(task.fence)):
+            await execute_async(conn, statements.runs.lock(task.run_id))
+            if not await execute_async(conn, statements.tasks.finish(task.fence)):
                 env.lease_lost(task)
                 return "abandoned"
             await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
@@ -112,7 +112,7 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
     if task.steps is not None:
         found = list(task.steps)
     else:
-        found = await env.store.execute(env.store.q.step_list(task.run_id))
+        found = await env.store.execute(env.store.statements.steps.list(task.run_id))
     rows = {s.position: s for s in found}
     recorded = rows.get(position)
     if recorded is not None and recorded.status in _FINAL:
@@ -176,10 +176,10 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
 
 async def _finish_duplicate(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> str:
     """A second task for a step already recorded: end it, and decide what comes next."""
-    q = env.store.q
+    statements = env.store.statements
     async with env.store.transaction() as conn:
-        await execute_async(conn, q.run_lock(task.run_id))
-        if not await execute_async(conn, q.task_finish(task.fence)):
+        await execute_async(conn, statements.runs.lock(task.run_id))
+        if not await execute_async(conn, statements.tasks.finish(task.fence)):
             return "abandoned"
         await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
     return "branch_completed"
@@ -188,12 +188,12 @@ async def _finish_duplicate(task: ClaimedTask, spec: GraphSpec, env: ExecutionEn
 async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
     """The payload of the signal that opens ``step``'s gate; park (Suspend) until it comes."""
     assert step.signal is not None
-    q, position = ex.env.store.q, step.position
+    statements, position = ex.env.store.statements, step.position
     async with ex.env.store.transaction() as conn:
-        await execute_async(conn, q.run_lock(ex.task.run_id))
+        await execute_async(conn, statements.runs.lock(ex.task.run_id))
         row = await execute_async(
             conn,
-            q.signal_take_gate(
+            statements.signals.take_gate(
                 ex.task.run_id, position=position, name=step.name, signal=step.signal
             ),
         )
@@ -210,7 +210,7 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
             raise SignalTimeout(ex.task.run_id, step.signal, step.signal_timeout)
         leased, _ = await execute_async(
             conn,
-            q.step_gate_park(
+            statements.steps.gate_park(
                 ex.task.fence,
                 position=position,
                 name=step.name,
@@ -229,8 +229,8 @@ async def advance(
     conn: Any, env: ExecutionEnv, spec: GraphSpec, run_id: str, run_input: Any, task_id: int
 ) -> None:
     """Decide what a graph run does next; the caller holds the run's row lock."""
-    q = env.store.q
-    status = await execute_async(conn, q.run_lock(run_id))
+    statements = env.store.statements
+    status = await execute_async(conn, statements.runs.lock(run_id))
     if status is None or status in (
         "completed",
         "failed",
@@ -239,7 +239,7 @@ async def advance(
         "compensation_failed",
     ):
         return
-    found = await execute_async(conn, q.step_list(run_id))
+    found = await execute_async(conn, statements.steps.list(run_id))
     rows = {s.position: s for s in found}
     n = len(spec.steps)
     failed = [rows[p] for p in range(n) if p in rows and rows[p].status == StepStatus.FAILED]
@@ -258,7 +258,7 @@ async def _forward(
     run_input: Any,
     task_id: int,
 ) -> None:
-    q = env.store.q
+    statements = env.store.statements
     state = {p: r.status for p, r in rows.items() if p < len(spec.steps)}
     outputs = {p: r.output for p, r in rows.items() if r.status == StepStatus.COMPLETED}
     ready: list[GraphStepSpec] = []
@@ -281,11 +281,13 @@ async def _forward(
             except Exception as exc:
                 record = serialization.error_record(exc, None)
                 record["message"] = f"the condition of step {step.name!r} raised: {exc}"
-                await _record(conn, q, run_id, step, "failed", serialization.error_json(record))
+                await _record(
+                    conn, statements, run_id, step, "failed", serialization.error_json(record)
+                )
                 await advance(conn, env, spec, run_id, run_input, task_id)
                 return
         if skip:
-            await _record(conn, q, run_id, step, "skipped", json.dumps({"reason": reason}))
+            await _record(conn, statements, run_id, step, "skipped", json.dumps({"reason": reason}))
             state[step.position] = StepStatus.SKIPPED
         else:
             ready.append(step)
@@ -293,27 +295,27 @@ async def _forward(
     if ready:
         await execute_async(
             conn,
-            q.step_schedule(
+            statements.steps.schedule(
                 run_id, [s.position for s in ready], [s.name for s in ready], ["step"] * len(ready)
             ),
         )
-    await execute_async(conn, q.run_progress(run_id))
+    await execute_async(conn, statements.runs.progress(run_id))
     if all(state.get(s.position) in _DONE for s in spec.steps):
         output = {s.name: outputs[s.position] for s in spec.sinks() if s.position in outputs}
         text = serialization.dumps(
             output, f"the result of workflow {spec.name!r}", env.max_payload_bytes
         )
-        if await execute_async(conn, q.run_finish(run_id, "completed", output_json=text)):
+        if await execute_async(conn, statements.runs.finish(run_id, "completed", output_json=text)):
             env.run_finished(run_id, spec.name, "completed")
 
 
 async def _record(
-    conn: Any, q: Any, run_id: str, step: GraphStepSpec, status: str, error_json: str
+    conn: Any, statements: Any, run_id: str, step: GraphStepSpec, status: str, error_json: str
 ) -> None:
     """Record a graph step nobody executes: skipped, or failed by its condition."""
     await execute_async(
         conn,
-        q.step_record(
+        statements.steps.record(
             run_id,
             position=step.position,
             name=step.name,
@@ -335,13 +337,15 @@ async def _unwind(
     task_id: int,
 ) -> None:
     """Stop the graph and run its compensations, newest completed step first."""
-    q, n = env.store.q, len(spec.steps)
+    statements, n = env.store.statements, len(spec.steps)
     if status != "compensating":
         error = dict(failed[0].error or {})
         error["step"] = failed[0].name
-        await execute_async(conn, q.run_mark_compensating(run_id, serialization.error_json(error)))
+        await execute_async(
+            conn, statements.runs.mark_compensating(run_id, serialization.error_json(error))
+        )
         env.emit("run_compensating", run_id=run_id)
-    if await execute_async(conn, q.run_halt_steps(run_id, task_id)):
+    if await execute_async(conn, statements.runs.halt_steps(run_id, task_id)):
         return  # a step still running: its completion continues from here
     undone: list[Step] = []
     for step in reversed(spec.steps):
@@ -352,7 +356,8 @@ async def _unwind(
         if record is None or record.status not in _FINAL:
             name = f"compensate:{step.name}"
             await execute_async(
-                conn, q.step_schedule(run_id, [n + step.position], [name], ["compensation"])
+                conn,
+                statements.steps.schedule(run_id, [n + step.position], [name], ["compensation"]),
             )
             return
         undone.append(record)
@@ -361,5 +366,5 @@ async def _unwind(
     ]
     final = "compensation_failed" if broken else "compensated" if undone else "failed"
     summary = serialization.error_json({"compensations_failed": broken}) if broken else None
-    if await execute_async(conn, q.run_finish(run_id, final, error_json=summary)):
+    if await execute_async(conn, statements.runs.finish(run_id, final, error_json=summary)):
         env.run_finished(run_id, spec.name, final)

@@ -37,7 +37,7 @@ async def heartbeat_loop(
         before = held()
         try:
             still = await store.execute(
-                store.q.task_heartbeat(worker_id, sorted(before), lease_seconds)
+                store.statements.tasks.heartbeat(worker_id, sorted(before), lease_seconds)
             )
         except (Exception, Disconnected) as exc:
             log.warning("heartbeat failed: %s", exc)
@@ -63,16 +63,16 @@ async def reaper_loop(
         await asyncio.sleep(interval)
         try:
             revived, dead = await store.execute(
-                store.q.task_rescue(limit=500, max_lapses=max_lapses)
+                store.statements.tasks.rescue(limit=500, max_lapses=max_lapses)
             )
             if revived or dead:
                 log.info("reaper revived %d task(s), dead-lettered %d", revived, dead)
             if dead:
                 on_dead(dead)
-            expired = await store.execute(store.q.run_expire())
+            expired = await store.execute(store.statements.runs.expire())
             if expired:
                 log.info("cancelled %d run(s) past their deadline", expired)
-            await store.execute(store.q.worker_mark_lost(stale_seconds))
+            await store.execute(store.statements.workers.mark_lost(stale_seconds))
         except (Exception, Disconnected) as exc:
             log.warning("reaper failed: %s", exc)
 
@@ -86,7 +86,7 @@ async def status_loop(
     """Every ``interval`` s, report how many runs wait for a time and the next wake-up."""
     while True:
         try:
-            waiting, next_wake = await store.execute(store.q.task_waiting_summary(queues))
+            waiting, next_wake = await store.execute(store.statements.tasks.waiting_summary(queues))
             report(waiting, next_wake)
         except (Exception, Disconnected) as exc:
             log.warning("status query failed: %s", exc)

@@ -39,19 +39,19 @@ _PERMANENT = (PermanentError, StepFailed, NonDeterminismError, SerializationErro
 
 async def _start(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> Execution | None:
     """The execution of ``task``, or None when the run stopped while it was claimed."""
-    store, q = env.store, env.store.q
+    store, statements = env.store, env.store.statements
     if task.finished:
         # Cancelled, paused or finished while we claimed it: let go without running.
-        await store.execute(q.task_settle(task.fence))
+        await store.execute(statements.tasks.settle(task.fence))
         return None
     if task.steps is not None:
         steps = list(task.steps)
     elif task.kind == "step" and task.gather_start is not None and task.step_position is not None:
         steps = await store.execute(
-            q.step_list_before(task.run_id, task.gather_start, task.step_position)
+            statements.steps.list_before(task.run_id, task.gather_start, task.step_position)
         )
     else:
-        steps = await store.execute(q.step_list(task.run_id))
+        steps = await store.execute(statements.steps.list(task.run_id))
     return Execution(
         task,
         spec,
@@ -85,7 +85,7 @@ async def _let_go(execution: Execution, signal: Abandon) -> str:
         return "abandoned"
     log.warning("replaying run %s again: %s", task.run_id, signal, extra=task_fields(task))
     await env.store.execute(
-        env.store.q.task_release(
+        env.store.statements.tasks.release(
             task.fence, delay_seconds=0, failed=False, event="run_replay_restarted"
         )
     )
@@ -99,7 +99,7 @@ async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> s
     execution = await _start(task, spec, env)
     if execution is None:
         return "settled"
-    store, q, fence = env.store, env.store.q, task.fence
+    store, statements, fence = env.store, env.store.statements, task.fence
     env.emit("run_executing", run_id=task.run_id, attempt=fence.attempt)
     try:
         output = await spec.invoke(execution, task.input)
@@ -113,7 +113,7 @@ async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> s
         if (stop_outcome := await _settle(execution)) is not None:
             return stop_outcome
         if execution.run_status == "cancelled":
-            await store.execute(q.task_settle(fence))
+            await store.execute(statements.tasks.settle(fence))
             return "cancelled"
         return await _handle_failure(task, spec, env, execution, exc)
     try:
@@ -147,12 +147,14 @@ async def _settle(execution: Execution) -> str | None:
 async def _complete(execution: Execution, text: str, last: Statement[Any] | None) -> str:
     """Finish the run with its output (and its last step's checkpoint, when given)."""
     task, env = execution.task, execution.env
-    q, fence = env.store.q, task.fence
+    statements, fence = env.store.statements, task.fence
     if last is None:
-        leased, changed = await env.write(q.run_complete(fence, text))
+        leased, changed = await env.write(statements.runs.complete(fence, text))
         written = 1
     else:
-        leased, written, changed = await env.write(q.run_complete_step(fence, text, last))
+        leased, written, changed = await env.write(
+            statements.batch.run_complete_step(fence, text, last)
+        )
     if not leased:
         env.lease_lost(task)
         return "abandoned"
@@ -182,7 +184,7 @@ async def execute_branch(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEn
         return await stopped(execution, stop)
     except (Exception, ReplayEnd):
         if execution.run_status in ("cancelled", "completed", "failed"):
-            await env.store.execute(env.store.q.task_settle(task.fence))
+            await env.store.execute(env.store.statements.tasks.settle(task.fence))
             return "settled"
     # The workflow returned or raised without reaching this step.
     position, name = task.step_position, task.step_name
@@ -218,7 +220,7 @@ async def _handle_failure(
     env.observer.run_retrying(task, delay, cause)
     detail = serialization.error_json(serialization.error_record(cause, traceback.format_exc()))
     released = await env.store.execute(
-        env.store.q.task_release(
+        env.store.statements.tasks.release(
             task.fence,
             delay_seconds=delay,
             failed=True,
@@ -247,10 +249,10 @@ async def _compensate(execution: Execution, cause: Exception | None) -> str:
     the others; the run ends 'compensation_failed' instead of 'compensated'.
     """
     task, env = execution.task, execution.env
-    store, q = env.store, env.store.q
+    store, statements = env.store, env.store.statements
     if cause is not None:
         _, text = _error_json(cause)
-        leased, _ = await store.execute(q.run_compensating(task.fence, text))
+        leased, _ = await store.execute(statements.runs.compensating(task.fence, text))
         if not leased:
             env.lease_lost(task)
             return "abandoned"
@@ -272,11 +274,11 @@ async def _compensate(execution: Execution, cause: Exception | None) -> str:
     except STOPS as stop:
         return await stopped(execution, stop)
     except Cancelled:
-        await store.execute(q.task_settle(task.fence))
+        await store.execute(statements.tasks.settle(task.fence))
         return "cancelled"
     status = "compensation_failed" if failed else "compensated"
     error_json = serialization.error_json({"compensations_failed": failed}) if failed else None
-    leased, changed = await store.execute(q.run_fail(task.fence, error_json, status))
+    leased, changed = await store.execute(statements.runs.fail(task.fence, error_json, status))
     if not leased:
         env.lease_lost(task)
         return "abandoned"
@@ -288,7 +290,7 @@ async def _compensate(execution: Execution, cause: Exception | None) -> str:
 
 async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> str:
     _, text = _error_json(exc)
-    leased, changed = await env.store.execute(env.store.q.run_fail(task.fence, text))
+    leased, changed = await env.store.execute(env.store.statements.runs.fail(task.fence, text))
     if not leased:
         env.lease_lost(task)
         return "abandoned"

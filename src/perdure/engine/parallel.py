@@ -183,15 +183,15 @@ def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
 
 
 async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> None:
-    q = ex.env.store.q
+    statements = ex.env.store.statements
     waiting_for = {"steps": len(pending), "first": pending[0][1]}
     async with ex.env.store.transaction() as conn:
         # The run's row lock orders this park against the branches'
         # completions: a branch finishing after it sees the parked task.
-        await execute_async(conn, q.run_lock(ex.task.run_id))
+        await execute_async(conn, statements.runs.lock(ex.task.run_id))
         leased, spawned = await execute_async(
             conn,
-            q.step_fanout(
+            statements.steps.fanout(
                 ex.task.fence,
                 positions=[p for p, _ in pending],
                 names=[n for _, n in pending],
@@ -241,12 +241,12 @@ async def finish_unreachable(
                 f"{name!r} at position {position}: the workflow's code no longer asks for it",
             }
         )
-    q = ex.env.store.q
+    statements = ex.env.store.statements
     async with ex.env.store.transaction() as conn:
-        await execute_async(conn, q.run_lock(ex.task.run_id))
+        await execute_async(conn, statements.runs.lock(ex.task.run_id))
         leased, _, _ = await execute_async(
             conn,
-            q.step_complete_parallel(
+            statements.steps.complete_parallel(
                 ex.task.fence,
                 position=position,
                 name=name,
@@ -255,7 +255,7 @@ async def finish_unreachable(
                 attempts=recorded.attempts if recorded else 1,
                 output_json=output,
                 error_json=error,
-                started_at=q.clock.wall_now(),
+                started_at=statements.clock.wall_now(),
                 event=f"step_{status}",
                 wake=True,
             ),

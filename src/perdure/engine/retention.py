@@ -46,15 +46,17 @@ async def prune(
     dry_run: bool = False,
 ) -> PruneResult:
     """Prune (or archive) runs finished before ``cutoff``, then drop history partitions."""
-    q = store.q
+    statements = store.statements
     if dry_run:
-        count = await store.execute(q.run_prune_count(cutoff), conn)
-        partitions = await store.execute(q.history_partition_list(), conn)
+        count = await store.execute(statements.runs.prune_count(cutoff), conn)
+        partitions = await store.execute(statements.history.partition_list(), conn)
         doomed = [p["name"] for p in partitions if not p["is_default"] and p["to_at"] <= cutoff]
         return PruneResult(cutoff, count, 0, archive, True, doomed)
     total = batches = 0
     while True:
-        pruned = await store.execute(q.run_prune(cutoff, limit=batch_size, archive=archive), conn)
+        pruned = await store.execute(
+            statements.runs.prune(cutoff, limit=batch_size, archive=archive), conn
+        )
         batches += 1
         total += pruned
         if pruned < batch_size:
@@ -62,10 +64,12 @@ async def prune(
     dropped: list[str] = []
     postponed = False
     try:
-        while (name := await store.execute(q.history_partition_drop(cutoff), conn)) is not None:
+        while (
+            name := await store.execute(statements.history.partition_drop(cutoff), conn)
+        ) is not None:
             dropped.append(name)
             log.info("dropped history partition %s (older than %s)", name, cutoff)
-        await store.execute(q.history_default_prune(cutoff, DEFAULT_PARTITION_BATCH), conn)
+        await store.execute(statements.history.default_prune(cutoff, DEFAULT_PARTITION_BATCH), conn)
     except psycopg.errors.LockNotAvailable:
         # Writers of history held their locks past lock_timeout: waiting
         # longer would stall every writer queued behind this DDL.
@@ -88,27 +92,29 @@ async def maintenance_pass(
     Without ``prune_after`` (seconds) or ``cutoff``, only the partitions are
     created ahead. ``cutoff`` (a time) wins over ``prune_after``.
     """
-    q = store.q
+    statements = store.statements
     async with store.connection() as conn:
-        if not await store.execute(q.worker_maintenance_lock(), conn):
+        if not await store.execute(statements.workers.maintenance_lock(), conn):
             return None
         try:
             if not dry_run:
                 try:
-                    created = await store.execute(q.history_partitions_ensure(DAYS_AHEAD), conn)
+                    created = await store.execute(
+                        statements.history.partitions_ensure(DAYS_AHEAD), conn
+                    )
                     if created:
                         log.info("created %d history partition(s) ahead", created)
                 except psycopg.errors.LockNotAvailable:
                     log.warning("history busy; creating its partitions is postponed")
             if cutoff is None and prune_after is not None:
-                cutoff = await store.execute(q.run_prune_cutoff(prune_after), conn)
+                cutoff = await store.execute(statements.runs.prune_cutoff(prune_after), conn)
             if cutoff is None:
                 return None
             return await prune(
                 store, conn, cutoff, archive=archive, batch_size=batch_size, dry_run=dry_run
             )
         finally:
-            await store.execute(q.worker_maintenance_unlock(), conn)
+            await store.execute(statements.workers.maintenance_unlock(), conn)
 
 
 async def maintenance_loop(

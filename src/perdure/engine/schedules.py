@@ -59,10 +59,10 @@ async def start_run(
     The newest registered version of the workflow is started, in its queue;
     the run is marked with its schedule and tick (``ctx.scheduled_at``).
     """
-    target = await store.execute(store.q.workflow_lookup(workflow, None), conn)
+    target = await store.execute(store.statements.workflows.lookup(workflow, None), conn)
     if target is None:
         raise UnknownWorkflow(workflow)
-    insert = store.q.run_insert(
+    insert = store.statements.runs.insert(
         run_id=new_run_id(),
         workflow=target["name"],
         version=target["version"],
@@ -79,14 +79,14 @@ async def start_run(
     else:
         raise RunNotFound(key or "")
     if result.created:
-        await store.execute(store.q.run_set_schedule(result.run_id, schedule, tick), conn)
+        await store.execute(store.statements.runs.set_schedule(result.run_id, schedule, tick), conn)
     return Started(schedule, tick, result.run_id, result.created)
 
 
 async def tick_one(store: AsyncStore, name: str) -> list[Started] | None:
     """Start the due ticks of schedule ``name``; None if it is not due or another worker has it."""
     async with store.transaction() as conn:
-        row = await store.execute(store.q.schedule_lock_due(name), conn)
+        row = await store.execute(store.statements.schedules.lock_due(name), conn)
         if row is None:
             return None
         plan = _plan(row)
@@ -98,7 +98,7 @@ async def tick_one(store: AsyncStore, name: str) -> list[Started] | None:
         ]
         last = started[-1] if started else None
         await store.execute(
-            store.q.schedule_advance(
+            store.statements.schedules.advance(
                 name,
                 plan.next_tick,
                 last.tick if last else None,
@@ -147,7 +147,7 @@ async def tick_due(store: AsyncStore, limit: int = 100) -> Ticked:
     A schedule that cannot start its runs (its workflow is not registered)
     is logged and left due; the others go on.
     """
-    due, seconds = await store.execute(store.q.schedule_due(limit))
+    due, seconds = await store.execute(store.statements.schedules.due(limit))
     started: list[Started] = []
     advanced = 0
     for name in due:
@@ -195,7 +195,7 @@ async def trigger(store: AsyncStore, name: str) -> Started | None:
     The run's ``scheduled_at`` is now; the schedule's next tick is unchanged.
     """
     async with store.transaction() as conn:
-        row = await store.execute(store.q.schedule_get(name), conn)
+        row = await store.execute(store.statements.schedules.get(name), conn)
         if row is None:
             return None
         return await start_run(

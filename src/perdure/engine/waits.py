@@ -35,8 +35,8 @@ async def _park(
     seconds: float | None = None,
     conn: Any = None,
 ) -> None:
-    q = ex.env.store.q
-    stmt = q.step_wait(
+    statements = ex.env.store.statements
+    stmt = statements.steps.wait(
         ex.task.fence,
         position=position,
         name=name,
@@ -99,13 +99,15 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
     if recorded is not None and recorded.status == StepStatus.TIMED_OUT:
         raise SignalTimeout(ex.task.run_id, name, timeout)
     ex.end_of_history()
-    q, fence = ex.env.store.q, ex.task.fence
-    take = q.signal_take(fence, position=position, name=name, step_name=step_name)
+    statements, fence = ex.env.store.statements, ex.task.fence
+    take = statements.signals.take(fence, position=position, name=name, step_name=step_name)
     if recorded is not None:
         # Woken at a wait it parked at: most likely by the signal. Lock and
         # take it in one round trip (one pipelined transaction); if it is not
         # there, the transaction below decides between timing out and parking.
-        _, row = (await ex.env.store.execute_batch([[q.run_lock(ex.task.run_id), take]]))[0]
+        _, row = (await ex.env.store.execute_batch([[statements.runs.lock(ex.task.run_id), take]]))[
+            0
+        ]
         if _taken(ex, row, name):
             return row["payload"]
     timed_out = False
@@ -113,7 +115,7 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
         # The run's row lock orders this wait against send_signal: either the
         # signal is committed and found below, or our 'waiting' state is
         # committed first and the sender sees it and wakes the run.
-        await execute_async(conn, q.run_lock(ex.task.run_id))
+        await execute_async(conn, statements.runs.lock(ex.task.run_id))
         row = await execute_async(conn, take)
         if _taken(ex, row, name):
             return row["payload"]
@@ -164,7 +166,7 @@ async def publish(ex: Execution, kind: str, key: str, value: Any, *, closed: boo
         return
     ex.end_of_history()
     text = serialization.dumps(value, f"the value of {kind} {key!r}", ex.env.max_payload_bytes)
-    attempt = _Attempt(position, name, kind, 1, ex.env.store.q.clock.wall_now())
+    attempt = _Attempt(position, name, kind, 1, ex.env.store.statements.clock.wall_now())
     await ex._checkpoint(
         attempt,
         "completed",

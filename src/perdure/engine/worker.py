@@ -134,7 +134,7 @@ class Worker:
         if not specs:
             raise ConfigurationError("a worker needs at least one workflow to serve")
         self.url = url
-        self.q = statements
+        self.statements = statements
         self.specs = dict(specs)
         self.options = options or WorkerOptions()
         self.id = (
@@ -180,7 +180,7 @@ class Worker:
         name = f"perdure-worker-{self.id}"[:50]
         store = AsyncStore(
             self.url,
-            self.q,
+            self.statements,
             min_size=2,
             max_size=opts.concurrency + 4,
             name=name,
@@ -202,13 +202,13 @@ class Worker:
             committer=committer,
         )
         self._env = env
-        wakeup = Wakeup(self.url, self.q.channel, f"{name}-listen")
+        wakeup = Wakeup(self.url, self.statements.channel, f"{name}-listen")
         background: list[asyncio.Task[None]] = []
         try:
             if self.before_start is not None:
                 await self.before_start(store)
             await store.execute(
-                self.q.worker_register(
+                self.statements.workers.register(
                     worker_id=self.id,
                     host=socket.gethostname(),
                     pid=os.getpid(),
@@ -267,9 +267,9 @@ class Worker:
             await asyncio.gather(*background, return_exceptions=True)
             await wakeup.stop()
             with contextlib.suppress(Exception, Disconnected):
-                await store.execute(self.q.worker_stop(self.id))
+                await store.execute(self.statements.workers.stop(self.id))
             await store.close()
-            self.counts["statements"] = store.statements
+            self.counts["statements"] = store.statement_count
             self.counts["round_trips"] = store.round_trips
             self.counts["shared_commits"] = committer.transactions
             self.counts["committed_units"] = committer.units
@@ -293,7 +293,7 @@ class Worker:
                     # Inline mode has no reaper schedule: revive lapsed
                     # leases (a test's simulated crash) before each claim.
                     _, dead = await store.execute(
-                        self.q.task_rescue(limit=500, max_lapses=opts.max_lapses)
+                        self.statements.tasks.rescue(limit=500, max_lapses=opts.max_lapses)
                     )
                     if dead:
                         self.observer.dead_lettered(dead)
@@ -354,7 +354,7 @@ class Worker:
         def claim(
             locked: list[str], queues: list[str], limit: int, throttled: bool = False
         ) -> Statement[list[ClaimedTask]]:
-            return self.q.task_claim(
+            return self.statements.tasks.claim(
                 worker_id=self.id,
                 queues=queues,
                 names=names,
@@ -366,13 +366,13 @@ class Worker:
             )
 
         began = time.perf_counter()
-        read = self.q.step_list_claimed_now(self.id)
+        read = self.statements.steps.list_claimed_now(self.id)
         if self._limited == []:
             found, steps = (await store.execute_batch([[claim([], self.queues, want), read]]))[0]
             self.observer.claimed(found, time.perf_counter() - began)
             return _with_steps(found, steps)
         async with store.transaction() as conn:
-            locks = await store.execute(self.q.queue_lock(self.queues), conn)
+            locks = await store.execute(self.statements.queues.lock(self.queues), conn)
             locked = [name for name, _ in locks]
             throttled = [name for name, is_throttled in locks if is_throttled]
             plain = [queue for queue in self.queues if queue not in throttled]
@@ -412,12 +412,14 @@ class Worker:
         plain = [queue for queue in self.queues if queue not in self._throttled]
         found: list[float] = []
         if plain:
-            due = await store.execute(self.q.task_next_due(self.id, plain, names, versions))
+            due = await store.execute(
+                self.statements.tasks.next_due(self.id, plain, names, versions)
+            )
             if due is not None:
                 found.append(due)
         if self._throttled:
             due = await store.execute(
-                self.q.task_next_due_throttled(self._throttled, names, versions)
+                self.statements.tasks.next_due_throttled(self._throttled, names, versions)
             )
             if due is not None:
                 found.append(due)
@@ -491,7 +493,7 @@ class Worker:
         while True:
             try:
                 await store.execute(
-                    self.q.task_release(
+                    self.statements.tasks.release(
                         task.fence,
                         delay_seconds=0,
                         failed=False,
@@ -569,7 +571,7 @@ class Worker:
             # once instead of waiting for the lease to lapse.
             with contextlib.suppress(Exception, Disconnected):
                 await store.execute(
-                    self.q.task_release(
+                    self.statements.tasks.release(
                         held.task.fence, delay_seconds=0, failed=False, event="run_released"
                     )
                 )

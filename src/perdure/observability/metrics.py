@@ -325,7 +325,9 @@ class _QueueDepth(Collector):
             # Scraped from inside an event loop (the worker's own, perhaps):
             # waiting here could block the very statement the wait is for.
             return None
-        future = asyncio.run_coroutine_threadsafe(store.execute(store.q.queue_list()), loop)
+        future = asyncio.run_coroutine_threadsafe(
+            store.execute(store.statements.queues.list()), loop
+        )
         try:
             return future.result(self.timeout)
         except BaseException as exc:

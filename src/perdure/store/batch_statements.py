@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from perdure.store.rows import Fence
-from perdure.store.statement import Row, Statement
+from perdure.store.statement import Namespace, Row, Statement
 
 T = TypeVar("T")
 Unit = Sequence[Statement[Any]]
@@ -35,8 +35,8 @@ def _mergeable(stmt: Statement[Any]) -> bool:
     )
 
 
-class BatchStatements:
-    """The merged statements of the group commit; mixed into Statements."""
+class BatchStatements(Namespace):
+    """The merged statements of the group commit: ``statements.batch``."""
 
     def run_complete_step(
         self, fence: Fence, output_json: str, step: Statement[Any]
@@ -49,7 +49,7 @@ class BatchStatements:
         their arrays. Returns (leased, written, changed).
         """
         p = step.params
-        return self._stmt(
+        return self._build(
             "run_complete_step_many",
             lambda found: (
                 int(found[0]["leased"]),
@@ -68,11 +68,6 @@ class BatchStatements:
             outputs=[output_json],
         )
 
-    def _stmt(
-        self, query_name: str, decode: Callable[[list[Row]], T], **params: Any
-    ) -> Statement[T]:
-        raise NotImplementedError  # provided by Statements
-
     def merge(self, statements: Sequence[Statement[Any]]) -> Statement[list[Row]]:
         """One statement doing the work of ``statements`` (all completed-step
         ``step_checkpoint`` or all ``run_complete_step_many``); its rows are
@@ -83,7 +78,7 @@ class BatchStatements:
                 for key, value in statements[0].params.items()
                 if isinstance(value, list)
             }
-            return self._stmt("run_complete_step_many", lambda found: found, **arrays)
+            return self._build("run_complete_step_many", lambda found: found, **arrays)
         first = statements[0].params
         columns = {
             "task_ids": "task_id",
@@ -96,7 +91,7 @@ class BatchStatements:
             "outputs": "output",
         }
         arrays = {key: [s.params[name] for s in statements] for key, name in columns.items()}
-        return self._stmt(
+        return self._build(
             "step_checkpoint_many",
             lambda found: found,
             lease_seconds=first["lease_seconds"],

@@ -1,10 +1,12 @@
-"""One statement ready to execute, and the decoders most statements share."""
+"""One statement ready to execute, how statements are built, and shared decoders."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from perdure.clock import Clock
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -25,6 +27,36 @@ class Statement(Generic[T]):
     prepare: bool | None = None
 
 
+class Builder:
+    """Turns a query name and parameters into a :class:`Statement` for one schema.
+
+    Every statement gets the clock's ``now`` as a parameter, so that every
+    time comparison in SQL goes through one clock a test can move.
+    """
+
+    def __init__(self, schema: str, clock: Clock, queries: dict[str, str]) -> None:
+        """Build from the rendered ``queries`` of ``schema``; take times from ``clock``."""
+        self.schema = schema
+        self.clock = clock
+        self.channel = f"{schema}_wakeup"
+        self.queries = queries
+
+    def __call__(
+        self, query_name: str, decode: Callable[[list[Row]], T], **params: Any
+    ) -> Statement[T]:
+        """The statement of query ``query_name`` with ``params`` and the clock's now."""
+        params["now"] = self.clock.sql_now()
+        return Statement(query_name, self.queries[query_name], params, decode)
+
+
+class Namespace:
+    """The statements of one entity, built by a shared :class:`Builder`."""
+
+    def __init__(self, build: Builder) -> None:
+        """Build statements with ``build``."""
+        self._build = build
+
+
 def first(decode: Callable[[Row], T]) -> Callable[[list[Row]], T | None]:
     """Decode the first row with ``decode``; None when there is none."""
     return lambda found: decode(found[0]) if found else None
@@ -38,3 +70,8 @@ def count(column: str) -> Callable[[list[Row]], int]:
 def pair(a: str, b: str) -> Callable[[list[Row]], tuple[int, int]]:
     """Read two integer columns of the first row ((0, 0) when there is none)."""
     return lambda found: (int(found[0][a]), int(found[0][b])) if found else (0, 0)
+
+
+def all_rows(found: list[Row]) -> list[Row]:
+    """The rows as they are."""
+    return found

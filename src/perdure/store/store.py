@@ -103,11 +103,11 @@ class AsyncStore:
         gone, without trying more than a few times a second.
         """
         self.url = url
-        self.q = statements
+        self.statements = statements
         self.unavailable = unavailable
         #: Statements executed and round trips made through this store (for
         #: `perdure worker --stats-file` and the benchmark).
-        self.statements = 0
+        self.statement_count = 0
         self.round_trips = 0
         self.reconnect_seconds = reconnect_seconds
         self.pool = AsyncConnectionPool(
@@ -160,7 +160,7 @@ class AsyncStore:
         self, stmt: Statement[T], conn: psycopg.AsyncConnection[Any] | None = None
     ) -> T:
         """Run ``stmt`` on ``conn`` if given, else on a pooled autocommit connection."""
-        self.statements += 1
+        self.statement_count += 1
         self.round_trips += 1
         with self.reachable():
             if conn is not None:
@@ -182,8 +182,8 @@ class AsyncStore:
         each (see batch_statements). Returns each unit's decoded results, in
         order.
         """
-        statements, split = combine(self.q, units)
-        self.statements += len(statements)
+        statements, split = combine(self.statements.batch, units)
+        self.statement_count += len(statements)
         self.round_trips += 1
         with self.reachable():
             async with self.pool.connection() as conn:

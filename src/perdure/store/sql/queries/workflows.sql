@@ -1,34 +1,4 @@
--- Named queries on workers and the workflow registry.
-
--- name: worker_register
--- Announce a worker: what it serves and how much it can hold.
-INSERT INTO {schema}.workers (id, host, pid, queues, workflows, concurrency, status, started_at,
-                              heartbeat_at)
-VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s, %(workflows)s, %(concurrency)s, 'running',
-        {now}, {now})
-ON CONFLICT (id) DO UPDATE
-SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
-    workflows = EXCLUDED.workflows, concurrency = EXCLUDED.concurrency, status = 'running',
-    heartbeat_at = EXCLUDED.heartbeat_at, stopped_at = NULL;
-
--- name: worker_stop
--- Mark a worker stopped after a graceful shutdown.
-UPDATE {schema}.workers SET status = 'stopped', stopped_at = {now} WHERE id = %(worker_id)s;
-
--- name: worker_mark_lost
--- Workers whose heartbeat is older than %(stale_seconds)s are marked lost, so
--- listings tell a dead worker from a live one.
-UPDATE {schema}.workers SET status = 'lost'
-WHERE status = 'running' AND heartbeat_at < {now} - make_interval(secs => %(stale_seconds)s);
-
--- name: worker_list
--- Every worker, most recently seen first.
-SELECT w.*,
-       (SELECT count(*) FROM {schema}.tasks t WHERE t.worker_id = w.id AND t.status = 'claimed')
-           AS held
-FROM {schema}.workers w
-ORDER BY w.heartbeat_at DESC
-LIMIT %(limit)s;
+-- Named queries on the workflow registry.
 
 -- name: workflow_upsert
 -- Record (or refresh) a workflow definition in the registry.
@@ -66,9 +36,11 @@ SELECT w.name, w.version, w.queue, w.kind, w.updated_at, w.definition, w.fingerp
 FROM {schema}.workflows w
 ORDER BY w.name, w.version DESC;
 
--- name: history_list
--- The history of one run, oldest first.
-SELECT id, at, event, step_position, step_name, attempt, worker_id, detail, duration
-FROM {schema}.history
-WHERE run_id = %(run_id)s
-ORDER BY id;
+-- name: workflow_list_registered
+-- Every registered workflow version with its definition, without run counts:
+-- what the dashboard's filters and run pages need, at the cost of the
+-- registry table alone (workflow_list counts runs too).
+SELECT w.name, w.version, w.queue, w.kind, w.updated_at, w.definition, w.fingerprint,
+       '{}'::jsonb AS counts
+FROM {schema}.workflows w
+ORDER BY w.name, w.version DESC;

@@ -1,8 +1,134 @@
--- Named queries for parallel steps (ctx.gather, ctx.map), graph workflows
--- and their compensations. A parallel step is a 'pending' step row plus a
--- task of kind 'step'. Statements that decide what runs next are executed in
--- a transaction that first took run_lock: completions of one run's steps
--- serialise there, and each sees the others' commits.
+-- Named queries on step checkpoints, parallel steps (ctx.gather, ctx.map)
+-- and graph steps. A parallel step is a 'pending' step row plus a task of kind
+-- 'step'. Statements that decide what runs next are executed in a transaction
+-- that first took run_lock: completions of one run's steps serialise there.
+
+-- name: step_list
+-- The checkpoints of one run, in position order: what replay reads.
+SELECT position, name, kind, status, attempts, output, error, worker_id, started_at, completed_at,
+       wake_at
+FROM {schema}.steps
+WHERE run_id = %(run_id)s
+ORDER BY position;
+
+-- name: step_list_before
+-- The checkpoints a gather's parallel step replays with: those before its
+-- gather, and its own. Its siblings' rows are not read, so a map over n items
+-- costs each of its n tasks the workflow's prefix, not n rows.
+SELECT position, name, kind, status, attempts, output, error, worker_id, started_at, completed_at,
+       wake_at
+FROM {schema}.steps
+WHERE run_id = %(run_id)s AND (position < %(before)s OR position = %(position)s)
+ORDER BY position;
+
+-- name: step_list_claimed_now
+-- The checkpoints of the tasks this worker claimed in this very transaction
+-- (claimed_at is the transaction's time), sent in the same pipeline right
+-- after task_claim: one round trip claims and reads. As a later statement of
+-- the transaction it has a fresh snapshot, so it sees every checkpoint
+-- committed before the claim (see task_claim). A gather's parallel step
+-- gets those before its gather and its own, like step_list_before.
+SELECT t.id AS task_id, s.position, s.name, s.kind, s.status, s.attempts, s.output, s.error,
+       s.worker_id, s.started_at, s.completed_at, s.wake_at
+FROM {schema}.tasks t
+JOIN {schema}.steps s ON s.run_id = t.run_id
+WHERE t.worker_id = %(worker_id)s AND t.status = 'claimed' AND t.claimed_at = {now}
+  AND (t.kind = 'run' OR t.gather_start IS NULL OR s.position < t.gather_start
+       OR s.position = t.step_position)
+ORDER BY t.id, s.position;
+
+-- name: step_checkpoint
+-- Record a step's outcome (completed, failed permanently, or a failed attempt
+-- that will be retried) and extend the lease, in one statement. Fenced: with
+-- the lease gone nothing is written and the caller gets LeaseLost. Updating
+-- the task row also takes its row lock, so the reaper cannot revive the task
+-- between the fence check and the commit. A 'retrying' row may be replaced by
+-- a later attempt (and a parallel step's 'pending' row by its first); a final
+-- row never is.
+WITH lease AS (
+    UPDATE {schema}.tasks
+    SET lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed'
+    RETURNING run_id
+), checkpoint AS (
+    INSERT INTO {schema}.steps (run_id, position, name, kind, status, attempts, output, error,
+                                worker_id, started_at, completed_at)
+    SELECT run_id, %(position)s, %(name)s, %(kind)s, %(status)s, %(attempts)s, %(output)s::jsonb,
+           %(error)s::jsonb, %(worker_id)s, %(started_at)s,
+           -- clock_timestamp(), not now(): in a ctx.transaction step the
+           -- transaction began before the user's SQL ran, and the step's
+           -- duration must include that work.
+           CASE WHEN %(status)s = 'retrying' THEN NULL
+                ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END
+    FROM lease
+    ON CONFLICT (run_id, position) DO UPDATE
+    SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, output = EXCLUDED.output,
+        error = EXCLUDED.error, worker_id = EXCLUDED.worker_id,
+        started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at
+    WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
+      AND {schema}.steps.name = EXCLUDED.name
+    RETURNING run_id
+), event AS (
+    -- The entry's duration is the attempt's: from its start to this checkpoint.
+    INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id,
+                                  detail, duration)
+    SELECT run_id, {now}, %(event)s, %(position)s, %(name)s, %(attempts)s, %(worker_id)s,
+           %(detail)s::jsonb,
+           coalesce(%(now)s::timestamptz, clock_timestamp()) - %(started_at)s::timestamptz
+    FROM checkpoint
+), published AS (
+    -- ctx.set_event and ctx.write_stream publish in the checkpoint's statement,
+    -- so a replay never publishes twice.
+    INSERT INTO {schema}.events (run_id, key, value, position, updated_at)
+    SELECT run_id, %(event_key)s, %(output)s::jsonb, %(position)s, {now}
+    FROM checkpoint WHERE %(kind)s = 'event'
+    ON CONFLICT (run_id, key) DO UPDATE
+    SET value = EXCLUDED.value, position = EXCLUDED.position, updated_at = EXCLUDED.updated_at
+), streamed AS (
+    INSERT INTO {schema}.streams (run_id, key, seq, value, closed, created_at)
+    SELECT run_id, %(event_key)s, %(stream_seq)s, %(output)s::jsonb, %(stream_closed)s, {now}
+    FROM checkpoint WHERE %(kind)s = 'stream'
+)
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint) AS written,
+       (SELECT r.status FROM {schema}.runs r JOIN lease ON r.id = lease.run_id) AS run_status;
+
+-- name: step_wait
+-- Park the run at a durable wait (a sleep or a signal): the wait's
+-- checkpoint in status 'waiting' with its wake time, the task handed back due
+-- at that time, the run 'waiting' with what it waits for. Fenced. The wake
+-- time is %(wake_at)s, or now + %(seconds)s when that is NULL. A task that
+-- waits for a signal records its name, for send_signal to wake it.
+WITH lease AS (
+    UPDATE {schema}.tasks
+    SET status = 'ready', worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL,
+        available_at = coalesce(%(wake_at)s::timestamptz,
+                                {now} + make_interval(secs => %(seconds)s)),
+        wait_signal = %(wait_signal)s
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed'
+    RETURNING run_id, available_at
+), checkpoint AS (
+    INSERT INTO {schema}.steps (run_id, position, name, kind, status, attempts, worker_id,
+                                started_at, wake_at)
+    SELECT run_id, %(position)s, %(name)s, %(kind)s, 'waiting', 1, %(worker_id)s, {now},
+           available_at
+    FROM lease
+    ON CONFLICT (run_id, position) DO NOTHING
+), waiting AS (
+    UPDATE {schema}.runs r
+    SET status = 'waiting', updated_at = {now},
+        waiting_for = %(waiting_for)s::jsonb || jsonb_build_object('until', lease.available_at)
+    FROM lease
+    WHERE r.id = lease.run_id AND r.status = 'running'
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id,
+                                  detail)
+    SELECT run_id, {now}, 'run_waiting', %(position)s, %(name)s, %(attempt)s, %(worker_id)s,
+           %(waiting_for)s::jsonb || jsonb_build_object('until', available_at)
+    FROM lease
+)
+SELECT count(*) AS leased, max(available_at) AS wake_at FROM lease;
 
 -- name: step_fanout
 -- Park a function workflow at a gather: the parallel steps at %(positions)s
@@ -109,14 +235,6 @@ WITH lease AS (
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint) AS written,
        (SELECT r.status FROM {schema}.runs r JOIN lease ON r.id = lease.run_id) AS run_status;
 
--- name: task_finish
--- Delete a held task whose work is done (a graph's first task once it has
--- scheduled the graph's first steps). Fenced.
-DELETE FROM {schema}.tasks
-WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
-  AND status = 'claimed'
-RETURNING run_id;
-
 -- name: step_schedule
 -- Make graph steps (or their compensations) claimable: a 'pending' row and a
 -- task for each position at %(positions)s that has neither a final row nor a
@@ -174,64 +292,6 @@ INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, detai
 SELECT run_id, {now}, 'step_' || %(status)s, %(position)s, %(name)s, %(error)s::jsonb
 FROM recorded;
 
--- name: run_halt_steps
--- A graph step failed for good: graph steps not started yet (their task is
--- queued, parked at a gate or paused) are cancelled; those being executed
--- finish. Returns how many are still being executed, apart from the task
--- %(task_id)s of the caller.
-WITH dropped AS (
-    DELETE FROM {schema}.tasks
-    WHERE id IN (SELECT id FROM {schema}.tasks
-                 WHERE run_id = %(run_id)s AND kind = 'step' AND status <> 'claimed'
-                 FOR UPDATE SKIP LOCKED)
-    RETURNING step_position
-), cancelled AS (
-    UPDATE {schema}.steps s SET status = 'cancelled', completed_at = {now}
-    FROM dropped
-    WHERE s.run_id = %(run_id)s AND s.position = dropped.step_position
-      AND s.status IN ('pending', 'retrying', 'waiting')
-)
-SELECT count(*) AS running FROM {schema}.tasks
-WHERE run_id = %(run_id)s AND kind = 'step' AND status = 'claimed' AND id <> %(task_id)s;
-
--- name: run_mark_compensating
--- Mark a graph run as compensating (its error kept) unless it already is.
-WITH marked AS (
-    UPDATE {schema}.runs
-    SET status = 'compensating', error = %(error)s::jsonb, waiting_for = NULL, updated_at = {now}
-    WHERE id = %(run_id)s AND status IN ('queued', 'running', 'waiting', 'paused')
-    RETURNING id
-)
-INSERT INTO {schema}.history (run_id, at, event, detail)
-SELECT id, {now}, 'run_compensating', %(error)s::jsonb FROM marked;
-
--- name: run_progress
--- A graph run moves again after a step finished: 'running', with nothing to
--- wait for, unless it is compensating or finished.
-UPDATE {schema}.runs SET status = 'running', waiting_for = NULL, updated_at = {now}
-WHERE id = %(run_id)s AND status IN ('queued', 'waiting');
-
--- name: run_finish
--- End a graph run: status %(status)s with its output or error, every task
--- not being executed dropped (one being executed deletes itself when done).
-WITH finished AS (
-    UPDATE {schema}.runs
-    SET status = %(status)s, output = %(output)s::jsonb,
-        error = coalesce(%(error)s::jsonb, error), waiting_for = NULL,
-        completed_at = {now}, updated_at = {now}
-    WHERE id = %(run_id)s
-      AND status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
-    RETURNING id, completed_at - started_at AS took
-), leftovers AS (
-    DELETE FROM {schema}.tasks
-    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN finished f ON t.run_id = f.id
-                 WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
-), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, detail, duration)
-    SELECT id, {now}, 'run_' || %(status)s, %(error)s::jsonb, took FROM finished
-)
-SELECT count(*) AS changed FROM finished;
-
 -- name: step_gate_park
 -- Park a graph step at its approval gate until signal %(signal)s arrives (or
 -- its timeout, at %(seconds)s from the first park): the step row 'waiting'
@@ -267,34 +327,10 @@ WITH lease AS (
 )
 SELECT count(*) AS leased, max(available_at) AS wake_at FROM lease;
 
--- name: signal_take_gate
--- The signal that opens a graph step's gate: the one already consumed for
--- this step (a retry after a crash), else the oldest pending one named
--- %(signal)s, consumed now. Run inside the transaction that took run_lock.
-WITH taken_before AS (
-    SELECT payload FROM {schema}.signals
-    WHERE run_id = %(run_id)s AND consumed_position = %(position)s
-    ORDER BY id LIMIT 1
-), taken AS (
-    UPDATE {schema}.signals s
-    SET consumed_at = {now}, consumed_position = %(position)s
-    WHERE NOT EXISTS (SELECT 1 FROM taken_before)
-      AND s.id = (SELECT p.id FROM {schema}.signals p
-                  WHERE p.run_id = %(run_id)s AND p.name = %(signal)s AND p.consumed_at IS NULL
-                  ORDER BY p.id LIMIT 1)
-    RETURNING s.id, s.payload
-), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, detail)
-    SELECT %(run_id)s, {now}, 'signal_consumed', %(position)s, %(name)s,
-           jsonb_build_object('signal_id', id)
-    FROM taken
-)
-SELECT EXISTS (SELECT 1 FROM taken_before UNION ALL SELECT 1 FROM taken) AS found,
-       coalesce((SELECT payload FROM taken_before), (SELECT payload FROM taken)) AS payload,
-       {now} AS db_now;
-
--- name: run_child_status
--- Lock a child run's row (shared) and read its outcome: a parent about to
--- wait for it either sees it finished, or parks before the child's final
--- update, whose trigger then wakes the parent.
-SELECT status, output, error FROM {schema}.runs WHERE id = %(run_id)s FOR SHARE;
+-- name: step_list_archived
+-- The checkpoints of an archived run, in position order.
+SELECT position, name, kind, status, attempts, output, error, worker_id, started_at, completed_at,
+       wake_at
+FROM {schema}.archive_steps
+WHERE run_id = %(run_id)s
+ORDER BY position;

@@ -1,5 +1,27 @@
--- Named queries on runs. {schema} is the quoted schema name and {now} the
--- clock: coalesce(%(now)s, now()), so a test clock can stand in for the server's.
+-- Named queries on runs: start, read, list, finish, pause, cancel, retry,
+-- restart and fork, counts, graph-run progress, pruning and archived runs.
+-- {schema} is the quoted schema name and {now} the clock: coalesce(%(now)s,
+-- now()), so a test clock can stand in for the server's.
+
+-- fragment: run_filter
+-- The criteria of a RunFilter (RunFilter.params) but the status, over runs
+-- aliased r: written once here, placed where a query says {run_filter}
+-- (run_list, run_list_archived, run_select, run_count_by_status,
+-- run_count_recent). Each criterion is skipped when its parameter is NULL;
+-- those queries are never prepared (Statement.prepare = False), so, planned
+-- with its values, the NULL criteria fold away and the plan takes the index
+-- of those given.
+(%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
+  AND (%(version)s::integer IS NULL OR r.version = %(version)s::integer)
+  AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
+  AND (%(worker)s::text IS NULL OR r.worker_id = %(worker)s::text)
+  AND (%(key_prefix)s::text IS NULL OR starts_with(r.key, %(key_prefix)s::text))
+  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
+  AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s::timestamptz)
+  AND (%(parent)s::uuid IS NULL OR r.parent_run_id = %(parent)s::uuid)
+  -- Tags: runs whose tags contain every given pair (GIN index runs_tags_idx).
+  AND (%(tags)s::jsonb IS NULL OR r.tags @> %(tags)s::jsonb)
+  AND (%(ids)s::uuid[] IS NULL OR r.id = ANY(%(ids)s::uuid[]))
 
 -- name: run_insert
 -- Start a run: the run row, its first task and its history entry in one
@@ -115,24 +137,13 @@ SELECT status, output, error, workflow, version FROM {schema}.runs WHERE id = %(
 -- runs_status_created_at_idx, runs_workflow_created_at_idx,
 -- runs_worker_created_at_idx, runs_parent_run_id_idx, else
 -- runs_created_at_idx (queue, version and key prefix filter its rows).
--- run_list_archived (archive.sql) has the same filters: keep them alike (a
--- unit test compares them).
+-- run_list_archived has the same filters ({run_filter}) over the archive.
 SELECT r.*,
        (SELECT count(*) FROM {schema}.steps s WHERE s.run_id = r.id AND s.status = 'completed')
            AS steps_completed
 FROM {schema}.runs r
 WHERE (%(status)s::text IS NULL OR r.status = %(status)s::text)
-  AND (%(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text)
-  AND (%(version)s::integer IS NULL OR r.version = %(version)s::integer)
-  AND (%(queue)s::text IS NULL OR r.queue = %(queue)s::text)
-  AND (%(worker)s::text IS NULL OR r.worker_id = %(worker)s::text)
-  AND (%(key_prefix)s::text IS NULL OR starts_with(r.key, %(key_prefix)s::text))
-  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s::timestamptz)
-  AND (%(before)s::timestamptz IS NULL OR r.created_at < %(before)s::timestamptz)
-  AND (%(parent)s::uuid IS NULL OR r.parent_run_id = %(parent)s::uuid)
-  -- Tags: runs whose tags contain every given pair (GIN index runs_tags_idx).
-  AND (%(tags)s::jsonb IS NULL OR r.tags @> %(tags)s::jsonb)
-  AND (%(ids)s::uuid[] IS NULL OR r.id = ANY(%(ids)s::uuid[]))
+  AND {run_filter}
   AND (%(cursor_at)s::timestamptz IS NULL
        OR (r.created_at, r.id) < (%(cursor_at)s::timestamptz, %(cursor_id)s::uuid))
 ORDER BY r.created_at DESC, r.id DESC
@@ -391,3 +402,311 @@ WITH expired AS (
     FROM cancelled
 )
 SELECT count(*) AS cancelled FROM cancelled;
+
+-- name: run_set_schedule
+-- Mark a run just started by a schedule with the schedule and the tick it
+-- covers (ctx.scheduled_at), in the transaction that started it.
+UPDATE {schema}.runs
+SET schedule = %(schedule)s, scheduled_at = %(scheduled_at)s
+WHERE id = %(run_id)s;
+
+-- name: run_halt_steps
+-- A graph step failed for good: graph steps not started yet (their task is
+-- queued, parked at a gate or paused) are cancelled; those being executed
+-- finish. Returns how many are still being executed, apart from the task
+-- %(task_id)s of the caller.
+WITH dropped AS (
+    DELETE FROM {schema}.tasks
+    WHERE id IN (SELECT id FROM {schema}.tasks
+                 WHERE run_id = %(run_id)s AND kind = 'step' AND status <> 'claimed'
+                 FOR UPDATE SKIP LOCKED)
+    RETURNING step_position
+), cancelled AS (
+    UPDATE {schema}.steps s SET status = 'cancelled', completed_at = {now}
+    FROM dropped
+    WHERE s.run_id = %(run_id)s AND s.position = dropped.step_position
+      AND s.status IN ('pending', 'retrying', 'waiting')
+)
+SELECT count(*) AS running FROM {schema}.tasks
+WHERE run_id = %(run_id)s AND kind = 'step' AND status = 'claimed' AND id <> %(task_id)s;
+
+-- name: run_mark_compensating
+-- Mark a graph run as compensating (its error kept) unless it already is.
+WITH marked AS (
+    UPDATE {schema}.runs
+    SET status = 'compensating', error = %(error)s::jsonb, waiting_for = NULL, updated_at = {now}
+    WHERE id = %(run_id)s AND status IN ('queued', 'running', 'waiting', 'paused')
+    RETURNING id
+)
+INSERT INTO {schema}.history (run_id, at, event, detail)
+SELECT id, {now}, 'run_compensating', %(error)s::jsonb FROM marked;
+
+-- name: run_progress
+-- A graph run moves again after a step finished: 'running', with nothing to
+-- wait for, unless it is compensating or finished.
+UPDATE {schema}.runs SET status = 'running', waiting_for = NULL, updated_at = {now}
+WHERE id = %(run_id)s AND status IN ('queued', 'waiting');
+
+-- name: run_finish
+-- End a graph run: status %(status)s with its output or error, every task
+-- not being executed dropped (one being executed deletes itself when done).
+WITH finished AS (
+    UPDATE {schema}.runs
+    SET status = %(status)s, output = %(output)s::jsonb,
+        error = coalesce(%(error)s::jsonb, error), waiting_for = NULL,
+        completed_at = {now}, updated_at = {now}
+    WHERE id = %(run_id)s
+      AND status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
+    RETURNING id, completed_at - started_at AS took
+), leftovers AS (
+    DELETE FROM {schema}.tasks
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN finished f ON t.run_id = f.id
+                 WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, detail, duration)
+    SELECT id, {now}, 'run_' || %(status)s, %(error)s::jsonb, took FROM finished
+)
+SELECT count(*) AS changed FROM finished;
+
+-- name: run_child_status
+-- Lock a child run's row (shared) and read its outcome: a parent about to
+-- wait for it either sees it finished, or parks before the child's final
+-- update, whose trigger then wakes the parent.
+SELECT status, output, error FROM {schema}.runs WHERE id = %(run_id)s FOR SHARE;
+
+-- name: run_select
+-- One page of the runs a bulk operation (app.cancel_runs, app.retry_runs)
+-- applies to, newest first: the filter of app.list_runs, narrowed to the
+-- statuses the operation accepts (%(ids)s: only given runs). Keyset
+-- paging: the page starts after (%(after_at)s, %(after_id)s), the last row of
+-- the previous page, so runs created meanwhile (newer) are never visited and
+-- the walk ends. Runs created in one transaction share created_at; the id
+-- breaks the tie. Only what a preview prints is read, not inputs or outputs.
+SELECT r.id, r.workflow, r.version, r.status, r.key, r.created_at
+FROM {schema}.runs r
+WHERE r.status = ANY(%(statuses)s::text[])
+  AND {run_filter}
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (r.created_at, r.id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT %(limit)s;
+
+-- name: run_copy
+-- Start a new run from an existing one (app.restart, app.fork): the same
+-- workflow, version, queue and input, a new id and first task, and the
+-- original named in restarted_from (a restart) or forked_from and fork_step
+-- (a fork). A fork also copies the original's checkpoints at %(positions)s,
+-- the values its copied ctx.set_event steps published (the last per key) and
+-- the stream values its copied ctx.write_stream steps wrote (the first n of
+-- each stream), so the new run replays them instead of executing them. Only
+-- final checkpoints are copied: a final row is never rewritten, so a change
+-- of the original meanwhile cannot tear the copy. History: 'run_created' on
+-- the new run, with its lineage, and 'run_restarted' or 'run_forked' on the
+-- original. A repeated key returns the run that has it, as run_insert does.
+WITH source AS (
+    SELECT * FROM {schema}.runs WHERE id = %(source_id)s::uuid
+), inserted AS (
+    INSERT INTO {schema}.runs (id, workflow, version, queue, key, status, input,
+                               created_at, updated_at, restarted_from, forked_from, fork_step)
+    SELECT %(run_id)s::uuid, workflow, version, queue, %(key)s::text, 'queued', input, {now}, {now},
+           CASE WHEN %(fork_step)s::text IS NULL THEN id END,
+           CASE WHEN %(fork_step)s::text IS NOT NULL THEN id END,
+           %(fork_step)s::text
+    FROM source
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id, workflow, version, queue, status, created_at
+), copied AS (
+    INSERT INTO {schema}.steps (run_id, position, name, kind, status, attempts, output, error,
+                                worker_id, started_at, completed_at, wake_at)
+    SELECT i.id, s.position, s.name, s.kind, s.status, s.attempts, s.output, s.error,
+           s.worker_id, s.started_at, s.completed_at, s.wake_at
+    FROM {schema}.steps s CROSS JOIN inserted i
+    WHERE s.run_id = %(source_id)s::uuid AND s.position = ANY(%(positions)s::int[])
+      AND s.status IN ('completed', 'failed', 'timed_out', 'skipped')
+    RETURNING run_id, position, name, kind, output
+), published AS (
+    INSERT INTO {schema}.events (run_id, key, value, position, updated_at)
+    SELECT DISTINCT ON (c.name) c.run_id, substr(c.name, 7), c.output, c.position, {now}
+    FROM copied c
+    WHERE c.kind = 'event'
+    ORDER BY c.name, c.position DESC
+), streamed AS (
+    INSERT INTO {schema}.streams (run_id, key, seq, value, closed, created_at)
+    SELECT i.id, st.key, st.seq, st.value, st.closed, st.created_at
+    FROM {schema}.streams st CROSS JOIN inserted i
+    WHERE st.run_id = %(source_id)s::uuid
+      AND st.seq <= (SELECT count(*) FROM copied c
+                     WHERE c.kind = 'stream' AND c.name = 'stream:' || st.key)
+), task AS (
+    INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, priority, status,
+                                available_at, created_at)
+    SELECT id, 'run', queue, workflow, version, %(priority)s::int, 'ready', {now}, {now}
+    FROM inserted
+), created AS (
+    INSERT INTO {schema}.history (run_id, at, event, detail)
+    SELECT i.id, {now}, 'run_created',
+           jsonb_strip_nulls(jsonb_build_object(
+               'workflow', i.workflow, 'version', i.version, 'queue', i.queue, 'key', %(key)s::text,
+               'restarted_from', CASE WHEN %(fork_step)s::text IS NULL THEN %(source_id)s::uuid END,
+               'forked_from', CASE WHEN %(fork_step)s::text IS NOT NULL THEN %(source_id)s::uuid END,
+               'fork_step', %(fork_step)s::text,
+               'copied_steps', CASE WHEN %(fork_step)s::text IS NOT NULL
+                                    THEN (SELECT count(*) FROM copied) END))
+    FROM inserted i
+), origin AS (
+    INSERT INTO {schema}.history (run_id, at, event, detail)
+    SELECT %(source_id)s::uuid, {now},
+           CASE WHEN %(fork_step)s::text IS NULL THEN 'run_restarted' ELSE 'run_forked' END,
+           jsonb_strip_nulls(jsonb_build_object('run_id', i.id, 'fork_step', %(fork_step)s::text))
+    FROM inserted i
+)
+SELECT id, workflow, true AS created, (SELECT count(*) FROM copied) AS copied FROM inserted
+UNION ALL
+SELECT id, workflow, false AS created, 0 AS copied
+FROM {schema}.runs
+WHERE key = %(key)s::text AND NOT EXISTS (SELECT 1 FROM inserted);
+
+-- name: run_count_by_status
+-- How many runs match a RunFilter (app.count_runs: the criteria of run_list
+-- but the status), per status, each count stopping at %(cap)s: every status
+-- is counted by its own bounded scan of the (status, created_at) index, so
+-- the page costs the same with a million finished runs behind it (a count at
+-- the cap reads "cap or more"). count_runs sends a narrowing filter
+-- (RunFilter.narrowing) to run_count_recent instead.
+SELECT s.status,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM {schema}.runs r
+            WHERE r.status = s.status
+              AND {run_filter}
+            LIMIT %(cap)s) capped) AS n
+FROM unnest(%(statuses)s::text[]) AS s(status);
+
+-- name: run_count_recent
+-- How many of the newest %(cap)s runs matching a workflow, version, queue,
+-- worker, key, parent, tags or run ids filter are in each status. One
+-- ordered scan of the index that serves the filter ((workflow, created_at),
+-- (worker_id, created_at), parent_run_id, tags, or created_at), stopped at
+-- %(cap)s rows: a per-status count of a narrow filter would walk the status
+-- index past every run that does not match.
+SELECT newest.status, count(*) AS n
+FROM (SELECT r.status
+      FROM {schema}.runs r
+      WHERE {run_filter}
+      ORDER BY r.created_at DESC
+      LIMIT %(cap)s) newest
+GROUP BY newest.status;
+
+-- name: run_activity
+-- Runs created since %(since)s, counted per time bucket of
+-- %(bucket_seconds)s and per status (what they became): the overview's chart.
+-- A range scan of runs_created_at_idx, bounded by the window.
+SELECT date_bin(make_interval(secs => %(bucket_seconds)s::float8), r.created_at,
+                %(since)s::timestamptz) AS bucket,
+       r.status, count(*) AS n
+FROM {schema}.runs r
+WHERE r.created_at >= %(since)s::timestamptz
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
+-- name: run_prune
+-- Delete (or, with %(archive)s, move to the archive tables) one batch of at
+-- most %(limit)s runs that finished before %(before)s, oldest first, in one
+-- statement: its own short transaction. Left alone: a run that is not final,
+-- a run with a child that is not final, a child whose parent is not final (it
+-- may still read its result), and a run with a task a worker holds (a
+-- parallel step finishing after its run ended). SKIP LOCKED: a run whose row
+-- someone holds now (a retry, a signal) is skipped, not waited for. Steps,
+-- tasks, signals, events and streams go with their run (ON DELETE CASCADE);
+-- history rows stay in their day partition, which retention drops whole,
+-- except those in the default partition, deleted here. The archive copies
+-- read the statement's snapshot, taken before the delete.
+WITH doomed AS (
+    SELECT r.id
+    FROM {schema}.runs r
+    WHERE r.status IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
+      AND r.completed_at < %(before)s
+      AND NOT EXISTS (SELECT 1 FROM {schema}.runs c
+                      WHERE c.parent_run_id = r.id
+                        AND c.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
+                                             'compensation_failed'))
+      AND NOT EXISTS (SELECT 1 FROM {schema}.runs p
+                      WHERE p.id = r.parent_run_id
+                        AND p.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
+                                             'compensation_failed'))
+      AND NOT EXISTS (SELECT 1 FROM {schema}.tasks t
+                      WHERE t.run_id = r.id AND t.status = 'claimed')
+    ORDER BY r.completed_at
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+), archived_runs AS (
+    INSERT INTO {schema}.archive_runs
+    SELECT r.* FROM {schema}.runs r JOIN doomed d ON d.id = r.id WHERE %(archive)s
+), archived_steps AS (
+    INSERT INTO {schema}.archive_steps
+    SELECT s.* FROM {schema}.steps s JOIN doomed d ON d.id = s.run_id WHERE %(archive)s
+), archived_history AS (
+    INSERT INTO {schema}.archive_history
+    SELECT h.* FROM {schema}.history h JOIN doomed d ON d.id = h.run_id WHERE %(archive)s
+), archived_signals AS (
+    INSERT INTO {schema}.archive_signals
+    SELECT s.* FROM {schema}.signals s JOIN doomed d ON d.id = s.run_id WHERE %(archive)s
+), archived_events AS (
+    INSERT INTO {schema}.archive_events
+    SELECT e.* FROM {schema}.events e JOIN doomed d ON d.id = e.run_id WHERE %(archive)s
+), archived_streams AS (
+    INSERT INTO {schema}.archive_streams
+    SELECT s.* FROM {schema}.streams s JOIN doomed d ON d.id = s.run_id WHERE %(archive)s
+), stragglers AS (
+    DELETE FROM {schema}.history_default h USING doomed d WHERE h.run_id = d.id
+), deleted AS (
+    DELETE FROM {schema}.runs r USING doomed d WHERE r.id = d.id
+    RETURNING r.id
+)
+SELECT count(*) AS pruned FROM deleted;
+
+-- name: run_prune_count
+-- How many runs run_prune would take, in every batch together: the same
+-- conditions, without locking or limit (perdure prune --dry-run).
+SELECT count(*) AS prunable
+FROM {schema}.runs r
+WHERE r.status IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
+  AND r.completed_at < %(before)s
+  AND NOT EXISTS (SELECT 1 FROM {schema}.runs c
+                  WHERE c.parent_run_id = r.id
+                    AND c.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
+                                         'compensation_failed'))
+  AND NOT EXISTS (SELECT 1 FROM {schema}.runs p
+                  WHERE p.id = r.parent_run_id
+                    AND p.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
+                                         'compensation_failed'))
+  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.run_id = r.id AND t.status = 'claimed');
+
+-- name: run_prune_cutoff
+-- The time %(seconds)s seconds before now, on the clock every query uses.
+SELECT {now} - make_interval(secs => %(seconds)s) AS cutoff;
+
+-- name: run_get_archived
+-- One archived run by id.
+SELECT *, true AS archived FROM {schema}.archive_runs WHERE id = %(run_id)s;
+
+-- name: run_get_by_key_archived
+-- The newest archived run with this key (keys may repeat in the archive: a
+-- key is free again once its run is archived).
+SELECT *, true AS archived FROM {schema}.archive_runs
+WHERE key = %(key)s
+ORDER BY created_at DESC, id DESC
+LIMIT 1;
+
+-- name: run_list_archived
+-- run_list over the archive: the same filters and keyset page,
+-- served by archive_runs_created_at_idx.
+SELECT r.*, true AS archived,
+       (SELECT count(*) FROM {schema}.archive_steps s
+        WHERE s.run_id = r.id AND s.status = 'completed') AS steps_completed
+FROM {schema}.archive_runs r
+WHERE (%(status)s::text IS NULL OR r.status = %(status)s::text)
+  AND {run_filter}
+  AND (%(cursor_at)s::timestamptz IS NULL
+       OR (r.created_at, r.id) < (%(cursor_at)s::timestamptz, %(cursor_id)s::uuid))
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT %(limit)s;

@@ -80,13 +80,6 @@ SET next_tick = %(next_tick)s,
     last_run_id = coalesce(%(last_run_id)s::uuid, last_run_id)
 WHERE name = %(name)s;
 
--- name: run_set_schedule
--- Mark a run just started by a schedule with the schedule and the tick it
--- covers (ctx.scheduled_at), in the transaction that started it.
-UPDATE {schema}.runs
-SET schedule = %(schedule)s, scheduled_at = %(scheduled_at)s
-WHERE id = %(run_id)s;
-
 -- name: schedule_now
 -- The time of the clock every query compares with (the server's, or a test's
 -- virtual clock): a new schedule's first tick is the first after it.

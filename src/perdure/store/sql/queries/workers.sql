@@ -1,0 +1,42 @@
+-- Named queries on workers, and the lock that lets one maintainer at a time
+-- work (see docs/operating.md).
+
+-- name: worker_register
+-- Announce a worker: what it serves and how much it can hold.
+INSERT INTO {schema}.workers (id, host, pid, queues, workflows, concurrency, status, started_at,
+                              heartbeat_at)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s, %(workflows)s, %(concurrency)s, 'running',
+        {now}, {now})
+ON CONFLICT (id) DO UPDATE
+SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
+    workflows = EXCLUDED.workflows, concurrency = EXCLUDED.concurrency, status = 'running',
+    heartbeat_at = EXCLUDED.heartbeat_at, stopped_at = NULL;
+
+-- name: worker_stop
+-- Mark a worker stopped after a graceful shutdown.
+UPDATE {schema}.workers SET status = 'stopped', stopped_at = {now} WHERE id = %(worker_id)s;
+
+-- name: worker_mark_lost
+-- Workers whose heartbeat is older than %(stale_seconds)s are marked lost, so
+-- listings tell a dead worker from a live one.
+UPDATE {schema}.workers SET status = 'lost'
+WHERE status = 'running' AND heartbeat_at < {now} - make_interval(secs => %(stale_seconds)s);
+
+-- name: worker_list
+-- Every worker, most recently seen first.
+SELECT w.*,
+       (SELECT count(*) FROM {schema}.tasks t WHERE t.worker_id = w.id AND t.status = 'claimed')
+           AS held
+FROM {schema}.workers w
+ORDER BY w.heartbeat_at DESC
+LIMIT %(limit)s;
+
+-- name: worker_maintenance_lock
+-- Try to become this schema's maintainer (retention, history partitions):
+-- a session advisory lock, held by the connection that runs the pass and
+-- released by worker_maintenance_unlock or when the connection ends (a dead worker).
+SELECT pg_try_advisory_lock(hashtext('perdure.maintenance:' || %(schema)s)) AS locked;
+
+-- name: worker_maintenance_unlock
+-- Stop being this schema's maintainer.
+SELECT pg_advisory_unlock(hashtext('perdure.maintenance:' || %(schema)s)) AS unlocked;

@@ -1,0 +1,73 @@
+"""Typed statements over the named queries: the store's whole vocabulary.
+
+:class:`Statements` holds one namespace per entity, each building the
+statements of ``sql/queries/<entity>.sql``: ``statements.runs.insert(...)``
+gives a :class:`~perdure.store.statement.Statement` (the rendered query, its
+parameters with the clock's ``now``, and a decoder for its rows). Nothing here
+does I/O, so one statement runs on the worker's async pool or on a caller's
+async or sync connection.
+"""
+
+from __future__ import annotations
+
+import re
+
+from psycopg import sql
+
+from perdure.clock import Clock
+from perdure.errors import ConfigurationError
+from perdure.store.batch_statements import BatchStatements
+from perdure.store.queries import render
+from perdure.store.statement import Builder
+from perdure.store.statements.events import EventStatements, StreamStatements
+from perdure.store.statements.history import HistoryStatements
+from perdure.store.statements.queues import QueueStatements
+from perdure.store.statements.runs import RunStatements
+from perdure.store.statements.schedules import ScheduleStatements
+from perdure.store.statements.signals import SignalStatements
+from perdure.store.statements.steps import StepStatements
+from perdure.store.statements.tasks import TaskStatements
+from perdure.store.statements.workers import WorkerStatements
+from perdure.store.statements.workflows import WorkflowStatements
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+
+
+def validate_schema(name: object) -> str:
+    """Return ``name`` if it is a usable schema name, else raise ConfigurationError.
+
+    Lower-case identifiers only, at most 48 characters, so that the schema
+    needs no quoting in psql and its notification channel name stays under
+    PostgreSQL's 63-byte identifier limit.
+    """
+    # fullmatch: a '$' anchor would let a trailing newline through.
+    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"invalid schema name {name!r}: use 1-48 lower-case letters, digits or "
+            "underscores, starting with a letter or underscore"
+        )
+    return name
+
+
+class Statements:
+    """Every statement perdure issues, for one schema and one clock, by entity."""
+
+    def __init__(self, schema: str, clock: Clock) -> None:
+        """Render the named queries for ``schema``; take times from ``clock``."""
+        self.schema = validate_schema(schema)
+        self.clock = clock
+        build = Builder(self.schema, clock, render(sql.Identifier(schema).as_string(None)))
+        self.channel = build.channel
+        self.runs = RunStatements(build)
+        self.steps = StepStatements(build)
+        self.tasks = TaskStatements(build)
+        self.signals = SignalStatements(build)
+        self.events = EventStatements(build)
+        self.streams = StreamStatements(build)
+        self.queues = QueueStatements(build)
+        self.schedules = ScheduleStatements(build)
+        self.workers = WorkerStatements(build)
+        self.workflows = WorkflowStatements(build)
+        self.history = HistoryStatements(build)
+        #: The merged statements of the group commit (``sql/queries/batch.sql``).
+        self.batch = BatchStatements(build)

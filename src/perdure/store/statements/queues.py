@@ -1,0 +1,60 @@
+"""The statements on queue settings: ``sql/queries/queues.sql``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from perdure.errors import ConfigurationError
+from perdure.store import rows
+from perdure.store.statement import Namespace, Statement
+from perdure.types import QueueInfo
+
+#: The columns of a queue's settings that ``queues.set`` writes, and the flag
+#: that says each is stated. ``rate_limit`` and ``rate_period`` go together.
+SETTING_FLAGS = {
+    "concurrency": "set_concurrency",
+    "worker_concurrency": "set_worker_concurrency",
+    "partition_concurrency": "set_partition_concurrency",
+    "rate_limit": "set_rate",
+    "rate_period": "set_rate",
+    "rate_per_key": "set_rate_per_key",
+}
+
+
+class QueueStatements(Namespace):
+    """The statements on queue settings: ``statements.queues``."""
+
+    def lock(self, queues: Sequence[str]) -> Statement[list[tuple[str, bool]]]:
+        """Lock the queues among ``queues`` with a limit counted across workers.
+
+        In a transaction; returns (name, throttled) in name order, throttled
+        being True for a queue with a partition or rate limit.
+        """
+        return self._build(
+            "queue_lock",
+            lambda found: [(r["name"], bool(r["throttled"])) for r in found],
+            queues=list(queues),
+        )
+
+    def set(self, name: str, settings: Mapping[str, Any]) -> Statement[bool]:
+        """Write the settings in ``settings`` (others are kept); True if anything changed.
+
+        ``settings`` maps column names of :data:`SETTING_FLAGS` to their value
+        (None for no limit); ``rate_limit`` and ``rate_period`` come together.
+        """
+        unknown = set(settings) - set(SETTING_FLAGS)
+        if unknown:
+            raise ConfigurationError(f"unknown queue settings: {', '.join(sorted(unknown))}")
+        if ("rate_limit" in settings) != ("rate_period" in settings):
+            raise ConfigurationError("rate_limit and rate_period are set together")
+        params: dict[str, Any] = {column: settings.get(column) for column in SETTING_FLAGS}
+        for column, flag in SETTING_FLAGS.items():
+            params[flag] = params.get(flag, False) or column in settings
+        return self._build(
+            "queue_set", lambda found: bool(found), name=name, channel=self._build.channel, **params
+        )
+
+    def list(self, name: str | None = None) -> Statement[list[QueueInfo]]:
+        """Every known queue (or the one named) with its limits and task counts."""
+        return self._build("queue_list", lambda found: [rows.queue(r) for r in found], name=name)

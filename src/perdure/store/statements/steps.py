@@ -1,0 +1,230 @@
+"""The statements on step checkpoints, parallel and graph steps: ``sql/queries/steps.sql``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from perdure.store import rows
+from perdure.store.rows import Fence
+from perdure.store.statement import Namespace, Row, Statement, count
+from perdure.types import Step
+
+
+def _checkpoint_result(found: list[Row]) -> tuple[int, int, str | None]:
+    row = found[0]
+    return int(row["leased"]), int(row["written"]), row["run_status"]
+
+
+class StepStatements(Namespace):
+    """The statements on step checkpoints, parallel and graph steps: ``statements.steps``."""
+
+    def list_claimed_now(self, worker_id: str) -> Statement[dict[int, list[Step]]]:
+        """The checkpoints of the tasks ``worker_id`` claimed in this transaction, by task id."""
+
+        def decode(found: list[Row]) -> dict[int, list[Step]]:
+            by_task: dict[int, list[Step]] = {}
+            for r in found:
+                by_task.setdefault(int(r["task_id"]), []).append(rows.step(r))
+            return by_task
+
+        return self._build("step_list_claimed_now", decode, worker_id=worker_id)
+
+    def list_before(self, run_id: str, before: int, position: int) -> Statement[list[Step]]:
+        """The checkpoints before position ``before``, and the one at ``position``."""
+        return self._build(
+            "step_list_before",
+            lambda found: [rows.step(r) for r in found],
+            run_id=run_id,
+            before=before,
+            position=position,
+        )
+
+    def checkpoint(
+        self,
+        fence: Fence,
+        *,
+        lease_seconds: float,
+        position: int,
+        name: str,
+        kind: str,
+        status: str,
+        attempts: int,
+        output_json: str | None,
+        error_json: str | None,
+        started_at: datetime,
+        event: str,
+        detail_json: str | None = None,
+        event_key: str | None = None,
+        stream_seq: int | None = None,
+        stream_closed: bool = False,
+    ) -> Statement[tuple[int, int, str | None]]:
+        """Record a step outcome and extend the lease; (leased, written, run status).
+
+        For kind 'event' the output is also published as event ``event_key``;
+        for kind 'stream' it is appended to stream ``event_key`` at ``stream_seq``.
+        """
+        return self._build(
+            "step_checkpoint",
+            lambda found: (
+                int(found[0]["leased"]),
+                int(found[0]["written"]),
+                found[0]["run_status"],
+            ),
+            event_key=event_key,
+            stream_seq=stream_seq,
+            stream_closed=stream_closed,
+            lease_seconds=lease_seconds,
+            position=position,
+            name=name,
+            kind=kind,
+            status=status,
+            attempts=attempts,
+            output=output_json,
+            error=error_json,
+            started_at=started_at,
+            event=event,
+            detail=detail_json,
+            **fence.params(),
+        )
+
+    def wait(
+        self,
+        fence: Fence,
+        *,
+        position: int,
+        name: str,
+        kind: str,
+        waiting_for_json: str,
+        wake_at: datetime | None = None,
+        seconds: float | None = None,
+        wait_signal: str | None = None,
+    ) -> Statement[tuple[int, datetime | None]]:
+        """Park the run at a durable wait until ``wake_at`` (or now + ``seconds``)."""
+        return self._build(
+            "step_wait",
+            lambda found: (int(found[0]["leased"]), found[0]["wake_at"]),
+            wait_signal=wait_signal,
+            position=position,
+            name=name,
+            kind=kind,
+            waiting_for=waiting_for_json,
+            wake_at=wake_at,
+            seconds=seconds,
+            **fence.params(),
+        )
+
+    def fanout(
+        self,
+        fence: Fence,
+        *,
+        positions: Sequence[int],
+        names: Sequence[str],
+        seconds: float,
+        waiting_for_json: str,
+        gather_start: int,
+    ) -> Statement[tuple[int, int]]:
+        """Park a run at a gather and spawn its parallel steps; (leased, spawned)."""
+        return self._build(
+            "step_fanout",
+            lambda found: (int(found[0]["leased"]), int(found[0]["spawned"])),
+            gather_start=gather_start,
+            positions=list(positions),
+            names=list(names),
+            seconds=seconds,
+            waiting_for=waiting_for_json,
+            **fence.params(),
+        )
+
+    def complete_parallel(
+        self,
+        fence: Fence,
+        *,
+        position: int,
+        name: str,
+        kind: str,
+        status: str,
+        attempts: int,
+        output_json: str | None,
+        error_json: str | None,
+        started_at: datetime,
+        event: str,
+        wake: bool,
+    ) -> Statement[tuple[int, int, str | None]]:
+        """Checkpoint a parallel step and delete its task; (leased, written, run status)."""
+        return self._build(
+            "step_complete_parallel",
+            _checkpoint_result,
+            position=position,
+            name=name,
+            kind=kind,
+            status=status,
+            attempts=attempts,
+            output=output_json,
+            error=error_json,
+            started_at=started_at,
+            event=event,
+            wake=wake,
+            **fence.params(),
+        )
+
+    def schedule(
+        self, run_id: str, positions: Sequence[int], names: Sequence[str], kinds: Sequence[str]
+    ) -> Statement[int]:
+        """Make graph steps claimable; how many tasks were created."""
+        return self._build(
+            "step_schedule",
+            count("spawned"),
+            run_id=run_id,
+            positions=list(positions),
+            names=list(names),
+            kinds=list(kinds),
+        )
+
+    def record(
+        self,
+        run_id: str,
+        *,
+        position: int,
+        name: str,
+        kind: str,
+        status: str,
+        output_json: str | None = None,
+        error_json: str | None = None,
+    ) -> Statement[None]:
+        """Record a final step row nobody executed (skipped, or failed by its condition)."""
+        return self._build(
+            "step_record",
+            lambda found: None,
+            run_id=run_id,
+            position=position,
+            name=name,
+            kind=kind,
+            status=status,
+            output=output_json,
+            error=error_json,
+        )
+
+    def gate_park(
+        self, fence: Fence, *, position: int, name: str, signal: str, seconds: float
+    ) -> Statement[tuple[int, datetime | None]]:
+        """Park a graph step at its gate until signal ``signal``; (leased, wake time)."""
+        return self._build(
+            "step_gate_park",
+            lambda found: (int(found[0]["leased"]), found[0]["wake_at"]),
+            position=position,
+            name=name,
+            signal=signal,
+            seconds=seconds,
+            **fence.params(),
+        )
+
+    def list_archived(self, run_id: str) -> Statement[list[Step]]:
+        """The checkpoints of an archived run, in position order."""
+        return self._build(
+            "step_list_archived", lambda found: [rows.step(r) for r in found], run_id=run_id
+        )
+
+    def list(self, run_id: str) -> Statement[list[Step]]:
+        """The checkpoints of a run in position order."""
+        return self._build("step_list", lambda found: [rows.step(r) for r in found], run_id=run_id)

@@ -1,0 +1,142 @@
+"""The statements on tasks: ``sql/queries/tasks.sql``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from perdure.store import rows
+from perdure.store.rows import ClaimedTask, Fence
+from perdure.store.statement import Namespace, Row, Statement, all_rows, count
+
+
+class TaskStatements(Namespace):
+    """The statements on tasks: ``statements.tasks``."""
+
+    def claim(
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        names: Sequence[str],
+        versions: Sequence[int],
+        limit: int,
+        lease_seconds: float,
+        locked: Sequence[str] = (),
+        throttled: bool = False,
+    ) -> Statement[list[ClaimedTask]]:
+        """Claim up to ``limit`` due tasks, within the limits of their queues.
+
+        ``locked`` names the globally limited queues whose rows this
+        transaction locked (``statements.queues.lock``); any other queue with a global
+        limit gets no task. With ``throttled``, ``queues`` are queues with a
+        partition or rate limit, all locked, and the claim is
+        ``task_claim_throttled``.
+        """
+        return self._build(
+            "task_claim_throttled" if throttled else "task_claim",
+            lambda found: [rows.claimed_task(r, worker_id) for r in found],
+            worker_id=worker_id,
+            queues=list(queues),
+            names=list(names),
+            versions=list(versions),
+            limit=limit,
+            lease_seconds=lease_seconds,
+            locked=list(locked),
+        )
+
+    def next_due(
+        self, worker_id: str, queues: Sequence[str], names: Sequence[str], versions: Sequence[int]
+    ) -> Statement[float | None]:
+        """Seconds until the next ready task this worker may claim is due, or None."""
+        return self._build(
+            "task_next_due",
+            lambda found: found[0]["seconds"] if found else None,
+            worker_id=worker_id,
+            queues=list(queues),
+            names=list(names),
+            versions=list(versions),
+        )
+
+    def waiting_summary(self, queues: Sequence[str]) -> Statement[tuple[int, datetime | None]]:
+        """(tasks waiting for a future time, the earliest of those times)."""
+        return self._build(
+            "task_waiting_summary",
+            lambda found: (int(found[0]["waiting"]), found[0]["next_wake"]),
+            queues=list(queues),
+        )
+
+    def heartbeat(
+        self, worker_id: str, task_ids: Sequence[int], lease_seconds: float
+    ) -> Statement[set[int]]:
+        """Extend the leases of ``task_ids`` this worker holds; the ids it still holds."""
+        return self._build(
+            "task_heartbeat",
+            lambda found: {int(r["id"]) for r in found},
+            worker_id=worker_id,
+            task_ids=list(task_ids),
+            lease_seconds=lease_seconds,
+        )
+
+    def release(
+        self,
+        fence: Fence,
+        *,
+        delay_seconds: float,
+        failed: bool,
+        event: str,
+        detail_json: str | None = None,
+        paused: bool = False,
+    ) -> Statement[int]:
+        """Give a held task back, due after ``delay_seconds`` (fenced); paused if asked."""
+        return self._build(
+            "task_release",
+            count("changed"),
+            delay_seconds=delay_seconds,
+            failed=failed,
+            paused=paused,
+            event=event,
+            detail=detail_json,
+            **fence.params(),
+        )
+
+    def rescue(self, *, limit: int, max_lapses: int) -> Statement[tuple[int, int]]:
+        """Revive tasks with expired leases; (revived, dead-lettered)."""
+        return self._build(
+            "task_rescue",
+            lambda found: (int(found[0]["revived"]), int(found[0]["dead"])) if found else (0, 0),
+            limit=limit,
+            max_lapses=max_lapses,
+        )
+
+    def settle(self, fence: Fence) -> Statement[str | None]:
+        """Let go of a held task whose run stopped running; the run's status."""
+        return self._build(
+            "task_settle",
+            lambda found: found[0]["run_status"] if found else None,
+            **fence.params(),
+        )
+
+    def lock_fenced(self, fence: Fence) -> Statement[bool]:
+        """Lock a held task row for a transaction step; False if the lease is gone."""
+        return self._build("task_lock_fenced", lambda found: bool(found), **fence.params())
+
+    def finish(self, fence: Fence) -> Statement[bool]:
+        """Delete a held task whose work is done (fenced); False if the lease is gone."""
+        return self._build("task_finish", lambda found: bool(found), **fence.params())
+
+    def next_due_throttled(
+        self, queues: Sequence[str], names: Sequence[str], versions: Sequence[int]
+    ) -> Statement[float | None]:
+        """Seconds until a task of these throttled queues is due or a rate window moves."""
+        return self._build(
+            "task_next_due_throttled",
+            lambda found: found[0]["seconds"] if found else None,
+            queues=list(queues),
+            names=list(names),
+            versions=list(versions),
+        )
+
+    def list_claimed(self, limit: int = 1000) -> Statement[list[Row]]:
+        """The tasks workers hold now, by worker, oldest claim first."""
+        return self._build("task_list_claimed", all_rows, limit=limit)

@@ -1,0 +1,63 @@
+"""The statements on workers and the maintenance lock: ``sql/queries/workers.sql``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from perdure.store import rows
+from perdure.store.statement import Namespace, Statement
+from perdure.types import WorkerInfo
+
+
+class WorkerStatements(Namespace):
+    """The statements on workers and the maintenance lock: ``statements.workers``."""
+
+    def register(
+        self,
+        *,
+        worker_id: str,
+        host: str,
+        pid: int,
+        queues: Sequence[str],
+        workflows: Sequence[str],
+        concurrency: int,
+    ) -> Statement[None]:
+        """Announce a worker."""
+        return self._build(
+            "worker_register",
+            lambda found: None,
+            worker_id=worker_id,
+            host=host,
+            pid=pid,
+            queues=list(queues),
+            workflows=list(workflows),
+            concurrency=concurrency,
+        )
+
+    def stop(self, worker_id: str) -> Statement[None]:
+        """Mark a worker stopped."""
+        return self._build("worker_stop", lambda found: None, worker_id=worker_id)
+
+    def mark_lost(self, stale_seconds: float) -> Statement[None]:
+        """Mark workers with stale heartbeats as lost."""
+        return self._build("worker_mark_lost", lambda found: None, stale_seconds=stale_seconds)
+
+    def maintenance_lock(self) -> Statement[bool]:
+        """Try to take this schema's maintenance lock (session-level); True if taken."""
+        return self._build(
+            "worker_maintenance_lock",
+            lambda found: bool(found[0]["locked"]),
+            schema=self._build.schema,
+        )
+
+    def maintenance_unlock(self) -> Statement[None]:
+        """Release this schema's maintenance lock."""
+        return self._build(
+            "worker_maintenance_unlock", lambda found: None, schema=self._build.schema
+        )
+
+    def list(self, limit: int = 100) -> Statement[list[WorkerInfo]]:
+        """Workers, most recently seen first."""
+        return self._build(
+            "worker_list", lambda found: [rows.worker(r) for r in found], limit=limit
+        )
