@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from psycopg_pool import ConnectionPool
 
@@ -21,13 +21,13 @@ from perdure.store.rows import ClaimedTask
 from perdure.store.statement import Statement
 from perdure.store.store import AsyncStore
 
-if TYPE_CHECKING:
-    from perdure.engine.executor import Execution
-
 T = TypeVar("T")
+#: The execution a spec's body runs in (engine.executor.Execution); generic
+#: here so that this module, below the executor, need not import it.
+E = TypeVar("E", contravariant=True)
 
 
-class WorkflowSpec(Protocol):
+class WorkflowSpec(Protocol[E]):
     """What the engine needs of a workflow definition (the api layer provides it)."""
 
     name: str
@@ -35,7 +35,7 @@ class WorkflowSpec(Protocol):
     queue: str
     retry: RetryPolicy
 
-    async def invoke(self, execution: Execution, input: Any) -> Any:
+    async def invoke(self, execution: E, input: Any) -> Any:
         """Run the workflow body for ``execution`` with ``input``."""
 
     def rebuild_result(self, output: Any) -> Any:
@@ -56,7 +56,7 @@ class ExecutionEnv:
     lost_tasks: set[int] = field(default_factory=set)
     #: The workflows this worker has code for, by (name, version): child runs
     #: of these start without a registry lookup.
-    specs: Mapping[tuple[str, int], WorkflowSpec] = field(default_factory=dict)
+    specs: Mapping[tuple[str, int], WorkflowSpec[Any]] = field(default_factory=dict)
     #: Told of claims, executions, steps and how runs end (metrics, traces, logs).
     observer: Observer = field(default_factory=Observer)
     #: Group commit of the worker's checkpoints (None: each is written alone).

@@ -99,7 +99,7 @@ class Execution:
     """The state of one task being executed: its checkpoints and its cursor."""
 
     task: ClaimedTask
-    spec: WorkflowSpec
+    spec: WorkflowSpec[Execution]
     env: ExecutionEnv
     steps: dict[int, Step]
     loop: asyncio.AbstractEventLoop

@@ -37,7 +37,7 @@ log = logging.getLogger("perdure.executor")
 _PERMANENT = (PermanentError, StepFailed, NonDeterminismError, SerializationError)
 
 
-async def _start(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> Execution | None:
+async def _start(task: ClaimedTask, spec: WorkflowSpec[Execution], env: ExecutionEnv) -> Execution | None:
     """The execution of ``task``, or None when the run stopped while it was claimed."""
     store, q = env.store, env.store.q
     if task.finished:
@@ -92,7 +92,7 @@ async def _let_go(execution: Execution, signal: Abandon) -> str:
     return "released"
 
 
-async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
+async def execute(task: ClaimedTask, spec: WorkflowSpec[Execution], env: ExecutionEnv) -> str:
     """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
     if task.kind == "step":
         return await execute_branch(task, spec, env)
@@ -168,7 +168,7 @@ async def _complete(execution: Execution, text: str, last: Statement[Any] | None
     return "completed"
 
 
-async def execute_branch(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
+async def execute_branch(task: ClaimedTask, spec: WorkflowSpec[Execution], env: ExecutionEnv) -> str:
     """Execute the parallel step a task of kind 'step' is for."""
     execution = await _start(task, spec, env)
     if execution is None:
@@ -196,7 +196,7 @@ async def execute_branch(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEn
 
 async def _handle_failure(
     task: ClaimedTask,
-    spec: WorkflowSpec,
+    spec: WorkflowSpec[Execution],
     env: ExecutionEnv,
     execution: Execution,
     exc: Exception,

@@ -54,7 +54,7 @@ class ReplayReport:
 
 
 async def replay_run(
-    spec: WorkflowSpec,
+    spec: WorkflowSpec[Execution],
     statements: Statements,
     threads: ThreadPoolExecutor,
     *,

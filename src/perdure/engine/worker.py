@@ -117,7 +117,7 @@ class Worker:
         self,
         url: str,
         statements: Statements,
-        specs: Mapping[tuple[str, int], WorkflowSpec],
+        specs: Mapping[tuple[str, int], WorkflowSpec[Any]],
         options: WorkerOptions | None = None,
         *,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -439,7 +439,7 @@ class Worker:
         job = asyncio.create_task(self._execute(task, spec, env), name=f"perdure-run-{task.run_id}")
         self.running[task.fence.task_id] = _Held(task, job)
 
-    async def _execute(self, task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
+    async def _execute(self, task: ClaimedTask, spec: WorkflowSpec[Any], env: ExecutionEnv) -> str:
         result = "error"
         began = time.perf_counter()
         token = self.observer.execution_started(task)
