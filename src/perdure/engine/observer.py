@@ -16,7 +16,7 @@ the workflow's own code can be given them too
 from __future__ import annotations
 
 import logging
-from collections.abc import Sized, Sequence
+from collections.abc import Sequence, Sized
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol

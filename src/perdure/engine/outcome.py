@@ -37,7 +37,9 @@ log = logging.getLogger("perdure.executor")
 _PERMANENT = (PermanentError, StepFailed, NonDeterminismError, SerializationError)
 
 
-async def _start(task: ClaimedTask, spec: WorkflowSpec[Execution], env: ExecutionEnv) -> Execution | None:
+async def _start(
+    task: ClaimedTask, spec: WorkflowSpec[Execution], env: ExecutionEnv
+) -> Execution | None:
     """The execution of ``task``, or None when the run stopped while it was claimed."""
     store, q = env.store, env.store.q
     if task.finished:
@@ -168,7 +170,9 @@ async def _complete(execution: Execution, text: str, last: Statement[Any] | None
     return "completed"
 
 
-async def execute_branch(task: ClaimedTask, spec: WorkflowSpec[Execution], env: ExecutionEnv) -> str:
+async def execute_branch(
+    task: ClaimedTask, spec: WorkflowSpec[Execution], env: ExecutionEnv
+) -> str:
     """Execute the parallel step a task of kind 'step' is for."""
     execution = await _start(task, spec, env)
     if execution is None:
