@@ -57,6 +57,10 @@ class _Attempt:
     started: datetime
 
 
+#: A workflow definition whose body runs in an :class:`Execution`.
+Spec = WorkflowSpec["Execution"]
+
+
 class ReplayEnd(BaseException):
     """A replay-only execution reached the end of the recorded history."""
 
@@ -99,7 +103,7 @@ class Execution:
     """The state of one task being executed: its checkpoints and its cursor."""
 
     task: ClaimedTask
-    spec: WorkflowSpec[Execution]
+    spec: Spec
     env: ExecutionEnv
     steps: dict[int, Step]
     loop: asyncio.AbstractEventLoop

@@ -15,11 +15,12 @@ from typing import Any
 
 from perdure.engine import faults, parallel, serialization
 from perdure.engine.control import Abandon, Suspend
-from perdure.engine.environment import ExecutionEnv, WorkflowSpec
+from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import (
     BranchDone,
     Execution,
     ReplayEnd,
+    Spec,
 )
 from perdure.engine.observer import task_fields
 from perdure.errors import (
@@ -37,9 +38,7 @@ log = logging.getLogger("perdure.executor")
 _PERMANENT = (PermanentError, StepFailed, NonDeterminismError, SerializationError)
 
 
-async def _start(
-    task: ClaimedTask, spec: WorkflowSpec[Execution], env: ExecutionEnv
-) -> Execution | None:
+async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution | None:
     """The execution of ``task``, or None when the run stopped while it was claimed."""
     store, q = env.store, env.store.q
     if task.finished:
@@ -94,7 +93,7 @@ async def _let_go(execution: Execution, signal: Abandon) -> str:
     return "released"
 
 
-async def execute(task: ClaimedTask, spec: WorkflowSpec[Execution], env: ExecutionEnv) -> str:
+async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
     if task.kind == "step":
         return await execute_branch(task, spec, env)
@@ -170,9 +169,7 @@ async def _complete(execution: Execution, text: str, last: Statement[Any] | None
     return "completed"
 
 
-async def execute_branch(
-    task: ClaimedTask, spec: WorkflowSpec[Execution], env: ExecutionEnv
-) -> str:
+async def execute_branch(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     """Execute the parallel step a task of kind 'step' is for."""
     execution = await _start(task, spec, env)
     if execution is None:
@@ -200,7 +197,7 @@ async def execute_branch(
 
 async def _handle_failure(
     task: ClaimedTask,
-    spec: WorkflowSpec[Execution],
+    spec: Spec,
     env: ExecutionEnv,
     execution: Execution,
     exc: Exception,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from perdure.engine.control import Abandon, Suspend
-from perdure.engine.environment import ExecutionEnv, WorkflowSpec
-from perdure.engine.executor import Execution, ReplayEnd
+from perdure.engine.environment import ExecutionEnv
+from perdure.engine.executor import Execution, ReplayEnd, Spec
 from perdure.errors import NonDeterminismError
 from perdure.store.rows import ClaimedTask, Fence
 from perdure.store.statements import Statements
@@ -54,7 +54,7 @@ class ReplayReport:
 
 
 async def replay_run(
-    spec: WorkflowSpec[Execution],
+    spec: Spec,
     statements: Statements,
     threads: ThreadPoolExecutor,
     *,
