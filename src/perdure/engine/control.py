@@ -8,13 +8,32 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from perdure import errors
+
 
 class Suspend(BaseException):
     """The task was handed back (a retry backoff); stop executing this run now."""
 
 
-class Abandon(BaseException):
-    """This worker lost the task (lease lost, run cancelled); stop without writing."""
+class LeaseLost(BaseException):
+    """This worker lost its lease on the task: stop executing it without another write.
+
+    The control-flow form of :class:`perdure.errors.LeaseLost` (which it
+    carries as ``error``): a ``BaseException``, so that a workflow's
+    ``except Exception:`` cannot swallow it.
+    """
+
+    def __init__(self, error: errors.LeaseLost) -> None:
+        """Stop because of ``error``."""
+        self.error = error
+        super().__init__(str(error))
+
+
+class StaleHistory(BaseException):
+    """The history this execution replayed from was stale: a step's position already
+    held a final checkpoint, or a child run it was about to start already existed.
+    The lease is still this worker's; the task is handed back and replayed from the
+    real history."""
 
 
 class Disconnected(BaseException):

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 from psycopg_pool import ConnectionPool
 
 from perdure.engine import serialization
-from perdure.engine.commit import Committer
+from perdure.engine.commit import Committer, Unit
 from perdure.engine.observer import Observer
 from perdure.engine.retry import RetryPolicy
 from perdure.store.rows import ClaimedTask
@@ -62,12 +62,12 @@ class ExecutionEnv:
     #: Group commit of the worker's checkpoints (None: each is written alone).
     committer: Committer | None = None
 
-    async def write(self, statement: Statement[T]) -> T:
-        """Commit one fenced write, in a transaction shared with other runs' if a
-        committer is running."""
+    async def write(self, task_id: int, statement: Statement[T]) -> T:
+        """Commit one write fenced on task ``task_id``, in a transaction shared with
+        other runs' if a committer is running."""
         if self.committer is None:
             return await self.store.execute(statement)
-        result: T = (await self.committer.write([statement]))[0]
+        result: T = (await self.committer.write(Unit(task_id, (statement,))))[0]
         return result
 
     def emit(self, event: str, **fields: Any) -> None:

@@ -14,13 +14,14 @@ import traceback
 from typing import Any
 
 from perdure.engine import faults, parallel, serialization
-from perdure.engine.control import Abandon, Suspend
+from perdure.engine.checkpoint import Checkpoint
+from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import (
-    BranchDone,
     Execution,
     ReplayEnd,
     Spec,
+    StepTaskDone,
 )
 from perdure.engine.observer import task_fields
 from perdure.errors import (
@@ -31,7 +32,6 @@ from perdure.errors import (
     StepFailed,
 )
 from perdure.store.rows import ClaimedTask
-from perdure.store.statement import Statement
 
 log = logging.getLogger("perdure.executor")
 
@@ -59,31 +59,32 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
         env,
         {s.position: s for s in steps},
         asyncio.get_running_loop(),
-        branch_position=task.step_position if task.kind == "step" else None,
+        step_task_position=task.step_position if task.kind == "step" else None,
     )
 
 
 #: How an execution stops early without an outcome of its own.
-STOPS = (Suspend, faults.SimulatedCrash, Abandon)
+STOPS = (Suspend, faults.SimulatedCrash, LeaseLost, StaleHistory)
 
 
 async def stopped(execution: Execution, stop: BaseException) -> str:
-    """What a stop means: handed back (Suspend), a test's simulated death, or let go."""
+    """What a stop means: handed back (Suspend), a test's simulated death, a lost
+    lease, or stale history (the task is handed back to be replayed)."""
     if isinstance(stop, Suspend):
         return "suspended"
-    if isinstance(stop, Abandon):
-        return await _let_go(execution, stop)
+    if isinstance(stop, LeaseLost):
+        execution.env.lease_lost(execution.task)
+        return "abandoned"
+    if isinstance(stop, StaleHistory):
+        return await _replay_again(execution, stop)
     # A test's simulated death: no further write; the lease must lapse.
     execution.env.emit("simulated_crash", run_id=execution.task.run_id)
     return "crashed"
 
 
-async def _let_go(execution: Execution, signal: Abandon) -> str:
-    """After Abandon: stop silently if the lease is gone, else replay from the real history."""
+async def _replay_again(execution: Execution, signal: StaleHistory) -> str:
+    """Hand the task back at once, to be replayed from the real history."""
     task, env = execution.task, execution.env
-    if execution.lost:
-        env.lease_lost(task)
-        return "abandoned"
     log.warning("replaying run %s again: %s", task.run_id, signal, extra=task_fields(task))
     await env.store.execute(
         env.store.q.task_release(
@@ -96,7 +97,7 @@ async def _let_go(execution: Execution, signal: Abandon) -> str:
 async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
     if task.kind == "step":
-        return await execute_branch(task, spec, env)
+        return await execute_step_task(task, spec, env)
     execution = await _start(task, spec, env)
     if execution is None:
         return "settled"
@@ -145,39 +146,39 @@ async def _settle(execution: Execution) -> str | None:
     return None
 
 
-async def _complete(execution: Execution, text: str, last: Statement[Any] | None) -> str:
+async def _complete(execution: Execution, text: str, last: Checkpoint | None) -> str:
     """Finish the run with its output (and its last step's checkpoint, when given)."""
     task, env = execution.task, execution.env
     q, fence = env.store.q, task.fence
     if last is None:
-        leased, changed = await env.write(q.run_complete(fence, text))
-        written = 1
+        statement = q.run_complete(fence, text)
     else:
-        leased, written, changed = await env.write(q.run_complete_step(fence, text, last))
-    if not leased:
-        env.lease_lost(task)
-        return "abandoned"
-    if not written:
-        stale = f"run {task.run_id}: its last step was already checkpointed"
-        return await stopped(execution, Abandon(stale))
+        statement = q.run_complete_step(fence, text, last.statement)
+    try:
+        result = execution.fenced(
+            await env.write(fence.task_id, statement), "its last step was already checkpointed"
+        )
+    except STOPS as stop:
+        return await stopped(execution, stop)
     if last is not None:
-        name = last.params["name"]
-        env.emit("step_checkpointed", run_id=task.run_id, step=name, status="completed")
-    if not changed:
+        env.emit(
+            "step_checkpointed", run_id=task.run_id, step=last.attempt.name, status="completed"
+        )
+    if not result.changed:
         return "cancelled"
     env.run_finished(task.run_id, task.workflow, "completed")
     return "completed"
 
 
-async def execute_branch(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
-    """Execute the parallel step a task of kind 'step' is for."""
+async def execute_step_task(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
+    """Execute the step a step task (a task of kind 'step') is for."""
     execution = await _start(task, spec, env)
     if execution is None:
         return "settled"
     env.emit("branch_executing", run_id=task.run_id, step=task.step_name)
     try:
         await spec.invoke(execution, task.input)
-    except BranchDone:
+    except StepTaskDone:
         return "branch_completed"
     except STOPS as stop:
         return await stopped(execution, stop)
@@ -190,7 +191,7 @@ async def execute_branch(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> st
     assert position is not None and name is not None
     try:
         await parallel.finish_unreachable(execution, position, name)
-    except BranchDone:
+    except StepTaskDone:
         pass
     return "branch_unreachable"
 
@@ -251,8 +252,7 @@ async def _compensate(execution: Execution, cause: Exception | None) -> str:
     store, q = env.store, env.store.q
     if cause is not None:
         _, text = _error_json(cause)
-        leased, _ = await store.execute(q.run_compensating(task.fence, text))
-        if not leased:
+        if not (await store.execute(q.run_compensating(task.fence, text))).leased:
             env.lease_lost(task)
             return "abandoned"
     env.emit("run_compensating", run_id=task.run_id, compensations=len(execution.rollbacks))
@@ -277,11 +277,11 @@ async def _compensate(execution: Execution, cause: Exception | None) -> str:
         return "cancelled"
     status = "compensation_failed" if failed else "compensated"
     error_json = serialization.error_json({"compensations_failed": failed}) if failed else None
-    leased, changed = await store.execute(q.run_fail(task.fence, error_json, status))
-    if not leased:
+    result = await store.execute(q.run_fail(task.fence, error_json, status))
+    if not result.leased:
         env.lease_lost(task)
         return "abandoned"
-    if not changed:
+    if not result.changed:
         return "cancelled"
     env.run_finished(task.run_id, task.workflow, status, cause)
     return status
@@ -289,11 +289,11 @@ async def _compensate(execution: Execution, cause: Exception | None) -> str:
 
 async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> str:
     _, text = _error_json(exc)
-    leased, changed = await env.store.execute(env.store.q.run_fail(task.fence, text))
-    if not leased:
+    result = await env.store.execute(env.store.q.run_fail(task.fence, text))
+    if not result.leased:
         env.lease_lost(task)
         return "abandoned"
-    if not changed:
+    if not result.changed:
         return "cancelled"
     env.run_finished(task.run_id, task.workflow, "failed", exc)
     return "failed"

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
 from perdure.engine import typed
+from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import Suspend
-from perdure.engine.executor import BranchDone, Execution, _Attempt
+from perdure.engine.executor import Execution, StepTaskDone
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import ConfigurationError, StepFailed
@@ -123,26 +124,26 @@ async def gather(
     await ex.gate()
     if not calls:
         return []
-    if ex.branch_position is not None:
+    if ex.step_task_position is not None:
         # Executing one parallel step: if it belongs to this gather, run it
         # alone. Only the steps before the gather and this step's own
         # checkpoint were read (step_list_before), so siblings are not looked at.
-        index = ex.branch_position - ex.position
+        index = ex.step_task_position - ex.position
         if 0 <= index < len(calls):
             call = calls[index]
             _check(ex, call)
-            ex.position = ex.branch_position
-            position, recorded = ex._next(call.name, "step")
+            ex.position = ex.step_task_position
+            position, recorded = ex.advance(call.name, "step")
             await _run_branch(ex, call, position, recorded)
     for call in calls:
         _check(ex, call)
     gather_start = ex.position
-    reserved = [ex._next(call.name, "step") for call in calls]
-    marker_position, marker = ex._next(f"gather:{len(calls)}", "gather")
+    reserved = [ex.advance(call.name, "step") for call in calls]
+    marker_position, marker = ex.advance(f"gather:{len(calls)}", "gather")
     chosen = dict(reserved).get(int(marker.output["failed"])) if marker is not None else None
     if chosen is not None and chosen.status in _FINAL:
         # Failed fast earlier: raise the failure that was chosen then.
-        ex._replayed(chosen)
+        ex.replayed(chosen)
     records = [recorded for _, recorded in reserved]
     pending = [
         (position, call.name)
@@ -151,17 +152,17 @@ async def gather(
     ]
     failures = [r for r in records if r is not None and r.status in _FINAL[1:]]
     if failures and not return_exceptions:
-        if pending and ex.branch_position is None and not ex.replay_only:
+        if pending and ex.step_task_position is None and not ex.replay_only:
             first = failures[0]
-            attempt = _Attempt(
+            attempt = Attempt(
                 marker_position,
                 f"gather:{len(calls)}",
                 "gather",
                 1,
                 ex.task.db_now or first.started_at,
             )
-            await ex._checkpoint(attempt, "completed", json.dumps({"failed": first.position}), None)
-        ex._replayed(failures[0])
+            await ex.checkpoint(attempt, "completed", json.dumps({"failed": first.position}), None)
+        ex.replayed(failures[0])
     if not pending:
         return [
             _outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
@@ -176,7 +177,7 @@ def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
     if recorded.status == StepStatus.COMPLETED:
         return typed.return_hint(call.fn).rebuild(recorded.output, f"the output of {call.name!r}")
     try:
-        ex._replayed(recorded)
+        ex.replayed(recorded)
     except StepFailed as exc:
         return exc
     raise AssertionError("unreachable")
@@ -189,7 +190,7 @@ async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int
         # The run's row lock orders this park against the branches'
         # completions: a branch finishing after it sees the parked task.
         await execute_async(conn, q.run_lock(ex.task.run_id))
-        leased, spawned = await execute_async(
+        parked = await execute_async(
             conn,
             q.step_fanout(
                 ex.task.fence,
@@ -200,17 +201,18 @@ async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int
                 gather_start=gather_start,
             ),
         )
-    if not leased:
-        ex.lost = True
-        ex.check_alive()
-    ex.env.emit("steps_scheduled", run_id=ex.task.run_id, steps=spawned, waiting=len(pending))
+    if not parked.leased:
+        ex.lose_lease()
+    ex.env.emit(
+        "steps_scheduled", run_id=ex.task.run_id, steps=parked.spawned, waiting=len(pending)
+    )
     raise Suspend()
 
 
 async def _run_branch(
     ex: Execution, call: StepCall[Any], position: int, recorded: Step | None
 ) -> None:
-    """Execute the branch this task is for, then stop the workflow (BranchDone)."""
+    """Execute the branch this task is for, then stop the workflow (StepTaskDone)."""
     if recorded is not None and recorded.status in _FINAL:
         # Already recorded (a duplicate task): end the task, wake the run if last.
         await finish_unreachable(ex, position, call.name, recorded=recorded)
@@ -218,7 +220,7 @@ async def _run_branch(
         await call.run((position, recorded))
     except StepFailed:
         pass  # recorded as the branch's failure; the run decides what it means
-    raise BranchDone()
+    raise StepTaskDone()
 
 
 async def finish_unreachable(
@@ -244,7 +246,7 @@ async def finish_unreachable(
     q = ex.env.store.q
     async with ex.env.store.transaction() as conn:
         await execute_async(conn, q.run_lock(ex.task.run_id))
-        leased, _, _ = await execute_async(
+        result = await execute_async(
             conn,
             q.step_complete_parallel(
                 ex.task.fence,
@@ -260,7 +262,6 @@ async def finish_unreachable(
                 wake=True,
             ),
         )
-    if not leased:
-        ex.lost = True
-        ex.check_alive()
-    raise BranchDone()
+    if not result.leased:
+        ex.lose_lease()
+    raise StepTaskDone()

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from perdure.engine.control import Abandon, Suspend
+from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, ReplayEnd, Spec
 from perdure.errors import NonDeterminismError
@@ -102,7 +102,7 @@ async def replay_run(
 
     try:
         await spec.invoke(execution, input)
-    except (ReplayEnd, Suspend, Abandon):
+    except (ReplayEnd, Suspend, LeaseLost, StaleHistory):
         pass
     except NonDeterminismError as guard:
         return diverged(guard)

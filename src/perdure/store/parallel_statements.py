@@ -10,15 +10,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from perdure.store.rows import Fence
+from perdure.store.rows import Fence, Fenced
 from perdure.store.statement import Row, Statement, count, first
 
 T = TypeVar("T")
-
-
-def _checkpoint_result(found: list[Row]) -> tuple[int, int, str | None]:
-    row = found[0]
-    return int(row["leased"]), int(row["written"]), row["run_status"]
 
 
 class ParallelStatements:
@@ -38,11 +33,11 @@ class ParallelStatements:
         seconds: float,
         waiting_for_json: str,
         gather_start: int,
-    ) -> Statement[tuple[int, int]]:
+    ) -> Statement[Fenced]:
         """Park a run at a gather and spawn its parallel steps; (leased, spawned)."""
         return self._stmt(
             "step_fanout",
-            lambda found: (int(found[0]["leased"]), int(found[0]["spawned"])),
+            Fenced.decode,
             gather_start=gather_start,
             positions=list(positions),
             names=list(names),
@@ -65,11 +60,11 @@ class ParallelStatements:
         started_at: datetime,
         event: str,
         wake: bool,
-    ) -> Statement[tuple[int, int, str | None]]:
+    ) -> Statement[Fenced]:
         """Checkpoint a parallel step and delete its task; (leased, written, run status)."""
         return self._stmt(
             "step_complete_parallel",
-            _checkpoint_result,
+            Fenced.decode,
             position=position,
             name=name,
             kind=kind,
@@ -158,11 +153,11 @@ class ParallelStatements:
 
     def step_gate_park(
         self, fence: Fence, *, position: int, name: str, signal: str, seconds: float
-    ) -> Statement[tuple[int, datetime | None]]:
+    ) -> Statement[Fenced]:
         """Park a graph step at its gate until signal ``signal``; (leased, wake time)."""
         return self._stmt(
             "step_gate_park",
-            lambda found: (int(found[0]["leased"]), found[0]["wake_at"]),
+            Fenced.decode,
             position=position,
             name=name,
             signal=signal,

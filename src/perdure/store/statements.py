@@ -27,12 +27,11 @@ from perdure.store.queries import render
 from perdure.store.queue_statements import QueueStatements
 from perdure.store.reading_statements import ReadingStatements
 from perdure.store.retention_statements import RetentionStatements
-from perdure.store.rows import ClaimedTask, Fence, Queueing, StartResult
+from perdure.store.rows import ClaimedTask, Fence, Fenced, Queueing, StartResult
 from perdure.store.schedule_statements import ScheduleStatements
 from perdure.store.statement import Row, Statement
 from perdure.store.statement import count as _count
 from perdure.store.statement import first as _first
-from perdure.store.statement import pair as _pair
 from perdure.types import HistoryEvent, Run, Step, WorkerInfo, WorkflowInfo
 
 T = TypeVar("T")
@@ -170,29 +169,25 @@ class Statements(
         )
         return replace(stmt, prepare=False)
 
-    def run_complete(self, fence: Fence, output_json: str) -> Statement[tuple[int, int]]:
+    def run_complete(self, fence: Fence, output_json: str) -> Statement[Fenced]:
         """Finish a run (fenced); (leased, changed): a cancelled run stays cancelled."""
-        return self._stmt(
-            "run_complete", _pair("leased", "changed"), output=output_json, **fence.params()
-        )
+        return self._stmt("run_complete", Fenced.decode, output=output_json, **fence.params())
 
     def run_fail(
         self, fence: Fence, error_json: str | None, status: str = "failed"
-    ) -> Statement[tuple[int, int]]:
+    ) -> Statement[Fenced]:
         """End a run that failed for good with ``status`` (fenced); (leased, changed)."""
         return self._stmt(
             "run_fail",
-            _pair("leased", "changed"),
+            Fenced.decode,
             error=error_json,
             status=status,
             **fence.params(),
         )
 
-    def run_compensating(self, fence: Fence, error_json: str) -> Statement[tuple[int, int]]:
+    def run_compensating(self, fence: Fence, error_json: str) -> Statement[Fenced]:
         """Mark a failed run as compensating (fenced); (leased, changed)."""
-        return self._stmt(
-            "run_compensating", _pair("leased", "changed"), error=error_json, **fence.params()
-        )
+        return self._stmt("run_compensating", Fenced.decode, error=error_json, **fence.params())
 
     def run_expire(self, limit: int = 500) -> Statement[int]:
         """Cancel up to ``limit`` runs past their deadline; how many."""
@@ -409,7 +404,7 @@ class Statements(
         event_key: str | None = None,
         stream_seq: int | None = None,
         stream_closed: bool = False,
-    ) -> Statement[tuple[int, int, str | None]]:
+    ) -> Statement[Fenced]:
         """Record a step outcome and extend the lease; (leased, written, run status).
 
         For kind 'event' the output is also published as event ``event_key``;
@@ -417,11 +412,7 @@ class Statements(
         """
         return self._stmt(
             "step_checkpoint",
-            lambda found: (
-                int(found[0]["leased"]),
-                int(found[0]["written"]),
-                found[0]["run_status"],
-            ),
+            Fenced.decode,
             event_key=event_key,
             stream_seq=stream_seq,
             stream_closed=stream_closed,
@@ -450,11 +441,11 @@ class Statements(
         wake_at: datetime | None = None,
         seconds: float | None = None,
         wait_signal: str | None = None,
-    ) -> Statement[tuple[int, datetime | None]]:
+    ) -> Statement[Fenced]:
         """Park the run at a durable wait until ``wake_at`` (or now + ``seconds``)."""
         return self._stmt(
             "step_wait",
-            lambda found: (int(found[0]["leased"]), found[0]["wake_at"]),
+            Fenced.decode,
             wait_signal=wait_signal,
             position=position,
             name=name,
