@@ -11,12 +11,11 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from psycopg_pool import ConnectionPool
-
 from perdure.engine import serialization
 from perdure.engine.commit import Committer, Unit
 from perdure.engine.observer import Observer
 from perdure.engine.retry import RetryPolicy
+from perdure.store import session
 from perdure.store.rows import ClaimedTask
 from perdure.store.statement import Statement
 from perdure.store.store import AsyncStore
@@ -50,7 +49,7 @@ class ExecutionEnv:
     lease_seconds: float
     threads: Executor
     max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES
-    sync_pool: ConnectionPool | None = None
+    sync_pool: session.SyncPool | None = None
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     #: Tasks the heartbeat found taken away; their executions stop at the next ctx call.
     lost_tasks: set[int] = field(default_factory=set)
@@ -87,7 +86,7 @@ class ExecutionEnv:
         self.observer.lease_lost(task)
         self.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
 
-    def get_sync_pool(self) -> ConnectionPool:
+    def get_sync_pool(self) -> session.SyncPool:
         """A small sync pool for ``ctx.transaction`` steps written as plain ``def``."""
         if self.sync_pool is None:
             self.sync_pool = self.store.sync_pool(
