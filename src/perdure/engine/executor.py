@@ -24,7 +24,7 @@ from typing import Any, NoReturn, TypeVar
 from perdure import errors
 from perdure.engine import faults, serialization, typed
 from perdure.engine.checkpoint import Attempt, Checkpoint
-from perdure.engine.control import LeaseLost, Snooze, StaleHistory, Suspend
+from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.observer import StepAttempt
@@ -37,6 +37,7 @@ from perdure.errors import (
     StepFailed,
     StepTimeout,
 )
+from perdure.steps import Snooze
 from perdure.store.rows import ClaimedTask, Fenced
 from perdure.store.statement import Statement
 from perdure.store.store import execute_async, execute_sync

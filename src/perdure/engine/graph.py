@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
 from perdure.engine import serialization, typed
@@ -32,6 +30,7 @@ from perdure.engine.outcome import STOPS, stopped
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import SignalTimeout, StepFailed
+from perdure.steps import StepContext
 from perdure.store.rows import ClaimedTask
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
@@ -66,21 +65,6 @@ class GraphSpec(WorkflowSpec[Any], Protocol):
 
     def sinks(self) -> list[GraphStepSpec]:
         """The steps no other step depends on: their outputs are the run's output."""
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """What a graph step (or its compensation) receives as ``ctx``."""
-
-    run_id: str
-    workflow: str
-    step: str
-    attempt: int
-    #: The payload of the signal that opened this step's gate, if it has one.
-    signal: Any = None
-    #: The schedule that started the run and the tick it covers, if one did.
-    schedule: str | None = None
-    scheduled_at: datetime | None = None
 
 
 async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:

@@ -21,9 +21,8 @@ StepFailed instances in place of failed branches' results.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, overload
 
 from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
@@ -32,37 +31,12 @@ from perdure.engine.executor import Execution, StepTaskDone
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import ConfigurationError, StepFailed
+from perdure.steps import StepCall
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
 
 T = TypeVar("T")
 _FINAL = (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.SKIPPED)
-
-
-@dataclass
-class StepCall(Generic[T]):
-    """A step described but not yet run: ``await`` it to run it alone, or gather it.
-
-    ``ctx.step(...)`` returns one in async workflows; ``ctx.branch(...)`` in both
-    kinds of workflow.
-    """
-
-    execution: Execution
-    name: str
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    retry: RetryPolicy | None = None
-    timeout: float | None = None
-
-    def run(self, reserved: tuple[int, Step | None] | None = None) -> Any:
-        """The coroutine that runs this step (at ``reserved`` when a gather took it)."""
-        return self.execution.step(
-            self.name, self.fn, self.args, self.kwargs, self.retry, self.timeout, reserved=reserved
-        )
-
-    def __await__(self) -> Generator[Any, None, T]:
-        return self.run().__await__()  # type: ignore[no-any-return]
 
 
 class MappedSteps(Sequence[StepCall[Any]]):
