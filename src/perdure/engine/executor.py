@@ -15,25 +15,20 @@ import contextvars
 import functools
 import inspect
 import logging
-import time
-import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 from perdure import errors
-from perdure.engine import faults, serialization, typed
+from perdure.engine import attempts, serialization, typed
 from perdure.engine.checkpoint import Attempt, Checkpoint
 from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
-from perdure.engine.observer import StepAttempt
-from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
+from perdure.engine.retry import RetryPolicy
 from perdure.errors import (
     Cancelled,
     NonDeterminismError,
-    SerializationError,
-    SignalTimeout,
     StepFailed,
     StepTimeout,
 )
@@ -246,51 +241,7 @@ class Execution:
             (recorded.attempts if recorded is not None else 0) + 1,
             self.env.store.q.clock.wall_now(),
         )
-        self.env.emit("step_started", run_id=self.task.run_id, step=name, attempt=attempt.number)
-        observer = self.env.observer
-        observed = StepAttempt(self.task, name, kind, attempt.number)
-        token = observer.step_started(observed)
-        # What the observer hears when the attempt ends; a stop (lease lost,
-        # shutdown, cancellation, a simulated crash) leaves it 'interrupted'.
-        status, error, began = "interrupted", None, time.perf_counter()
-        seconds = 0.0
-        try:
-            try:
-                faults.hit("before_step", name)
-                text, decoded = await body(attempt)
-            except (Suspend, LeaseLost, StaleHistory, asyncio.CancelledError):
-                raise
-            except Snooze as snooze:
-                seconds = time.perf_counter() - began
-                try:
-                    await self._snooze(attempt, snooze)
-                except Suspend:
-                    status = "snoozed"
-                    raise
-            except Exception as exc:
-                seconds, error = time.perf_counter() - began, exc
-                retrying = self._will_retry(attempt, exc, retry)
-                try:
-                    await self._failed(attempt, exc, retry, retrying)
-                except (Suspend, StepFailed):
-                    status = "retrying" if retrying else "failed"
-                    raise
-            seconds = time.perf_counter() - began
-            faults.hit("before_checkpoint", name)
-            if text is not None:
-                if self.deferred.can_hold(attempt.kind):
-                    statement = self.checkpoint_statement(attempt, "completed", text)
-                    self.deferred.hold(Checkpoint(attempt, "completed", statement))
-                    status = "completed"
-                    return decoded
-                await self.checkpoint(attempt, "completed", text, None)
-            status = "completed"
-            faults.hit("after_checkpoint", name)
-            return decoded
-        finally:
-            if status == "interrupted":
-                seconds = time.perf_counter() - began
-            observer.step_finished(observed, token, status, seconds, error)
+        return await attempts.run(self, attempt, retry, body)
 
     async def _record_deferred(self, held: Checkpoint) -> None:
         await self._record(held.attempt, held.status, held.statement, None)
@@ -419,55 +370,6 @@ class Execution:
         if inspect.isawaitable(result):
             result = await result
         return result
-
-    async def _snooze(self, attempt: Attempt, snooze: Snooze) -> NoReturn:
-        """Park the run until the snooze ends; the attempt does not count as a failure."""
-        detail = serialization.error_json(
-            {"step": attempt.name, "reason": snooze.reason, "delay": snooze.delay}
-        )
-        if attempt.number > 1:
-            # Keep the count of real failed attempts: this one does not add to it.
-            earlier = Attempt(
-                attempt.position, attempt.name, attempt.kind, attempt.number - 1, attempt.started
-            )
-            await self.checkpoint(earlier, "retrying", None, None)
-        self.env.emit(
-            "step_snoozed", run_id=self.task.run_id, step=attempt.name, delay=snooze.delay
-        )
-        await self.release(snooze.delay, event="step_snoozed", detail_json=detail)
-
-    @staticmethod
-    def _will_retry(attempt: Attempt, exc: Exception, retry: RetryPolicy | None) -> bool:
-        """Whether this failed attempt is tried again (by the step's policy)."""
-        if isinstance(exc, SerializationError | SignalTimeout):
-            return False
-        return (retry or DEFAULT_STEP_RETRY).should_retry(exc, attempt.number)
-
-    async def _failed(
-        self, attempt: Attempt, exc: Exception, retry: RetryPolicy | None, retrying: bool
-    ) -> NoReturn:
-        """Record a failed attempt: schedule the retry (Suspend) or fail the step for good."""
-        record = serialization.error_record(exc, traceback.format_exc())
-        error_text = serialization.error_json(record)
-        if retrying:
-            delay = (retry or DEFAULT_STEP_RETRY).delay(attempt.number)
-            await self.checkpoint(attempt, "retrying", None, error_text)
-            self.env.emit(
-                "step_retry",
-                run_id=self.task.run_id,
-                step=attempt.name,
-                attempt=attempt.number,
-                delay=delay,
-            )
-            await self.release(
-                delay,
-                event="run_retry_scheduled",
-                detail_json=serialization.error_json({"step": attempt.name, "delay": delay}),
-            )
-        await self.checkpoint(attempt, "failed", None, error_text)
-        raise StepFailed(
-            attempt.name, record["type"], record["message"], attempt.number, record.get("traceback")
-        ) from exc
 
     def ends_step_task(self, attempt: Attempt, status: str) -> bool:
         """Whether this checkpoint is the final one of the step task being executed."""

@@ -26,8 +26,8 @@ from perdure.engine import serialization, typed
 from perdure.engine.control import Suspend
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executor import Execution
-from perdure.engine.outcome import STOPS, stopped
 from perdure.engine.retry import RetryPolicy
+from perdure.engine.stops import STOPS, stopped
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import SignalTimeout, StepFailed
 from perdure.steps import StepContext

@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from typing import Any
 
-from perdure.engine import faults, parallel, serialization
+from perdure.engine import compensation, parallel, serialization
 from perdure.engine.checkpoint import Checkpoint
-from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import (
     Execution,
@@ -23,9 +21,8 @@ from perdure.engine.executor import (
     Spec,
     StepTaskDone,
 )
-from perdure.engine.observer import task_fields
+from perdure.engine.stops import STOPS, stopped
 from perdure.errors import (
-    Cancelled,
     NonDeterminismError,
     PermanentError,
     SerializationError,
@@ -63,37 +60,6 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
     )
 
 
-#: How an execution stops early without an outcome of its own.
-STOPS = (Suspend, faults.SimulatedCrash, LeaseLost, StaleHistory)
-
-
-async def stopped(execution: Execution, stop: BaseException) -> str:
-    """What a stop means: handed back (Suspend), a test's simulated death, a lost
-    lease, or stale history (the task is handed back to be replayed)."""
-    if isinstance(stop, Suspend):
-        return "suspended"
-    if isinstance(stop, LeaseLost):
-        execution.env.lease_lost(execution.task)
-        return "abandoned"
-    if isinstance(stop, StaleHistory):
-        return await _replay_again(execution, stop)
-    # A test's simulated death: no further write; the lease must lapse.
-    execution.env.emit("simulated_crash", run_id=execution.task.run_id)
-    return "crashed"
-
-
-async def _replay_again(execution: Execution, signal: StaleHistory) -> str:
-    """Hand the task back at once, to be replayed from the real history."""
-    task, env = execution.task, execution.env
-    log.warning("replaying run %s again: %s", task.run_id, signal, extra=task_fields(task))
-    await env.store.execute(
-        env.store.q.task_release(
-            task.fence, delay_seconds=0, failed=False, event="run_replay_restarted"
-        )
-    )
-    return "released"
-
-
 async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
     if task.kind == "step":
@@ -128,7 +94,7 @@ async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     if task.run_status == "compensating":
         # The run failed for good before a crash; its replay did not fail
         # again, but its compensations must still finish.
-        return await _settle(execution) or await _compensate(execution, None)
+        return await _settle(execution) or await compensation.run(execution, None)
     # The last step's checkpoint, if it is still waiting, commits with the
     # completion; one already on its way is waited for first.
     last = execution.deferred.take()
@@ -214,7 +180,7 @@ async def _handle_failure(
     )
     if final:
         if execution.rollbacks and not isinstance(cause, NonDeterminismError):
-            return await _compensate(execution, cause)
+            return await compensation.run(execution, cause)
         return await _fail(task, env, cause)
     delay = spec.retry.delay(failures)
     env.observer.run_retrying(task, delay, cause)
@@ -231,64 +197,8 @@ async def _handle_failure(
     return "retrying" if released else "abandoned"
 
 
-def _error_json(exc: BaseException) -> tuple[dict[str, Any], str]:
-    tb = "".join(traceback.format_exception(exc))
-    record = serialization.error_record(exc, tb)
-    for attr in ("step", "position", "recorded", "requested"):
-        if hasattr(exc, attr):
-            record[attr] = getattr(exc, attr)
-    return record, serialization.error_json(record)
-
-
-async def _compensate(execution: Execution, cause: Exception | None) -> str:
-    """Run the registered compensations, newest first, each a durable step; end the run.
-
-    The run turns 'compensating' first. Each compensation is a checkpointed
-    step at the positions after the failure, so a crash resumes after the
-    last one that completed. A compensation that fails for good does not stop
-    the others; the run ends 'compensation_failed' instead of 'compensated'.
-    """
-    task, env = execution.task, execution.env
-    store, q = env.store, env.store.q
-    if cause is not None:
-        _, text = _error_json(cause)
-        if not (await store.execute(q.run_compensating(task.fence, text))).leased:
-            env.lease_lost(task)
-            return "abandoned"
-    env.emit("run_compensating", run_id=task.run_id, compensations=len(execution.rollbacks))
-    failed: list[str] = []
-    try:
-        for rollback in reversed(execution.rollbacks):
-            try:
-                await execution.step(
-                    f"compensate:{rollback.name}",
-                    rollback.fn,
-                    rollback.args,
-                    rollback.kwargs,
-                    rollback.retry,
-                    kind="compensation",
-                )
-            except StepFailed:
-                failed.append(rollback.name)
-    except STOPS as stop:
-        return await stopped(execution, stop)
-    except Cancelled:
-        await store.execute(q.task_settle(task.fence))
-        return "cancelled"
-    status = "compensation_failed" if failed else "compensated"
-    error_json = serialization.error_json({"compensations_failed": failed}) if failed else None
-    result = await store.execute(q.run_fail(task.fence, error_json, status))
-    if not result.leased:
-        env.lease_lost(task)
-        return "abandoned"
-    if not result.changed:
-        return "cancelled"
-    env.run_finished(task.run_id, task.workflow, status, cause)
-    return status
-
-
 async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> str:
-    _, text = _error_json(exc)
+    _, text = compensation.failure_json(exc)
     result = await env.store.execute(env.store.q.run_fail(task.fence, text))
     if not result.leased:
         env.lease_lost(task)
