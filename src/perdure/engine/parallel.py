@@ -1,21 +1,21 @@
 """Parallel steps in a function workflow: ``ctx.gather`` and ``ctx.map``.
 
-A gather takes one position per branch plus one for its outcome marker. The
-first time the run reaches it, every branch without a checkpoint becomes a
+A gather takes one position per parallel step plus one for its outcome marker. The
+first time the run reaches it, every parallel step without a checkpoint becomes a
 'pending' step row with a task of kind 'step', and the run's own task parks
-without holding a slot. Any worker may claim a branch's task: it replays the
+without holding a slot. Any worker may claim a parallel step's task: it replays the
 workflow up to the gather (every earlier step is memoized), executes that one
-branch, and writes its checkpoint, deletes its task and, when it was the last
-branch (or it failed: gathers fail fast), wakes the run, in one transaction.
+parallel step, and writes its checkpoint, deletes its task and, when it was the last
+parallel step (or it failed: gathers fail fast), wakes the run, in one transaction.
 The run's task then replays the gather from the checkpoints and moves on.
 
 Fail-fast policy: without ``return_exceptions``, the gather raises the first
-failed branch's StepFailed (in argument order among the branches that had
-failed when the run woke) as soon as one fails; branches still running
+failed parallel step's StepFailed (in argument order among the parallel steps that had
+failed when the run woke) as soon as one fails; parallel steps still running
 finish and are recorded, and are dropped if the run ends first. The choice is
 recorded in the marker, so every replay raises the same error. With
-``return_exceptions=True`` the gather waits for every branch and returns
-StepFailed instances in place of failed branches' results.
+``return_exceptions=True`` the gather waits for every parallel step and returns
+StepFailed instances in place of failed parallel steps' results.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ async def gather(
             _check(ex, call)
             ex.position = ex.step_task_position
             position, recorded = ex.advance(call.name, "step")
-            await _run_branch(ex, call, position, recorded)
+            await _run_step_task(ex, call, position, recorded)
     for call in calls:
         _check(ex, call)
     gather_start = ex.position
@@ -161,8 +161,8 @@ async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int
     q = ex.env.store.q
     waiting_for = {"steps": len(pending), "first": pending[0][1]}
     async with ex.env.store.transaction() as conn:
-        # The run's row lock orders this park against the branches'
-        # completions: a branch finishing after it sees the parked task.
+        # The run's row lock orders this park against the parallel steps'
+        # completions: a parallel step finishing after it sees the parked task.
         await execute_async(conn, q.run_lock(ex.task.run_id))
         parked = await execute_async(
             conn,
@@ -183,17 +183,17 @@ async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int
     raise Suspend()
 
 
-async def _run_branch(
+async def _run_step_task(
     ex: Execution, call: StepCall[Any], position: int, recorded: Step | None
 ) -> None:
-    """Execute the branch this task is for, then stop the workflow (StepTaskDone)."""
+    """Execute the parallel step this task is for, then stop the workflow (StepTaskDone)."""
     if recorded is not None and recorded.status in _FINAL:
         # Already recorded (a duplicate task): end the task, wake the run if last.
         await finish_unreachable(ex, position, call.name, recorded=recorded)
     try:
         await call.run((position, recorded))
     except StepFailed:
-        pass  # recorded as the branch's failure; the run decides what it means
+        pass  # recorded as the parallel step's failure; the run decides what it means
     raise StepTaskDone()
 
 
