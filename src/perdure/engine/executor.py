@@ -112,7 +112,7 @@ class Execution:
     def __post_init__(self) -> None:
         # Only on a worker with group commit, and for a run's own task.
         enabled = self.env.committer is not None and self.step_task_position is None
-        self.deferred = DeferredCheckpoint(self.loop, self._record_deferred, enabled)
+        self.deferred = DeferredCheckpoint(self.loop, self.record, enabled)
 
     # Replay ------------------------------------------------------------------
 
@@ -242,9 +242,6 @@ class Execution:
             self.env.store.q.clock.wall_now(),
         )
         return await attempts.run(self, attempt, retry, body)
-
-    async def _record_deferred(self, held: Checkpoint) -> None:
-        await self._record(held.attempt, held.status, held.statement, None)
 
     async def step(
         self,
@@ -426,11 +423,12 @@ class Execution:
         """Write a checkpoint (on ``conn``, in its transaction, if given); stop if not ours."""
         await self.deferred.settle()
         statement = self.checkpoint_statement(attempt, status, output_json, error_json, **publish)
-        await self._record(attempt, status, statement, conn)
+        await self.record(Checkpoint(attempt, status, statement), conn)
 
-    async def _record(
-        self, attempt: Attempt, status: str, statement: Statement[Fenced], conn: Any
-    ) -> None:
+    async def record(self, checkpoint: Checkpoint, conn: Any = None) -> None:
+        """Commit ``checkpoint`` (on ``conn``, in its transaction, if given); stop if
+        the lease is lost or the history was stale."""
+        attempt, status, statement = checkpoint.attempt, checkpoint.status, checkpoint.statement
         if conn is not None:
             result = await execute_async(conn, statement)
         elif self.ends_step_task(attempt, status):
