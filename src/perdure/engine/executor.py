@@ -195,8 +195,13 @@ class Execution:
         """A recorded final checkpoint's output, or its failure raised (StepFailed)."""
         if recorded.status == StepStatus.COMPLETED:
             return recorded.output
+        raise self.recorded_failure(recorded)
+
+    @staticmethod
+    def recorded_failure(recorded: Step) -> StepFailed:
+        """The StepFailed a failed step's checkpoint records."""
         error = recorded.error or {}
-        raise StepFailed(
+        return StepFailed(
             recorded.name,
             str(error.get("type", "Error")),
             str(error.get("message", "")),

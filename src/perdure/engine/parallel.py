@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, NoReturn, TypeVar, overload
 
 from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
@@ -143,21 +143,16 @@ async def gather(
         ]
     ex.end_of_history()
     await _park(ex, pending, gather_start)
-    raise AssertionError("unreachable")
 
 
 def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
     """A parallel step's result: its output (rebuilt as its declared type) or its failure."""
     if recorded.status == StepStatus.COMPLETED:
         return typed.return_hint(call.fn).rebuild(recorded.output, f"the output of {call.name!r}")
-    try:
-        ex.replayed(recorded)
-    except StepFailed as exc:
-        return exc
-    raise AssertionError("unreachable")
+    return ex.recorded_failure(recorded)
 
 
-async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> None:
+async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> NoReturn:
     q = ex.env.store.q
     waiting_for = {"steps": len(pending), "first": pending[0][1]}
     async with ex.env.store.transaction() as conn:
