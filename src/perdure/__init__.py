@@ -12,9 +12,6 @@ from perdure.api.filters import RunFilter
 from perdure.api.graph import Graph, GraphStep
 from perdure.api.handle import RunHandle
 from perdure.clock import Clock, VirtualClock
-from perdure.engine.control import Snooze
-from perdure.engine.graph import StepContext
-from perdure.engine.parallel import StepCall
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import (
@@ -46,6 +43,7 @@ from perdure.errors import (
     UnknownWorkflow,
     WorkflowDefinitionError,
 )
+from perdure.steps import Snooze, StepCall, StepContext
 from perdure.types import (
     BulkResult,
     HistoryEvent,

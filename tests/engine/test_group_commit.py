@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 import perdure
-from perdure.engine.commit import Committer
-from perdure.store.rows import ClaimedTask, Fence
+from perdure.engine.commit import Committer, Unit
+from perdure.store.rows import ClaimedTask, Fence, Fenced
 from perdure.store.store import AsyncStore
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -77,7 +77,8 @@ def test_merged_checkpoints_are_fenced_one_by_one(app: perdure.App, db: Conn) ->
             await store.close()
 
     results = asyncio.run(main())
-    assert results == [[(1, 1, "running")], [(0, 0, None)], [(1, 1, "running")]]
+    ours = Fenced(leased=True, written=True, run_status="running")
+    assert results == [[ours], [Fenced(leased=False, written=False)], [ours]]
     assert db.execute("SELECT count(*) FROM steps").fetchone() == (2,)
     events = db.execute("SELECT event, count(*) FROM history GROUP BY event").fetchall()
     assert dict(events)["step_completed"] == 2
@@ -103,7 +104,8 @@ def test_merged_completions_finish_each_run_or_leave_its_task(app: perdure.App, 
             await store.close()
 
     results, tasks = asyncio.run(main())
-    assert results == [[(1, 1, 1)], [(1, 0, 0)], [(1, 1, 1)]]
+    done, stale = Fenced(leased=True), Fenced(leased=True, written=False, changed=False)
+    assert results == [[done], [stale], [done]]
     statuses = dict(db.execute("SELECT id::text, status FROM runs").fetchall())
     assert statuses[tasks[0].run_id] == statuses[tasks[2].run_id] == "completed"
     assert statuses[tasks[1].run_id] == "running"
@@ -118,11 +120,15 @@ def test_an_error_in_one_unit_fails_that_unit_only(app: perdure.App, db: Conn) -
         committer = Committer(store)
         committer.start()
         try:
+
+            def unit(task: ClaimedTask, output: str = "1") -> Unit:
+                return Unit(task.fence.task_id, [_checkpoint(app, task.fence, 0, output)])
+
             writes = [
-                committer.write([_checkpoint(app, tasks[0].fence, 0)]),
+                committer.write(unit(tasks[0])),
                 # Not JSON: the server refuses it, and the shared transaction with it.
-                committer.write([_checkpoint(app, tasks[1].fence, 0, output="{oops")]),
-                committer.write([_checkpoint(app, tasks[2].fence, 0)]),
+                committer.write(unit(tasks[1], output="{oops")),
+                committer.write(unit(tasks[2])),
             ]
             return await asyncio.gather(*writes, return_exceptions=True)
         finally:
@@ -130,7 +136,8 @@ def test_an_error_in_one_unit_fails_that_unit_only(app: perdure.App, db: Conn) -
             await store.close()
 
     first, second, third = asyncio.run(main())
-    assert first == [(1, 1, "running")] and third == [(1, 1, "running")]
+    ours = Fenced(leased=True, written=True, run_status="running")
+    assert first == [ours] and third == [ours]
     assert isinstance(second, psycopg.errors.InvalidTextRepresentation)
     assert db.execute("SELECT count(*) FROM steps").fetchone() == (2,)
 

@@ -1,44 +1,193 @@
-"""The dependency rule of docs/architecture.md: api → engine → store, SQL only in store."""
+"""The layering of docs/architecture.md, in one sentence, and the store's monopoly on SQL.
+
+A package imports only packages below it in ``cli · dashboard · testing → api →
+observability → engine → store → leaves`` (leaves: errors, types, clock, ids,
+steps), never one above or beside it, and no two modules import each other,
+not even under TYPE_CHECKING.
+
+Every import counts: at module level, inside functions, and under
+TYPE_CHECKING. The packages listed in :data:`STRICT` are held to the rule here;
+:func:`violations` reports any package's breaches.
+"""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "src" / "perdure"
+import pytest
 
-FORBIDDEN = {
-    "store": {
-        "perdure.api",
-        "perdure.engine",
-        "perdure.cli",
-        "perdure.dashboard",
-        "perdure.observability",
-    },
-    "engine": {"perdure.api", "perdure.cli", "perdure.dashboard", "perdure.observability"},
-    "observability": {"perdure.api", "perdure.cli", "perdure.dashboard"},
-    "api": {"perdure.cli", "perdure.dashboard"},
-    # The dashboard sits beside the CLI: it reads and acts through perdure.api only.
-    "dashboard": {"perdure.engine", "perdure.store", "perdure.cli", "psycopg"},
+SRC = Path(__file__).resolve().parents[2] / "src"
+PACKAGE = SRC / "perdure"
+
+#: Each package's rank: a package may import only packages of a lower rank.
+RANK = {
+    "cli": 5,
+    "dashboard": 5,
+    "testing": 5,
+    "demo": 5,
+    "__main__": 5,
+    "api": 4,
+    "observability": 3,
+    "engine": 2,
+    "store": 1,
+    "errors": 0,
+    "types": 0,
+    "clock": 0,
+    "ids": 0,
+    "steps": 0,
 }
+#: The packages this test holds to the rule.
+STRICT = ("observability", "engine", "store", "errors", "types", "clock", "ids", "steps")
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
+Modules = dict[str, Path]
+
+
+def scan(src: Path) -> Modules:
+    """The modules of the perdure package under ``src``, by dotted name."""
+    found = {}
+    for path in (src / "perdure").rglob("*.py"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
     return found
 
 
-def test_layers_import_only_downwards() -> None:
-    for layer, forbidden in FORBIDDEN.items():
-        for path in (PACKAGE / layer).rglob("*.py"):
-            bad = {m for m in _imports(path) if any(m.startswith(f) for f in forbidden)}
-            assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
+MODULES = scan(SRC)
+
+
+def _resolve(modules: Modules, name: str) -> str | None:
+    """The perdure module ``name`` names (or the one that defines it), or None."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(modules: Modules, module: str) -> Iterator[tuple[int, str]]:
+    """(line, imported perdure module or external module) for every import."""
+    path = modules[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, _resolve(modules, alias.name) or alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                found = _resolve(modules, name) if base.startswith("perdure") else None
+                yield node.lineno, found or base
+
+
+def _package(module: str) -> str | None:
+    """The package (first part under perdure) a perdure module belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def violations(package: str, modules: Modules = MODULES) -> list[str]:
+    """Every import of ``package`` that goes up, sideways, or to the package root."""
+    found = []
+    for module in sorted(m for m in modules if _package(m) == package):
+        for line, imported in _imports(modules, module):
+            if not imported.startswith("perdure"):
+                continue
+            target = _package(imported)
+            if target == package:
+                continue
+            if target is None or RANK[target] >= RANK[package]:
+                found.append(f"{module}:{line} imports {imported}")
+    return found
+
+
+def cycles(modules: Modules = MODULES) -> list[list[str]]:
+    """The groups of modules that import each other, directly or around a loop."""
+    graph = {m: {i for _, i in _imports(modules, m) if i in modules and i != m} for m in modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_every_package_has_a_rank() -> None:
+    packages = {_package(m) for m in MODULES} - {None}
+    assert packages <= set(RANK), f"packages without a layer: {packages - set(RANK)}"
+
+
+@pytest.mark.parametrize("package", STRICT)
+def test_a_package_imports_only_packages_below_it(package: str) -> None:
+    assert violations(package) == []
+
+
+def test_no_module_of_the_lower_layers_is_in_an_import_cycle() -> None:
+    tangled = [g for g in cycles() if any(_package(m) in STRICT for m in g)]
+    assert tangled == []
+
+
+def test_the_checks_find_an_upward_import_a_sideways_one_and_a_typing_cycle(
+    tmp_path: Path,
+) -> None:
+    files = {
+        "__init__.py": "",
+        "errors.py": "",
+        "types.py": "from perdure import errors\n",
+        "store/__init__.py": "",
+        "store/a.py": "from perdure.engine import b\nfrom perdure.errors import X\n",
+        "engine/__init__.py": "",
+        "engine/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from perdure.engine.c import C\n",
+        "engine/c.py": "from perdure.engine import b\nfrom perdure.store import a\n",
+    }
+    for name, text in files.items():
+        (tmp_path / "perdure" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "perdure" / name).write_text(text)
+    modules = scan(tmp_path)
+    assert violations("store", modules) == ["perdure.store.a:1 imports perdure.engine.b"]
+    assert violations("types", modules) == ["perdure.types:1 imports perdure.errors"]
+    assert violations("engine", modules) == []
+    assert cycles(modules) == [["perdure.engine.b", "perdure.engine.c", "perdure.store.a"]]
+
+
+@pytest.mark.parametrize("package", [p for p in STRICT if p != "store"])
+def test_psycopg_is_imported_only_by_the_store(package: str) -> None:
+    found = [
+        f"{m}:{line}"
+        for m in MODULES
+        if _package(m) == package
+        for line, imported in _imports(MODULES, m)
+        if imported.split(".")[0] in ("psycopg", "psycopg_pool")
+    ]
+    assert found == []
 
 
 def test_sql_text_appears_only_in_the_store() -> None:

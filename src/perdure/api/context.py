@@ -14,10 +14,10 @@ from typing import Any, TypeVar, overload
 from perdure.engine import arguments, children, parallel, typed, waits
 from perdure.engine.arguments import validate_name
 from perdure.engine.executor import Execution, Rollback, call_sync
-from perdure.engine.parallel import StepCall
 from perdure.engine.retry import RetryPolicy, check_policy
 from perdure.errors import ConfigurationError, UnknownWorkflow
 from perdure.ids import new_run_id
+from perdure.steps import StepCall
 
 T = TypeVar("T")
 

@@ -16,8 +16,9 @@ import json
 from typing import Any
 
 from perdure.engine import serialization
-from perdure.engine.control import Abandon, Suspend
-from perdure.engine.executor import Execution, _Attempt
+from perdure.engine.checkpoint import Attempt
+from perdure.engine.control import StaleHistory, Suspend
+from perdure.engine.executor import Execution
 from perdure.engine.waits import FOREVER_SECONDS, _park
 from perdure.errors import ChildFailed, RunKeyConflict, UnknownWorkflow
 from perdure.store.store import execute_async
@@ -51,7 +52,7 @@ async def start_child(
     """Start (once per run) a child run of ``workflow``; return the child's run id."""
     await ex.gate()
     name = f"child:{workflow}"
-    position, recorded = ex._next(name, "child")
+    position, recorded = ex.advance(name, "child")
     if recorded is not None and recorded.status == StepStatus.COMPLETED:
         return str(recorded.output["run_id"])
     ex.end_of_history()
@@ -61,11 +62,10 @@ async def start_child(
     )
     statements = ex.env.store.statements
     child_key = key if key is not None else f"{ex.task.run_id}:{position}"
-    attempt = _Attempt(position, name, "child", 1, statements.clock.wall_now())
+    attempt = Attempt(position, name, "child", 1, statements.clock.wall_now())
     async with ex.env.store.transaction() as conn:
         if not await execute_async(conn, statements.tasks.lock_fenced(ex.task.fence)):
-            ex.lost = True
-            ex.check_alive()
+            ex.lose_lease()
         started = await execute_async(
             conn,
             statements.runs.insert(
@@ -80,11 +80,11 @@ async def start_child(
             ),
         )
         if started is None:
-            raise Abandon(f"starting a child of run {ex.task.run_id} raced; replaying")
+            raise StaleHistory(f"starting a child of run {ex.task.run_id} raced; replaying")
         if started.workflow != resolved[0]:
             raise RunKeyConflict(child_key, started.workflow, resolved[0])
         output = json.dumps({"run_id": started.run_id, "workflow": resolved[0]})
-        await ex._checkpoint(attempt, "completed", output, None, conn=conn)
+        await ex.checkpoint(attempt, "completed", output, None, conn=conn)
     ex.env.emit("child_started", run_id=ex.task.run_id, child=started.run_id)
     return started.run_id
 
@@ -93,7 +93,7 @@ async def child_result(ex: Execution, child_run_id: str, workflow: str) -> Any:
     """Wait durably for a child run to finish; its output, or ChildFailed."""
     await ex.gate()
     name = f"result:{workflow}"
-    position, recorded = ex._next(name, "child_result")
+    position, recorded = ex.advance(name, "child_result")
     if recorded is not None and recorded.status == StepStatus.COMPLETED:
         return recorded.output
     if recorded is not None and recorded.status == StepStatus.FAILED:
@@ -102,7 +102,7 @@ async def child_result(ex: Execution, child_run_id: str, workflow: str) -> Any:
     ex.end_of_history()
     statements = ex.env.store.statements
     started = recorded.started_at if recorded is not None else statements.clock.wall_now()
-    attempt = _Attempt(position, name, "child_result", 1, started)
+    attempt = Attempt(position, name, "child_result", 1, started)
     async with ex.env.store.transaction() as conn:
         # A shared lock on the child's row: it cannot finish between this
         # read and the park below, so its final update sees the parked task.
@@ -112,14 +112,14 @@ async def child_result(ex: Execution, child_run_id: str, workflow: str) -> Any:
         status = RunStatus(row["status"])
         if status == RunStatus.COMPLETED:
             output = json.dumps(row["output"])
-            await ex._checkpoint(attempt, "completed", output, None, conn=conn)
+            await ex.checkpoint(attempt, "completed", output, None, conn=conn)
             return row["output"]
         if status.is_final:
             error = dict(row["error"] or {})
             error["status"] = status.value
             error["child_run_id"] = child_run_id
             text = serialization.error_json(error)
-            await ex._checkpoint(attempt, "failed", None, text, conn=conn)
+            await ex.checkpoint(attempt, "failed", None, text, conn=conn)
             failure = ChildFailed(name, child_run_id, status.value, row["error"])
         else:
             await _park(

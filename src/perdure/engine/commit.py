@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from perdure.engine.control import Disconnected
@@ -39,6 +40,14 @@ MAX_UNITS = 64
 MIN_SPLIT = 8
 
 
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """The statements of one task that must commit together, all fenced on that task."""
+
+    task_id: int
+    statements: Sequence[Statement[Any]]
+
+
 class Committer:
     """Writes units of statements for many executions, grouped into shared transactions."""
 
@@ -46,7 +55,7 @@ class Committer:
         """Commit through ``store``, with up to ``lanes`` transactions in flight at once."""
         self.store = store
         self.lanes = lanes
-        self._queue: list[tuple[Sequence[Statement[Any]], asyncio.Future[list[Any]]]] = []
+        self._queue: list[tuple[Unit, asyncio.Future[list[Any]]]] = []
         self._waiting = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._busy = 0
@@ -72,11 +81,11 @@ class Committer:
                 future.set_exception(Disconnected("the worker is stopping"))
         self._queue.clear()
 
-    async def write(self, unit: Sequence[Statement[Any]]) -> list[Any]:
+    async def write(self, unit: Unit) -> list[Any]:
         """Commit ``unit`` (in a transaction shared with other units); its decoded results."""
         if not self._tasks:
             # Not started (a lone execution outside a worker): one transaction of its own.
-            return (await self.store.execute_batch([unit]))[0]
+            return (await self.store.execute_batch([unit.statements]))[0]
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self._queue.append((unit, future))
         self._waiting.set()
@@ -103,14 +112,12 @@ class Committer:
                 finally:
                     self._busy -= 1
 
-    async def _commit(
-        self, batch: list[tuple[Sequence[Statement[Any]], asyncio.Future[list[Any]]]]
-    ) -> None:
+    async def _commit(self, batch: list[tuple[Unit, asyncio.Future[list[Any]]]]) -> None:
         # Task rows are locked in task id order in every transaction, as the
         # heartbeat does: two transactions never wait for each other in a cycle.
-        batch.sort(key=lambda item: _task_id(item[0]))
+        batch.sort(key=lambda item: item[0].task_id)
         try:
-            results = await self.store.execute_batch([unit for unit, _ in batch])
+            results = await self.store.execute_batch([unit.statements for unit, _ in batch])
         except asyncio.CancelledError:
             # The worker is stopping: whether this transaction committed is
             # unknown, as after a lost connection.
@@ -127,7 +134,7 @@ class Committer:
             )
             for unit, future in batch:
                 try:
-                    _settle(future, (await self.store.execute_batch([unit]))[0])
+                    _settle(future, (await self.store.execute_batch([unit.statements]))[0])
                 except (Exception, Disconnected) as alone:
                     _settle(future, exc=alone)
             return
@@ -135,10 +142,6 @@ class Committer:
         self.units += len(batch)
         for (_, future), result in zip(batch, results, strict=True):
             _settle(future, result)
-
-
-def _task_id(unit: Sequence[Statement[Any]]) -> int:
-    return int(unit[0].params.get("task_id") or 0) if unit else 0
 
 
 def _settle(

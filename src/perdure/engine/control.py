@@ -6,15 +6,32 @@ a ``ctx`` call cannot catch them, so the engine always regains control.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from perdure import errors
 
 
 class Suspend(BaseException):
     """The task was handed back (a retry backoff); stop executing this run now."""
 
 
-class Abandon(BaseException):
-    """This worker lost the task (lease lost, run cancelled); stop without writing."""
+class LeaseLost(BaseException):
+    """This worker lost its lease on the task: stop executing it without another write.
+
+    The control-flow form of :class:`perdure.errors.LeaseLost` (which it
+    carries as ``error``): a ``BaseException``, so that a workflow's
+    ``except Exception:`` cannot swallow it.
+    """
+
+    def __init__(self, error: errors.LeaseLost) -> None:
+        """Stop because of ``error``."""
+        self.error = error
+        super().__init__(str(error))
+
+
+class StaleHistory(BaseException):
+    """The history this execution replayed from was stale: a step's position already
+    held a final checkpoint, or a child run it was about to start already existed.
+    The lease is still this worker's; the task is handed back and replayed from the
+    real history."""
 
 
 class Disconnected(BaseException):
@@ -26,30 +43,3 @@ class Disconnected(BaseException):
     again, and the run is replayed from there. It is not a failure of the
     step or workflow that was running: no attempt is counted.
     """
-
-
-class Snooze(Exception):
-    """Park the run until later without counting a failed attempt.
-
-    Raise it from a step (or return it) when the outside world says "not now",
-    e.g. an API answering 429 with Retry-After: the run gives its worker slot
-    back and the step runs again after ``seconds`` (or at ``until``).
-    """
-
-    def __init__(
-        self, seconds: float | None = None, *, until: datetime | None = None, reason: str = ""
-    ) -> None:
-        """Snooze for ``seconds``, or until the aware datetime ``until``."""
-        if (seconds is None) == (until is None):
-            raise ValueError("Snooze takes seconds or until=, exactly one of them")
-        if until is not None and until.tzinfo is None:
-            raise ValueError("Snooze(until=...) needs a timezone-aware datetime")
-        if seconds is not None and seconds < 0:
-            raise ValueError("Snooze seconds cannot be negative")
-        self.delay = (
-            float(seconds)
-            if seconds is not None
-            else max(0.0, (until - datetime.now(UTC)).total_seconds())  # type: ignore[operator]
-        )
-        self.reason = reason
-        super().__init__(f"snoozed for {self.delay:g} s" + (f": {reason}" if reason else ""))

@@ -19,13 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from perdure.engine import faults
-from perdure.engine.control import Abandon, Disconnected
-from perdure.store.statement import Statement
+from perdure.engine.checkpoint import Checkpoint
+from perdure.engine.control import Disconnected, LeaseLost, StaleHistory
 
-Record = Callable[[Any, Statement[Any]], Awaitable[None]]
+Record = Callable[[Checkpoint], Awaitable[None]]
 
 
 class DeferredCheckpoint:
@@ -36,7 +35,7 @@ class DeferredCheckpoint:
         self.loop = loop
         self.record = record
         self.enabled = enabled
-        self.pending: tuple[Any, Statement[Any]] | None = None
+        self.pending: Checkpoint | None = None
         self.flushing: asyncio.Task[None] | None = None
 
     @property
@@ -52,9 +51,9 @@ class DeferredCheckpoint:
         """
         return self.enabled and kind == "step" and not self.busy and not faults.installed()
 
-    def hold(self, attempt: Any, statement: Statement[Any]) -> None:
-        """Hold ``statement`` (the checkpoint of ``attempt``) until the workflow yields."""
-        self.pending = (attempt, statement)
+    def hold(self, checkpoint: Checkpoint) -> None:
+        """Hold ``checkpoint`` until the workflow yields."""
+        self.pending = checkpoint
         self.loop.call_soon(self._flush_soon)
 
     def _flush_soon(self) -> None:
@@ -64,8 +63,7 @@ class DeferredCheckpoint:
     async def _flush(self) -> None:
         pending, self.pending = self.pending, None
         if pending is not None:
-            attempt, statement = pending
-            await self.record(attempt, statement)
+            await self.record(pending)
 
     async def settle(self) -> None:
         """Write the held checkpoint now, if there is one, and wait until it committed."""
@@ -79,17 +77,17 @@ class DeferredCheckpoint:
         if self.pending is not None:
             await self._flush()
 
-    def take(self) -> Statement[Any] | None:
+    def take(self) -> Checkpoint | None:
         """The held checkpoint, not written yet, for the caller to write with the completion."""
         if self.flushing is not None or self.pending is None:
             return None
-        (_, statement), self.pending = self.pending, None
-        return statement
+        held, self.pending = self.pending, None
+        return held
 
     async def drop(self) -> None:
         """Forget the held checkpoint: the task is lost, or handed back without it."""
         self.pending = None
         task, self.flushing = self.flushing, None
         if task is not None:
-            with contextlib.suppress(Exception, Abandon, Disconnected):
+            with contextlib.suppress(Exception, LeaseLost, StaleHistory, Disconnected):
                 await task

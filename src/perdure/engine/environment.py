@@ -9,25 +9,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-
-from psycopg_pool import ConnectionPool
+from typing import Any, Protocol, TypeVar
 
 from perdure.engine import serialization
-from perdure.engine.commit import Committer
+from perdure.engine.commit import Committer, Unit
 from perdure.engine.observer import Observer
 from perdure.engine.retry import RetryPolicy
+from perdure.store import session
 from perdure.store.rows import ClaimedTask
 from perdure.store.statement import Statement
 from perdure.store.store import AsyncStore
 
-if TYPE_CHECKING:
-    from perdure.engine.executor import Execution
-
 T = TypeVar("T")
+#: The execution a spec's body runs in (engine.executor.Execution); generic
+#: here so that this module, below the executor, need not import it.
+E = TypeVar("E", contravariant=True)
 
 
-class WorkflowSpec(Protocol):
+class WorkflowSpec(Protocol[E]):
     """What the engine needs of a workflow definition (the api layer provides it)."""
 
     name: str
@@ -35,7 +34,7 @@ class WorkflowSpec(Protocol):
     queue: str
     retry: RetryPolicy
 
-    async def invoke(self, execution: Execution, input: Any) -> Any:
+    async def invoke(self, execution: E, input: Any) -> Any:
         """Run the workflow body for ``execution`` with ``input``."""
 
     def rebuild_result(self, output: Any) -> Any:
@@ -50,24 +49,24 @@ class ExecutionEnv:
     lease_seconds: float
     threads: Executor
     max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES
-    sync_pool: ConnectionPool | None = None
+    sync_pool: session.SyncPool | None = None
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     #: Tasks the heartbeat found taken away; their executions stop at the next ctx call.
     lost_tasks: set[int] = field(default_factory=set)
     #: The workflows this worker has code for, by (name, version): child runs
     #: of these start without a registry lookup.
-    specs: Mapping[tuple[str, int], WorkflowSpec] = field(default_factory=dict)
+    specs: Mapping[tuple[str, int], WorkflowSpec[Any]] = field(default_factory=dict)
     #: Told of claims, executions, steps and how runs end (metrics, traces, logs).
     observer: Observer = field(default_factory=Observer)
     #: Group commit of the worker's checkpoints (None: each is written alone).
     committer: Committer | None = None
 
-    async def write(self, statement: Statement[T]) -> T:
-        """Commit one fenced write, in a transaction shared with other runs' if a
-        committer is running."""
+    async def write(self, task_id: int, statement: Statement[T]) -> T:
+        """Commit one write fenced on task ``task_id``, in a transaction shared with
+        other runs' if a committer is running."""
         if self.committer is None:
             return await self.store.execute(statement)
-        result: T = (await self.committer.write([statement]))[0]
+        result: T = (await self.committer.write(Unit(task_id, (statement,))))[0]
         return result
 
     def emit(self, event: str, **fields: Any) -> None:
@@ -87,7 +86,7 @@ class ExecutionEnv:
         self.observer.lease_lost(task)
         self.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
 
-    def get_sync_pool(self) -> ConnectionPool:
+    def get_sync_pool(self) -> session.SyncPool:
         """A small sync pool for ``ctx.transaction`` steps written as plain ``def``."""
         if self.sync_pool is None:
             self.sync_pool = self.store.sync_pool(

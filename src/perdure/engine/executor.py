@@ -15,29 +15,25 @@ import contextvars
 import functools
 import inspect
 import logging
-import time
-import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
-from perdure.engine import faults, serialization, typed
-from perdure.engine.control import Abandon, Snooze, Suspend
+from perdure import errors
+from perdure.engine import attempts, serialization, typed
+from perdure.engine.checkpoint import Attempt, Checkpoint
+from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
-from perdure.engine.observer import StepAttempt
-from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
+from perdure.engine.retry import RetryPolicy
 from perdure.errors import (
     Cancelled,
-    LeaseLost,
     NonDeterminismError,
-    SerializationError,
-    SignalTimeout,
     StepFailed,
     StepTimeout,
 )
-from perdure.store.rows import ClaimedTask
+from perdure.steps import Snooze
+from perdure.store.rows import ClaimedTask, Fenced
 from perdure.store.statement import Statement
 from perdure.store.store import execute_async, execute_sync
 from perdure.types import Step, StepStatus
@@ -46,23 +42,16 @@ log = logging.getLogger("perdure.executor")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class _Attempt:
-    """One attempt at one step: where it is, which try it is, when it began."""
-
-    position: int
-    name: str
-    kind: str
-    number: int
-    started: datetime
+#: A workflow definition whose body runs in an :class:`Execution`.
+Spec = WorkflowSpec["Execution"]
 
 
 class ReplayEnd(BaseException):
     """A replay-only execution reached the end of the recorded history."""
 
 
-class BranchDone(BaseException):
-    """A parallel step's task executed its step: stop replaying the workflow."""
+class StepTaskDone(BaseException):
+    """A step task executed its step: stop replaying the workflow."""
 
 
 @dataclass(frozen=True)
@@ -74,10 +63,6 @@ class Rollback:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     retry: RetryPolicy | None
-
-
-class _LeaseGone(Exception):
-    """Raised inside a transaction step to roll it back when the fence fails."""
 
 
 @dataclass(frozen=True)
@@ -99,12 +84,13 @@ class Execution:
     """The state of one task being executed: its checkpoints and its cursor."""
 
     task: ClaimedTask
-    spec: WorkflowSpec
+    spec: Spec
     env: ExecutionEnv
     steps: dict[int, Step]
     loop: asyncio.AbstractEventLoop
     position: int = 0
-    lost: bool = False
+    #: Set once a fenced write found another owner (or the heartbeat did).
+    lease_lost: bool = False
     fatal: BaseException | None = None
     #: The run's status as of the last checkpoint: 'cancelled' or 'paused'
     #: stops the workflow at its next ctx call.
@@ -113,41 +99,52 @@ class Execution:
     replay_only: bool = False
     #: Values written to each stream so far in this execution (replay included).
     stream_seq: dict[str, int] = field(default_factory=dict)
-    #: Set when executing one parallel step's task: the step's position.
-    branch_position: int | None = None
+    #: Set when executing a step task: the position of its step.
+    step_task_position: int | None = None
     #: Compensations registered so far, in registration order.
     rollbacks: list[Rollback] = field(default_factory=list)
-    #: Called in the transaction of a parallel step's final checkpoint, under
-    #: the run's row lock: a graph decides there what runs next.
-    on_branch_final: Callable[[Any], Awaitable[None]] | None = None
+    #: Called in the transaction of a step task's final checkpoint, under the
+    #: run's row lock: a graph decides there what runs next.
+    on_step_task_final: Callable[[Any], Awaitable[None]] | None = None
     #: A completed step's checkpoint not written yet (see engine.deferred).
     deferred: DeferredCheckpoint = field(init=False)
 
     def __post_init__(self) -> None:
         # Only on a worker with group commit, and for a run's own task.
-        enabled = self.env.committer is not None and self.branch_position is None
-        self.deferred = DeferredCheckpoint(self.loop, self._record_deferred, enabled)
+        enabled = self.env.committer is not None and self.step_task_position is None
+        self.deferred = DeferredCheckpoint(self.loop, self.record, enabled)
 
     # Replay ------------------------------------------------------------------
 
     def check_alive(self) -> None:
         """Stop user code at its next ``ctx`` call once the task is lost or doomed."""
-        if self.task.fence.task_id in self.env.lost_tasks:
-            self.lost = True
-        if self.lost:
-            raise Abandon(
-                LeaseLost(
-                    self.task.fence.task_id, self.task.fence.worker_id, self.task.fence.attempt
-                )
-            )
+        if self.lease_lost or self.task.fence.task_id in self.env.lost_tasks:
+            self.lose_lease()
         if self.fatal is not None:
             raise self.fatal
         if self.run_status == "cancelled":
             raise Cancelled(self.task.run_id)
 
+    def lose_lease(self) -> NoReturn:
+        """Another worker owns the task now: stop executing it (LeaseLost)."""
+        self.lease_lost = True
+        fence = self.task.fence
+        raise LeaseLost(errors.LeaseLost(fence.task_id, fence.worker_id, fence.attempt))
+
+    def fenced(self, result: Fenced, stale: str = "") -> Fenced:
+        """Check a fenced write's answer: stop on a lost lease or, when ``stale`` says
+        what was already there, on stale history; note the run's status."""
+        if result.run_status:
+            self.run_status = result.run_status
+        if not result.leased:
+            self.lose_lease()
+        if stale and not result.written:
+            raise StaleHistory(f"run {self.task.run_id}: {stale}")
+        return result
+
     def end_of_history(self) -> None:
         """Stop where the history ends when only replaying (check-replay, a parallel step)."""
-        if self.replay_only or self.branch_position is not None:
+        if self.replay_only or self.step_task_position is not None:
             raise ReplayEnd(self.position)
 
     async def gate(self) -> None:
@@ -159,7 +156,7 @@ class Execution:
 
     async def release(
         self, delay: float, *, event: str, detail_json: str | None = None, paused: bool = False
-    ) -> None:
+    ) -> NoReturn:
         """Hand the task back, due after ``delay`` s, and stop executing (Suspend)."""
         await self.deferred.settle()
         released = await self.env.store.execute(
@@ -173,11 +170,11 @@ class Execution:
             )
         )
         if not released:
-            self.lost = True
-            self.check_alive()
+            self.lose_lease()
         raise Suspend()
 
-    def _next(self, name: str, kind: str = "step") -> tuple[int, Step | None]:
+    def advance(self, name: str, kind: str = "step") -> tuple[int, Step | None]:
+        """Take the next position for step ``name``: its checkpoint, if any; the guard."""
         self.check_alive()
         position = self.position
         self.position += 1
@@ -194,11 +191,17 @@ class Execution:
             raise self.fatal
         return position, recorded
 
-    def _replayed(self, recorded: Step) -> Any:
+    def replayed(self, recorded: Step) -> Any:
+        """A recorded final checkpoint's output, or its failure raised (StepFailed)."""
         if recorded.status == StepStatus.COMPLETED:
             return recorded.output
+        raise self.recorded_failure(recorded)
+
+    @staticmethod
+    def recorded_failure(recorded: Step) -> StepFailed:
+        """The StepFailed a failed step's checkpoint records."""
         error = recorded.error or {}
-        raise StepFailed(
+        return StepFailed(
             recorded.name,
             str(error.get("type", "Error")),
             str(error.get("message", "")),
@@ -213,7 +216,7 @@ class Execution:
         name: str,
         kind: str,
         retry: RetryPolicy | None,
-        body: Callable[[_Attempt], Awaitable[tuple[str | None, Any]]],
+        body: Callable[[Attempt], Awaitable[tuple[str | None, Any]]],
         reserved: tuple[int, Step | None] | None = None,
         rebuild: Callable[[Any], Any] | None = None,
     ) -> Any:
@@ -228,75 +231,22 @@ class Execution:
         """
         if reserved is None:
             await self.gate()
-            position, recorded = self._next(name, kind)
+            position, recorded = self.advance(name, kind)
         else:
             position, recorded = reserved
         if recorded is not None and recorded.status not in _UNFINISHED:
-            replayed = self._replayed(recorded)
+            replayed = self.replayed(recorded)
             return replayed if rebuild is None else rebuild(replayed)
-        if position != self.branch_position:
+        if position != self.step_task_position:
             self.end_of_history()
-        attempt = _Attempt(
+        attempt = Attempt(
             position,
             name,
             kind,
             (recorded.attempts if recorded is not None else 0) + 1,
             self.env.store.statements.clock.wall_now(),
         )
-        self.env.emit("step_started", run_id=self.task.run_id, step=name, attempt=attempt.number)
-        observer = self.env.observer
-        observed = StepAttempt(self.task, name, kind, attempt.number)
-        token = observer.step_started(observed)
-        # What the observer hears when the attempt ends; a stop (lease lost,
-        # shutdown, cancellation, a simulated crash) leaves it 'interrupted'.
-        status, error, began = "interrupted", None, time.perf_counter()
-        seconds = 0.0
-        try:
-            try:
-                faults.hit("before_step", name)
-                text, decoded = await body(attempt)
-            except _LeaseGone:
-                self.lost = True
-                self.check_alive()
-                raise AssertionError("unreachable") from None
-            except (Suspend, Abandon, asyncio.CancelledError):
-                raise
-            except Snooze as snooze:
-                seconds = time.perf_counter() - began
-                try:
-                    await self._snooze(attempt, snooze)
-                except Suspend:
-                    status = "snoozed"
-                    raise
-                raise AssertionError("unreachable") from None
-            except Exception as exc:
-                seconds, error = time.perf_counter() - began, exc
-                retrying = self._will_retry(attempt, exc, retry)
-                try:
-                    await self._failed(attempt, exc, retry, retrying)
-                except (Suspend, StepFailed):
-                    status = "retrying" if retrying else "failed"
-                    raise
-                raise AssertionError("unreachable") from exc
-            seconds = time.perf_counter() - began
-            faults.hit("before_checkpoint", name)
-            if text is not None:
-                if self.deferred.can_hold(attempt.kind):
-                    statement = self._checkpoint_statement(attempt, "completed", text)
-                    self.deferred.hold(attempt, statement)
-                    status = "completed"
-                    return decoded
-                await self._checkpoint(attempt, "completed", text, None)
-            status = "completed"
-            faults.hit("after_checkpoint", name)
-            return decoded
-        finally:
-            if status == "interrupted":
-                seconds = time.perf_counter() - began
-            observer.step_finished(observed, token, status, seconds, error)
-
-    async def _record_deferred(self, attempt: Any, statement: Statement[Any]) -> None:
-        await self._record(attempt, "completed", statement, None)
+        return await attempts.run(self, attempt, retry, body)
 
     async def step(
         self,
@@ -319,12 +269,12 @@ class Execution:
         what = f"the output of step {name!r}"
         rebuild = functools.partial((returns or typed.return_hint(fn)).rebuild, what=what)
 
-        async def body(attempt: _Attempt) -> tuple[str | None, Any]:
+        async def body(attempt: Attempt) -> tuple[str | None, Any]:
             if timeout is None:
-                result = await self._call(fn, args, kwargs)
+                result = await self.call(fn, args, kwargs)
             else:
                 try:
-                    result = await asyncio.wait_for(self._call(fn, args, kwargs), timeout)
+                    result = await asyncio.wait_for(self.call(fn, args, kwargs), timeout)
                 except TimeoutError:
                     raise StepTimeout(name, timeout) from None
             if isinstance(result, Snooze):
@@ -346,8 +296,8 @@ class Execution:
         what = f"the output of transaction step {name!r}"
         rebuild = functools.partial(typed.return_hint(fn).rebuild, what=what)
 
-        async def body(attempt: _Attempt) -> tuple[str | None, Any]:
-            checkpoint = functools.partial(self._checkpoint_statement, attempt, "completed")
+        async def body(attempt: Attempt) -> tuple[str | None, Any]:
+            checkpoint = functools.partial(self.checkpoint_statement, attempt, "completed")
             output = _Output(what, rebuild, checkpoint)
             if inspect.iscoroutinefunction(fn):
                 decoded = await self._transaction_async(fn, args, kwargs, output)
@@ -370,13 +320,16 @@ class Execution:
         statements = self.env.store.statements
         async with self.env.store.transaction() as conn:
             if not await execute_async(conn, statements.tasks.lock_fenced(self.task.fence)):
-                raise _LeaseGone()
+                self.lose_lease()
             result = await fn(conn, *args, **kwargs)
             text, decoded = output.encode(result, self.env.max_payload_bytes)
-            leased, written, run_status = await execute_async(conn, output.checkpoint(text))
-            self.run_status = run_status or self.run_status
-            if not (leased and written):
-                raise _LeaseGone()
+            # Raising here rolls the transaction back with its checkpoint.
+            result = self.fenced(await execute_async(conn, output.checkpoint(text)))
+            if not result.written:
+                # A final checkpoint is already there: this execution stops as
+                # if its lease were lost (rolling the step back), and lets the
+                # lease lapse.
+                self.lose_lease()
         return decoded
 
     def _transaction_sync(
@@ -390,18 +343,22 @@ class Execution:
         pool = self.env.get_sync_pool()
         with self.env.store.reachable(), pool.connection() as conn, conn.transaction():
             if not execute_sync(conn, statements.tasks.lock_fenced(self.task.fence)):
-                raise _LeaseGone()
+                self.lose_lease()
             result = fn(conn, *args, **kwargs)
             text, decoded = output.encode(result, self.env.max_payload_bytes)
-            leased, written, run_status = execute_sync(conn, output.checkpoint(text))
-            self.run_status = run_status or self.run_status
-            if not (leased and written):
-                raise _LeaseGone()
+            # Raising here rolls the transaction back with its checkpoint.
+            result = self.fenced(execute_sync(conn, output.checkpoint(text)))
+            if not result.written:
+                # A final checkpoint is already there: this execution stops as
+                # if its lease were lost (rolling the step back), and lets the
+                # lease lapse.
+                self.lose_lease()
         return decoded
 
-    async def _call(
+    async def call(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
+        """Call a step's function: on the loop if async, else on a worker thread."""
         if inspect.iscoroutinefunction(fn):
             return await fn(*args, **kwargs)
         # Plain functions run on the worker's thread pool so a blocking step
@@ -416,63 +373,19 @@ class Execution:
             result = await result
         return result
 
-    async def _snooze(self, attempt: _Attempt, snooze: Snooze) -> None:
-        """Park the run until the snooze ends; the attempt does not count as a failure."""
-        detail = serialization.error_json(
-            {"step": attempt.name, "reason": snooze.reason, "delay": snooze.delay}
-        )
-        if attempt.number > 1:
-            # Keep the count of real failed attempts: this one does not add to it.
-            earlier = _Attempt(
-                attempt.position, attempt.name, attempt.kind, attempt.number - 1, attempt.started
-            )
-            await self._checkpoint(earlier, "retrying", None, None)
-        self.env.emit(
-            "step_snoozed", run_id=self.task.run_id, step=attempt.name, delay=snooze.delay
-        )
-        await self.release(snooze.delay, event="step_snoozed", detail_json=detail)
+    def ends_step_task(self, attempt: Attempt, status: str) -> bool:
+        """Whether this checkpoint is the final one of the step task being executed."""
+        return attempt.position == self.step_task_position and status in ("completed", "failed")
 
-    @staticmethod
-    def _will_retry(attempt: _Attempt, exc: Exception, retry: RetryPolicy | None) -> bool:
-        """Whether this failed attempt is tried again (by the step's policy)."""
-        if isinstance(exc, SerializationError | SignalTimeout):
-            return False
-        return (retry or DEFAULT_STEP_RETRY).should_retry(exc, attempt.number)
-
-    async def _failed(
-        self, attempt: _Attempt, exc: Exception, retry: RetryPolicy | None, retrying: bool
-    ) -> None:
-        """Record a failed attempt: schedule the retry (Suspend) or fail the step for good."""
-        record = serialization.error_record(exc, traceback.format_exc())
-        error_text = serialization.error_json(record)
-        if retrying:
-            delay = (retry or DEFAULT_STEP_RETRY).delay(attempt.number)
-            await self._checkpoint(attempt, "retrying", None, error_text)
-            self.env.emit(
-                "step_retry",
-                run_id=self.task.run_id,
-                step=attempt.name,
-                attempt=attempt.number,
-                delay=delay,
-            )
-            await self.release(
-                delay,
-                event="run_retry_scheduled",
-                detail_json=serialization.error_json({"step": attempt.name, "delay": delay}),
-            )
-        await self._checkpoint(attempt, "failed", None, error_text)
-        raise StepFailed(
-            attempt.name, record["type"], record["message"], attempt.number, record.get("traceback")
-        ) from exc
-
-    def _checkpoint_statement(
+    def checkpoint_statement(
         self,
-        attempt: _Attempt,
+        attempt: Attempt,
         status: str,
         output_json: str | None,
         error_json: str | None = None,
         **publish: Any,
-    ) -> Statement[tuple[int, int, str | None]]:
+    ) -> Statement[Fenced]:
+        """The fenced write of ``attempt``'s checkpoint with ``status``."""
         events = {
             "completed": "step_completed",
             "failed": "step_failed",
@@ -491,7 +404,7 @@ class Execution:
             "event": events[status],
         }
         statements = self.env.store.statements
-        if attempt.position == self.branch_position and status in ("completed", "failed"):
+        if self.ends_step_task(attempt, status):
             # A parallel step's final checkpoint also ends its task and may
             # wake the run (at once on a failure: gathers fail fast).
             return statements.steps.complete_parallel(
@@ -505,9 +418,9 @@ class Execution:
             **publish,
         )
 
-    async def _checkpoint(
+    async def checkpoint(
         self,
-        attempt: _Attempt,
+        attempt: Attempt,
         status: str,
         output_json: str | None,
         error_json: str | None,
@@ -516,36 +429,28 @@ class Execution:
     ) -> None:
         """Write a checkpoint (on ``conn``, in its transaction, if given); stop if not ours."""
         await self.deferred.settle()
-        statement = self._checkpoint_statement(attempt, status, output_json, error_json, **publish)
-        await self._record(attempt, status, statement, conn)
+        statement = self.checkpoint_statement(attempt, status, output_json, error_json, **publish)
+        await self.record(Checkpoint(attempt, status, statement), conn)
 
-    async def _record(
-        self, attempt: _Attempt, status: str, statement: Statement[Any], conn: Any
-    ) -> None:
+    async def record(self, checkpoint: Checkpoint, conn: Any = None) -> None:
+        """Commit ``checkpoint`` (on ``conn``, in its transaction, if given); stop if
+        the lease is lost or the history was stale."""
+        attempt, status, statement = checkpoint.attempt, checkpoint.status, checkpoint.statement
         if conn is not None:
-            leased, written, run_status = await execute_async(conn, statement)
-        elif statement.name == "step_complete_parallel":
+            result = await execute_async(conn, statement)
+        elif self.ends_step_task(attempt, status):
             # Under the run's row lock: sibling completions serialise, and the
             # last one sees every other one's commit when it decides to wake.
             async with self.env.store.transaction() as conn:
                 await execute_async(conn, self.env.store.statements.runs.lock(self.task.run_id))
-                leased, written, run_status = await execute_async(conn, statement)
-                if leased and self.on_branch_final is not None:
-                    await self.on_branch_final(conn)
+                result = await execute_async(conn, statement)
+                if result.leased and self.on_step_task_final is not None:
+                    await self.on_step_task_final(conn)
         else:
-            leased, written, run_status = await self.env.write(statement)
-        if run_status:
-            self.run_status = run_status
-        if not leased:
-            self.lost = True
-            self.check_alive()
-        if not written:
-            # The lease is ours but the position already holds a final
-            # checkpoint: the history this replay started from was stale. Hand
-            # the task back so that it is replayed from the real history.
-            raise Abandon(
-                f"run {self.task.run_id} position {attempt.position} was already checkpointed"
-            )
+            result = await self.env.write(self.task.fence.task_id, statement)
+        # Not written with the lease ours: the history this replay started
+        # from was stale; the task is handed back and replayed from the real one.
+        self.fenced(result, f"position {attempt.position} was already checkpointed")
         self.env.emit(
             "step_checkpointed", run_id=self.task.run_id, step=attempt.name, status=status
         )

@@ -20,18 +20,17 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
 from perdure.engine import serialization, typed
 from perdure.engine.control import Suspend
-from perdure.engine.environment import ExecutionEnv
+from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executor import Execution
-from perdure.engine.outcome import STOPS, stopped
 from perdure.engine.retry import RetryPolicy
+from perdure.engine.stops import STOPS, stopped
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import SignalTimeout, StepFailed
+from perdure.steps import StepContext
 from perdure.store.rows import ClaimedTask
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
@@ -56,13 +55,9 @@ class GraphStepSpec(Protocol):
     join: str
 
 
-class GraphSpec(Protocol):
-    """What the engine needs of a graph workflow."""
+class GraphSpec(WorkflowSpec[Any], Protocol):
+    """What the engine needs of a graph workflow, beyond any workflow's spec."""
 
-    name: str
-    version: int
-    queue: str
-    retry: RetryPolicy
     steps: Sequence[GraphStepSpec]
 
     def step_input(self, step: GraphStepSpec, outputs: dict[int, Any], run_input: Any) -> Any:
@@ -70,21 +65,6 @@ class GraphSpec(Protocol):
 
     def sinks(self) -> list[GraphStepSpec]:
         """The steps no other step depends on: their outputs are the run's output."""
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """What a graph step (or its compensation) receives as ``ctx``."""
-
-    run_id: str
-    workflow: str
-    step: str
-    attempt: int
-    #: The payload of the signal that opened this step's gate, if it has one.
-    signal: Any = None
-    #: The schedule that started the run and the tick it covers, if one did.
-    schedule: str | None = None
-    scheduled_at: datetime | None = None
 
 
 async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
@@ -117,19 +97,19 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
     recorded = rows.get(position)
     if recorded is not None and recorded.status in _FINAL:
         return await _finish_duplicate(task, spec, env)
-    ex = Execution(
-        task,
-        spec,  # type: ignore[arg-type]
-        env,
-        rows,
-        asyncio.get_running_loop(),
-        branch_position=position,
-    )
 
     async def decide(conn: Any) -> None:
         await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
 
-    ex.on_branch_final = decide
+    ex = Execution(
+        task,
+        spec,
+        env,
+        rows,
+        asyncio.get_running_loop(),
+        step_task_position=position,
+        on_step_task_final=decide,
+    )
     env.emit("branch_executing", run_id=task.run_id, step=task.step_name)
     if position >= n:
         name, kind, fn = f"compensate:{step.name}", "compensation", step.compensate
@@ -153,7 +133,7 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
             task.schedule,
             task.scheduled_at,
         )
-        return await ex._call(fn, (ctx, value), {})
+        return await ex.call(fn, (ctx, value), {})
 
     try:
         await ex.step(
@@ -208,7 +188,7 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
             and row["db_now"] >= recorded.wake_at
         ):
             raise SignalTimeout(ex.task.run_id, step.signal, step.signal_timeout)
-        leased, _ = await execute_async(
+        parked = await execute_async(
             conn,
             statements.steps.gate_park(
                 ex.task.fence,
@@ -218,9 +198,8 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
                 seconds=step.signal_timeout if step.signal_timeout is not None else FOREVER_SECONDS,
             ),
         )
-    if not leased:
-        ex.lost = True
-        ex.check_alive()
+    if not parked.leased:
+        ex.lose_lease()
     ex.env.emit("run_waiting", run_id=ex.task.run_id, step=step.name, signal=step.signal)
     raise Suspend()
 

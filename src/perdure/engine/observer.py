@@ -16,16 +16,14 @@ the workflow's own code can be given them too
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from perdure.errors import LeaseLost
 from perdure.store.rows import ClaimedTask
-
-if TYPE_CHECKING:
-    from perdure.engine.worker import Worker
+from perdure.store.store import AsyncStore
 
 #: The ``extra`` fields of every record about a run or a step (None when not
 #: applicable: ``step`` in a record about the whole run).
@@ -72,13 +70,29 @@ class StepAttempt:
     attempt: int
 
 
+class WorkerView(Protocol):
+    """What an observer may read of the worker it observes."""
+
+    @property
+    def queues(self) -> Sequence[str]:
+        """The queues the worker claims from."""
+
+    @property
+    def store(self) -> AsyncStore | None:
+        """The worker's store while it runs (None before its start and after its stop)."""
+
+    @property
+    def running(self) -> Sized:
+        """The tasks executing now."""
+
+
 class Observer:
     """Hooks the engine calls; each does nothing here. Subclass and override some."""
 
-    def worker_started(self, worker: Worker) -> None:
+    def worker_started(self, worker: WorkerView) -> None:
         """The worker registered and is about to claim (its store is open); raise to refuse."""
 
-    def worker_stopped(self, worker: Worker) -> None:
+    def worker_stopped(self, worker: WorkerView) -> None:
         """The worker stopped claiming and gave back its work."""
 
     def heartbeat(self) -> None:
@@ -183,12 +197,12 @@ class Observers(Observer):
             except Exception:
                 self._failure(observer, hook)
 
-    def worker_started(self, worker: Worker) -> None:
+    def worker_started(self, worker: WorkerView) -> None:
         """Tell each observer. An error here stops the worker before it claims anything."""
         for o in self.observers:
             o.worker_started(worker)
 
-    def worker_stopped(self, worker: Worker) -> None:
+    def worker_stopped(self, worker: WorkerView) -> None:
         """Tell each observer."""
         self._all("worker_stopped", worker)
 

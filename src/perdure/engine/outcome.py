@@ -11,33 +11,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from typing import Any
 
-from perdure.engine import faults, parallel, serialization
-from perdure.engine.control import Abandon, Suspend
-from perdure.engine.environment import ExecutionEnv, WorkflowSpec
+from perdure.engine import compensation, parallel, serialization
+from perdure.engine.checkpoint import Checkpoint
+from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import (
-    BranchDone,
     Execution,
     ReplayEnd,
+    Spec,
+    StepTaskDone,
 )
-from perdure.engine.observer import task_fields
+from perdure.engine.stops import STOPS, stopped
 from perdure.errors import (
-    Cancelled,
     NonDeterminismError,
     PermanentError,
     SerializationError,
     StepFailed,
 )
 from perdure.store.rows import ClaimedTask
-from perdure.store.statement import Statement
 
 log = logging.getLogger("perdure.executor")
 
 _PERMANENT = (PermanentError, StepFailed, NonDeterminismError, SerializationError)
 
 
-async def _start(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> Execution | None:
+async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution | None:
     """The execution of ``task``, or None when the run stopped while it was claimed."""
     store, statements = env.store, env.store.statements
     if task.finished:
@@ -58,44 +56,14 @@ async def _start(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> Ex
         env,
         {s.position: s for s in steps},
         asyncio.get_running_loop(),
-        branch_position=task.step_position if task.kind == "step" else None,
+        step_task_position=task.step_position if task.kind == "step" else None,
     )
 
 
-#: How an execution stops early without an outcome of its own.
-STOPS = (Suspend, faults.SimulatedCrash, Abandon)
-
-
-async def stopped(execution: Execution, stop: BaseException) -> str:
-    """What a stop means: handed back (Suspend), a test's simulated death, or let go."""
-    if isinstance(stop, Suspend):
-        return "suspended"
-    if isinstance(stop, Abandon):
-        return await _let_go(execution, stop)
-    # A test's simulated death: no further write; the lease must lapse.
-    execution.env.emit("simulated_crash", run_id=execution.task.run_id)
-    return "crashed"
-
-
-async def _let_go(execution: Execution, signal: Abandon) -> str:
-    """After Abandon: stop silently if the lease is gone, else replay from the real history."""
-    task, env = execution.task, execution.env
-    if execution.lost:
-        env.lease_lost(task)
-        return "abandoned"
-    log.warning("replaying run %s again: %s", task.run_id, signal, extra=task_fields(task))
-    await env.store.execute(
-        env.store.statements.tasks.release(
-            task.fence, delay_seconds=0, failed=False, event="run_replay_restarted"
-        )
-    )
-    return "released"
-
-
-async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
+async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
     if task.kind == "step":
-        return await execute_branch(task, spec, env)
+        return await execute_step_task(task, spec, env)
     execution = await _start(task, spec, env)
     if execution is None:
         return "settled"
@@ -126,7 +94,7 @@ async def execute(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> s
     if task.run_status == "compensating":
         # The run failed for good before a crash; its replay did not fail
         # again, but its compensations must still finish.
-        return await _settle(execution) or await _compensate(execution, None)
+        return await _settle(execution) or await compensation.run(execution, None)
     # The last step's checkpoint, if it is still waiting, commits with the
     # completion; one already on its way is waited for first.
     last = execution.deferred.take()
@@ -144,41 +112,39 @@ async def _settle(execution: Execution) -> str | None:
     return None
 
 
-async def _complete(execution: Execution, text: str, last: Statement[Any] | None) -> str:
+async def _complete(execution: Execution, text: str, last: Checkpoint | None) -> str:
     """Finish the run with its output (and its last step's checkpoint, when given)."""
     task, env = execution.task, execution.env
     statements, fence = env.store.statements, task.fence
     if last is None:
-        leased, changed = await env.write(statements.runs.complete(fence, text))
-        written = 1
+        statement = statements.runs.complete(fence, text)
     else:
-        leased, written, changed = await env.write(
-            statements.batch.run_complete_step(fence, text, last)
+        statement = statements.batch.run_complete_step(fence, text, last.statement)
+    try:
+        result = execution.fenced(
+            await env.write(fence.task_id, statement), "its last step was already checkpointed"
         )
-    if not leased:
-        env.lease_lost(task)
-        return "abandoned"
-    if not written:
-        stale = f"run {task.run_id}: its last step was already checkpointed"
-        return await stopped(execution, Abandon(stale))
+    except STOPS as stop:
+        return await stopped(execution, stop)
     if last is not None:
-        name = last.params["name"]
-        env.emit("step_checkpointed", run_id=task.run_id, step=name, status="completed")
-    if not changed:
+        env.emit(
+            "step_checkpointed", run_id=task.run_id, step=last.attempt.name, status="completed"
+        )
+    if not result.changed:
         return "cancelled"
     env.run_finished(task.run_id, task.workflow, "completed")
     return "completed"
 
 
-async def execute_branch(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
-    """Execute the parallel step a task of kind 'step' is for."""
+async def execute_step_task(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
+    """Execute the step a step task (a task of kind 'step') is for."""
     execution = await _start(task, spec, env)
     if execution is None:
         return "settled"
     env.emit("branch_executing", run_id=task.run_id, step=task.step_name)
     try:
         await spec.invoke(execution, task.input)
-    except BranchDone:
+    except StepTaskDone:
         return "branch_completed"
     except STOPS as stop:
         return await stopped(execution, stop)
@@ -191,14 +157,14 @@ async def execute_branch(task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEn
     assert position is not None and name is not None
     try:
         await parallel.finish_unreachable(execution, position, name)
-    except BranchDone:
+    except StepTaskDone:
         pass
     return "branch_unreachable"
 
 
 async def _handle_failure(
     task: ClaimedTask,
-    spec: WorkflowSpec,
+    spec: Spec,
     env: ExecutionEnv,
     execution: Execution,
     exc: Exception,
@@ -214,7 +180,7 @@ async def _handle_failure(
     )
     if final:
         if execution.rollbacks and not isinstance(cause, NonDeterminismError):
-            return await _compensate(execution, cause)
+            return await compensation.run(execution, cause)
         return await _fail(task, env, cause)
     delay = spec.retry.delay(failures)
     env.observer.run_retrying(task, delay, cause)
@@ -231,70 +197,13 @@ async def _handle_failure(
     return "retrying" if released else "abandoned"
 
 
-def _error_json(exc: BaseException) -> tuple[dict[str, Any], str]:
-    tb = "".join(traceback.format_exception(exc))
-    record = serialization.error_record(exc, tb)
-    for attr in ("step", "position", "recorded", "requested"):
-        if hasattr(exc, attr):
-            record[attr] = getattr(exc, attr)
-    return record, serialization.error_json(record)
-
-
-async def _compensate(execution: Execution, cause: Exception | None) -> str:
-    """Run the registered compensations, newest first, each a durable step; end the run.
-
-    The run turns 'compensating' first. Each compensation is a checkpointed
-    step at the positions after the failure, so a crash resumes after the
-    last one that completed. A compensation that fails for good does not stop
-    the others; the run ends 'compensation_failed' instead of 'compensated'.
-    """
-    task, env = execution.task, execution.env
-    store, statements = env.store, env.store.statements
-    if cause is not None:
-        _, text = _error_json(cause)
-        leased, _ = await store.execute(statements.runs.compensating(task.fence, text))
-        if not leased:
-            env.lease_lost(task)
-            return "abandoned"
-    env.emit("run_compensating", run_id=task.run_id, compensations=len(execution.rollbacks))
-    failed: list[str] = []
-    try:
-        for rollback in reversed(execution.rollbacks):
-            try:
-                await execution.step(
-                    f"compensate:{rollback.name}",
-                    rollback.fn,
-                    rollback.args,
-                    rollback.kwargs,
-                    rollback.retry,
-                    kind="compensation",
-                )
-            except StepFailed:
-                failed.append(rollback.name)
-    except STOPS as stop:
-        return await stopped(execution, stop)
-    except Cancelled:
-        await store.execute(statements.tasks.settle(task.fence))
-        return "cancelled"
-    status = "compensation_failed" if failed else "compensated"
-    error_json = serialization.error_json({"compensations_failed": failed}) if failed else None
-    leased, changed = await store.execute(statements.runs.fail(task.fence, error_json, status))
-    if not leased:
-        env.lease_lost(task)
-        return "abandoned"
-    if not changed:
-        return "cancelled"
-    env.run_finished(task.run_id, task.workflow, status, cause)
-    return status
-
-
 async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> str:
-    _, text = _error_json(exc)
-    leased, changed = await env.store.execute(env.store.statements.runs.fail(task.fence, text))
-    if not leased:
+    _, text = compensation.failure_json(exc)
+    result = await env.store.execute(env.store.statements.runs.fail(task.fence, text))
+    if not result.leased:
         env.lease_lost(task)
         return "abandoned"
-    if not changed:
+    if not result.changed:
         return "cancelled"
     env.run_finished(task.run_id, task.workflow, "failed", exc)
     return "failed"

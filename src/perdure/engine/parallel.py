@@ -1,67 +1,42 @@
 """Parallel steps in a function workflow: ``ctx.gather`` and ``ctx.map``.
 
-A gather takes one position per branch plus one for its outcome marker. The
-first time the run reaches it, every branch without a checkpoint becomes a
+A gather takes one position per parallel step plus one for its outcome marker. The
+first time the run reaches it, every parallel step without a checkpoint becomes a
 'pending' step row with a task of kind 'step', and the run's own task parks
-without holding a slot. Any worker may claim a branch's task: it replays the
+without holding a slot. Any worker may claim a parallel step's task: it replays the
 workflow up to the gather (every earlier step is memoized), executes that one
-branch, and writes its checkpoint, deletes its task and, when it was the last
-branch (or it failed: gathers fail fast), wakes the run, in one transaction.
+parallel step, and writes its checkpoint, deletes its task and, when it was the last
+parallel step (or it failed: gathers fail fast), wakes the run, in one transaction.
 The run's task then replays the gather from the checkpoints and moves on.
 
 Fail-fast policy: without ``return_exceptions``, the gather raises the first
-failed branch's StepFailed (in argument order among the branches that had
-failed when the run woke) as soon as one fails; branches still running
+failed parallel step's StepFailed (in argument order among the parallel steps that had
+failed when the run woke) as soon as one fails; parallel steps still running
 finish and are recorded, and are dropped if the run ends first. The choice is
 recorded in the marker, so every replay raises the same error. With
-``return_exceptions=True`` the gather waits for every branch and returns
-StepFailed instances in place of failed branches' results.
+``return_exceptions=True`` the gather waits for every parallel step and returns
+StepFailed instances in place of failed parallel steps' results.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar, overload
 
 from perdure.engine import typed
+from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import Suspend
-from perdure.engine.executor import BranchDone, Execution, _Attempt
+from perdure.engine.executor import Execution, StepTaskDone
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import ConfigurationError, StepFailed
+from perdure.steps import StepCall
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
 
 T = TypeVar("T")
 _FINAL = (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.SKIPPED)
-
-
-@dataclass
-class StepCall(Generic[T]):
-    """A step described but not yet run: ``await`` it to run it alone, or gather it.
-
-    ``ctx.step(...)`` returns one in async workflows; ``ctx.branch(...)`` in both
-    kinds of workflow.
-    """
-
-    execution: Execution
-    name: str
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    retry: RetryPolicy | None = None
-    timeout: float | None = None
-
-    def run(self, reserved: tuple[int, Step | None] | None = None) -> Any:
-        """The coroutine that runs this step (at ``reserved`` when a gather took it)."""
-        return self.execution.step(
-            self.name, self.fn, self.args, self.kwargs, self.retry, self.timeout, reserved=reserved
-        )
-
-    def __await__(self) -> Generator[Any, None, T]:
-        return self.run().__await__()  # type: ignore[no-any-return]
 
 
 class MappedSteps(Sequence[StepCall[Any]]):
@@ -123,26 +98,26 @@ async def gather(
     await ex.gate()
     if not calls:
         return []
-    if ex.branch_position is not None:
+    if ex.step_task_position is not None:
         # Executing one parallel step: if it belongs to this gather, run it
         # alone. Only the steps before the gather and this step's own
         # checkpoint were read (step_list_before), so siblings are not looked at.
-        index = ex.branch_position - ex.position
+        index = ex.step_task_position - ex.position
         if 0 <= index < len(calls):
             call = calls[index]
             _check(ex, call)
-            ex.position = ex.branch_position
-            position, recorded = ex._next(call.name, "step")
-            await _run_branch(ex, call, position, recorded)
+            ex.position = ex.step_task_position
+            position, recorded = ex.advance(call.name, "step")
+            await _run_step_task(ex, call, position, recorded)
     for call in calls:
         _check(ex, call)
     gather_start = ex.position
-    reserved = [ex._next(call.name, "step") for call in calls]
-    marker_position, marker = ex._next(f"gather:{len(calls)}", "gather")
+    reserved = [ex.advance(call.name, "step") for call in calls]
+    marker_position, marker = ex.advance(f"gather:{len(calls)}", "gather")
     chosen = dict(reserved).get(int(marker.output["failed"])) if marker is not None else None
     if chosen is not None and chosen.status in _FINAL:
         # Failed fast earlier: raise the failure that was chosen then.
-        ex._replayed(chosen)
+        ex.replayed(chosen)
     records = [recorded for _, recorded in reserved]
     pending = [
         (position, call.name)
@@ -151,45 +126,40 @@ async def gather(
     ]
     failures = [r for r in records if r is not None and r.status in _FINAL[1:]]
     if failures and not return_exceptions:
-        if pending and ex.branch_position is None and not ex.replay_only:
+        if pending and ex.step_task_position is None and not ex.replay_only:
             first = failures[0]
-            attempt = _Attempt(
+            attempt = Attempt(
                 marker_position,
                 f"gather:{len(calls)}",
                 "gather",
                 1,
                 ex.task.db_now or first.started_at,
             )
-            await ex._checkpoint(attempt, "completed", json.dumps({"failed": first.position}), None)
-        ex._replayed(failures[0])
+            await ex.checkpoint(attempt, "completed", json.dumps({"failed": first.position}), None)
+        ex.replayed(failures[0])
     if not pending:
         return [
             _outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
         ]
     ex.end_of_history()
     await _park(ex, pending, gather_start)
-    raise AssertionError("unreachable")
 
 
 def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
     """A parallel step's result: its output (rebuilt as its declared type) or its failure."""
     if recorded.status == StepStatus.COMPLETED:
         return typed.return_hint(call.fn).rebuild(recorded.output, f"the output of {call.name!r}")
-    try:
-        ex._replayed(recorded)
-    except StepFailed as exc:
-        return exc
-    raise AssertionError("unreachable")
+    return ex.recorded_failure(recorded)
 
 
-async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> None:
+async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> NoReturn:
     statements = ex.env.store.statements
     waiting_for = {"steps": len(pending), "first": pending[0][1]}
     async with ex.env.store.transaction() as conn:
-        # The run's row lock orders this park against the branches'
-        # completions: a branch finishing after it sees the parked task.
+        # The run's row lock orders this park against the parallel steps'
+        # completions: a parallel step finishing after it sees the parked task.
         await execute_async(conn, statements.runs.lock(ex.task.run_id))
-        leased, spawned = await execute_async(
+        parked = await execute_async(
             conn,
             statements.steps.fanout(
                 ex.task.fence,
@@ -200,25 +170,26 @@ async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int
                 gather_start=gather_start,
             ),
         )
-    if not leased:
-        ex.lost = True
-        ex.check_alive()
-    ex.env.emit("steps_scheduled", run_id=ex.task.run_id, steps=spawned, waiting=len(pending))
+    if not parked.leased:
+        ex.lose_lease()
+    ex.env.emit(
+        "steps_scheduled", run_id=ex.task.run_id, steps=parked.spawned, waiting=len(pending)
+    )
     raise Suspend()
 
 
-async def _run_branch(
+async def _run_step_task(
     ex: Execution, call: StepCall[Any], position: int, recorded: Step | None
 ) -> None:
-    """Execute the branch this task is for, then stop the workflow (BranchDone)."""
+    """Execute the parallel step this task is for, then stop the workflow (StepTaskDone)."""
     if recorded is not None and recorded.status in _FINAL:
         # Already recorded (a duplicate task): end the task, wake the run if last.
         await finish_unreachable(ex, position, call.name, recorded=recorded)
     try:
         await call.run((position, recorded))
     except StepFailed:
-        pass  # recorded as the branch's failure; the run decides what it means
-    raise BranchDone()
+        pass  # recorded as the parallel step's failure; the run decides what it means
+    raise StepTaskDone()
 
 
 async def finish_unreachable(
@@ -244,7 +215,7 @@ async def finish_unreachable(
     statements = ex.env.store.statements
     async with ex.env.store.transaction() as conn:
         await execute_async(conn, statements.runs.lock(ex.task.run_id))
-        leased, _, _ = await execute_async(
+        result = await execute_async(
             conn,
             statements.steps.complete_parallel(
                 ex.task.fence,
@@ -260,7 +231,6 @@ async def finish_unreachable(
                 wake=True,
             ),
         )
-    if not leased:
-        ex.lost = True
-        ex.check_alive()
-    raise BranchDone()
+    if not result.leased:
+        ex.lose_lease()
+    raise StepTaskDone()

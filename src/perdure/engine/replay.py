@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from perdure.engine.control import Abandon, Suspend
-from perdure.engine.environment import ExecutionEnv, WorkflowSpec
-from perdure.engine.executor import Execution, ReplayEnd
+from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.environment import ExecutionEnv
+from perdure.engine.executor import Execution, ReplayEnd, Spec
 from perdure.errors import NonDeterminismError
 from perdure.store.rows import ClaimedTask, Fence
 from perdure.store.statements import Statements
@@ -54,7 +54,7 @@ class ReplayReport:
 
 
 async def replay_run(
-    spec: WorkflowSpec,
+    spec: Spec,
     statements: Statements,
     threads: ThreadPoolExecutor,
     *,
@@ -102,7 +102,7 @@ async def replay_run(
 
     try:
         await spec.invoke(execution, input)
-    except (ReplayEnd, Suspend, Abandon):
+    except (ReplayEnd, Suspend, LeaseLost, StaleHistory):
         pass
     except NonDeterminismError as guard:
         return diverged(guard)

@@ -20,11 +20,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
-
-import psycopg
 
 from perdure.engine.control import Disconnected
+from perdure.store import session
 from perdure.store.store import AsyncStore
 from perdure.types import PruneResult
 
@@ -38,7 +36,7 @@ DEFAULT_PARTITION_BATCH = 10_000
 
 async def prune(
     store: AsyncStore,
-    conn: psycopg.AsyncConnection[Any],
+    conn: session.AsyncConnection,
     cutoff: datetime,
     *,
     archive: bool,
@@ -64,13 +62,16 @@ async def prune(
     dropped: list[str] = []
     postponed = False
     try:
-        while (
-            name := await store.execute(statements.history.partition_drop(cutoff), conn)
-        ) is not None:
-            dropped.append(name)
-            log.info("dropped history partition %s (older than %s)", name, cutoff)
-        await store.execute(statements.history.default_prune(cutoff, DEFAULT_PARTITION_BATCH), conn)
-    except psycopg.errors.LockNotAvailable:
+        with session.lock_busy():
+            while (
+                name := await store.execute(statements.history.partition_drop(cutoff), conn)
+            ) is not None:
+                dropped.append(name)
+                log.info("dropped history partition %s (older than %s)", name, cutoff)
+            await store.execute(
+                statements.history.default_prune(cutoff, DEFAULT_PARTITION_BATCH), conn
+            )
+    except session.LockBusy:
         # Writers of history held their locks past lock_timeout: waiting
         # longer would stall every writer queued behind this DDL.
         postponed = True
@@ -99,12 +100,12 @@ async def maintenance_pass(
         try:
             if not dry_run:
                 try:
-                    created = await store.execute(
-                        statements.history.partitions_ensure(DAYS_AHEAD), conn
-                    )
+                    with session.lock_busy():
+                        ensure = statements.history.partitions_ensure(DAYS_AHEAD)
+                        created = await store.execute(ensure, conn)
                     if created:
                         log.info("created %d history partition(s) ahead", created)
-                except psycopg.errors.LockNotAvailable:
+                except session.LockBusy:
                     log.warning("history busy; creating its partitions is postponed")
             if cutoff is None and prune_after is not None:
                 cutoff = await store.execute(statements.runs.prune_cutoff(prune_after), conn)

@@ -16,14 +16,12 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-import psycopg
 
 from perdure.engine import cron
 from perdure.engine.control import Disconnected
 from perdure.errors import RunNotFound, UnknownWorkflow
 from perdure.ids import new_run_id
+from perdure.store import session
 from perdure.store.statement import Row
 from perdure.store.store import AsyncStore
 
@@ -47,7 +45,7 @@ class Started:
 
 async def start_run(
     store: AsyncStore,
-    conn: psycopg.AsyncConnection[Any],
+    conn: session.AsyncConnection,
     schedule: str,
     workflow: str,
     input_json: str,

@@ -14,8 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from perdure.engine import serialization, typed
+from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import Suspend
-from perdure.engine.executor import Execution, _Attempt
+from perdure.engine.executor import Execution
 from perdure.errors import SignalTimeout
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
@@ -47,12 +48,11 @@ async def _park(
         wait_signal=waiting_for.get("signal"),
     )
     if conn is not None:
-        leased, _ = await execute_async(conn, stmt)
+        result = await execute_async(conn, stmt)
     else:
-        leased, _ = await ex.env.store.execute(stmt)
-    if not leased:
-        ex.lost = True
-        ex.check_alive()
+        result = await ex.env.store.execute(stmt)
+    if not result.leased:
+        ex.lose_lease()
     ex.env.emit("run_waiting", run_id=ex.task.run_id, step=name, waiting_for=waiting_for)
 
 
@@ -66,13 +66,13 @@ async def sleep(
 ) -> None:
     """Wait durably for ``seconds`` or until the aware datetime ``until``."""
     await ex.gate()
-    position, recorded = ex._next("sleep", "sleep")
+    position, recorded = ex.advance("sleep", "sleep")
     if recorded is not None and recorded.status == StepStatus.COMPLETED:
         return
     ex.end_of_history()
     if recorded is not None and _due(ex, recorded):
-        attempt = _Attempt(position, "sleep", "sleep", 1, recorded.started_at)
-        await ex._checkpoint(attempt, "completed", "null", None)
+        attempt = Attempt(position, "sleep", "sleep", 1, recorded.started_at)
+        await ex.checkpoint(attempt, "completed", "null", None)
         return
     if recorded is not None:
         # Claimed before its time without being woken: wait for the same time.
@@ -93,7 +93,7 @@ async def wait_for_signal(
 async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> Any:
     await ex.gate()
     step_name = f"signal:{name}"
-    position, recorded = ex._next(step_name, "signal")
+    position, recorded = ex.advance(step_name, "signal")
     if recorded is not None and recorded.status == StepStatus.COMPLETED:
         return recorded.output
     if recorded is not None and recorded.status == StepStatus.TIMED_OUT:
@@ -124,8 +124,8 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
             and recorded.wake_at is not None
             and row["db_now"] >= recorded.wake_at
         ):
-            attempt = _Attempt(position, step_name, "signal", 1, recorded.started_at)
-            await execute_async(conn, ex._checkpoint_statement(attempt, "timed_out", None, None))
+            attempt = Attempt(position, step_name, "signal", 1, recorded.started_at)
+            await execute_async(conn, ex.checkpoint_statement(attempt, "timed_out", None, None))
             timed_out = True
         else:
             wake_at = recorded.wake_at if recorded is not None else None
@@ -147,8 +147,7 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
 def _taken(ex: Execution, row: dict[str, Any], name: str) -> bool:
     """Whether signal_take consumed a signal; stop (LeaseLost) if the task is not ours."""
     if not row["leased"]:
-        ex.lost = True
-        ex.check_alive()
+        ex.lose_lease()
     if row["taken"]:
         ex.env.emit("signal_consumed", run_id=ex.task.run_id, name=name)
     return bool(row["taken"])
@@ -161,13 +160,13 @@ async def publish(ex: Execution, kind: str, key: str, value: Any, *, closed: boo
         seq = ex.stream_seq.get(key, 0) + 1
         ex.stream_seq[key] = seq
     name = f"{kind}:{key}"
-    position, recorded = ex._next(name, kind)
+    position, recorded = ex.advance(name, kind)
     if recorded is not None:
         return
     ex.end_of_history()
     text = serialization.dumps(value, f"the value of {kind} {key!r}", ex.env.max_payload_bytes)
-    attempt = _Attempt(position, name, kind, 1, ex.env.store.statements.clock.wall_now())
-    await ex._checkpoint(
+    attempt = Attempt(position, name, kind, 1, ex.env.store.statements.clock.wall_now())
+    await ex.checkpoint(
         attempt,
         "completed",
         text,

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import psycopg
-from psycopg import sql
+from perdure.store import session
 
 log = logging.getLogger("perdure.wakeup")
 
@@ -46,16 +45,15 @@ class Wakeup:
         delay = 0.1
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, application_name=self.application_name
-                ) as conn:
-                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                async with session.listen(
+                    self.url, self.channel, self.application_name
+                ) as notifications:
                     self.connected.set()
                     # Anything that became ready while we were not listening is
                     # found by one claim attempt.
                     self.event.set()
                     delay = 0.1
-                    async for _ in conn.notifies():
+                    async for _ in notifications:
                         self.event.set()
             except asyncio.CancelledError:
                 raise

@@ -28,6 +28,7 @@ from perdure.engine.control import Disconnected
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.observer import LoggingObserver, Observer, Observers, task_fields
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
+from perdure.engine.services import Loop, Service, Services
 from perdure.engine.wakeup import Wakeup
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
@@ -117,7 +118,7 @@ class Worker:
         self,
         url: str,
         statements: Statements,
-        specs: Mapping[tuple[str, int], WorkflowSpec],
+        specs: Mapping[tuple[str, int], WorkflowSpec[Any]],
         options: WorkerOptions | None = None,
         *,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -201,56 +202,13 @@ class Worker:
             observer=self.observer,
             committer=committer,
         )
-        self._env = env
         wakeup = Wakeup(self.url, self.statements.channel, f"{name}-listen")
-        background: list[asyncio.Task[None]] = []
+        services = Services([wakeup, *self._loops(store), committer])
         try:
-            if self.before_start is not None:
-                await self.before_start(store)
-            await store.execute(
-                self.statements.workers.register(
-                    worker_id=self.id,
-                    host=socket.gethostname(),
-                    pid=os.getpid(),
-                    queues=self.queues,
-                    workflows=sorted({f"{n}@{v}" for n, v in self.specs}),
-                    concurrency=opts.concurrency,
-                )
-            )
+            await self._register(store)
             self.store = store
             self.observer.worker_started(self)
-            wakeup.start()
-            committer.start()
-            background = [
-                asyncio.create_task(
-                    maintenance.heartbeat_loop(
-                        store,
-                        self.id,
-                        opts.lease_seconds,
-                        opts.heartbeat_interval,
-                        lambda: set(self.running),
-                        self._lease_lost,
-                        self.observer.heartbeat,
-                    )
-                ),
-                asyncio.create_task(
-                    maintenance.status_loop(store, self.queues, 10.0, self._report_waiting)
-                ),
-                asyncio.create_task(
-                    maintenance.reaper_loop(
-                        store,
-                        opts.reap_interval,
-                        opts.max_lapses,
-                        opts.lease_seconds * 2,
-                        self.observer.dead_lettered,
-                    )
-                ),
-            ]
-            if not opts.exit_when_idle:
-                background.append(
-                    asyncio.create_task(schedules.tick_loop(store, opts.poll_seconds))
-                )
-                background.append(asyncio.create_task(self._maintenance(store)))
+            services.start()
             log.info(
                 "worker %s serving queues %s with concurrency %d",
                 self.id,
@@ -261,24 +219,74 @@ class Worker:
             await self._claim_loop(store, env, wakeup)
         finally:
             await self._shutdown(store)
-            await committer.stop()
-            for job in background:
-                job.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            await wakeup.stop()
-            with contextlib.suppress(Exception, Disconnected):
-                await store.execute(self.statements.workers.stop(self.id))
-            await store.close()
-            self.counts["statements"] = store.statement_count
-            self.counts["round_trips"] = store.round_trips
-            self.counts["shared_commits"] = committer.transactions
-            self.counts["committed_units"] = committer.units
-            self.store = None
-            if env.sync_pool is not None:
-                env.sync_pool.close()
-            threads.shutdown(wait=False, cancel_futures=True)
-            self.observer.worker_stopped(self)
-            self._emit("worker_stopped", {"worker_id": self.id})
+            await services.stop()
+            await self._close(store, env, committer)
+
+    def _loops(self, store: AsyncStore) -> list[Service]:
+        """The periodic loops beside the claim loop (fewer in inline mode)."""
+        opts = self.options
+        heartbeat = Loop(
+            "heartbeat",
+            lambda: maintenance.heartbeat_loop(
+                store,
+                self.id,
+                opts.lease_seconds,
+                opts.heartbeat_interval,
+                lambda: set(self.running),
+                self._lease_lost,
+                self.observer.heartbeat,
+            ),
+        )
+        status = Loop(
+            "status",
+            lambda: maintenance.status_loop(store, self.queues, 10.0, self._report_waiting),
+        )
+        reaper = Loop(
+            "reaper",
+            lambda: maintenance.reaper_loop(
+                store,
+                opts.reap_interval,
+                opts.max_lapses,
+                opts.lease_seconds * 2,
+                self.observer.dead_lettered,
+            ),
+        )
+        loops: list[Service] = [heartbeat, status, reaper]
+        if not opts.exit_when_idle:
+            loops.append(Loop("ticker", lambda: schedules.tick_loop(store, opts.poll_seconds)))
+            loops.append(Loop("retention", lambda: self._maintenance(store)))
+        return loops
+
+    async def _register(self, store: AsyncStore) -> None:
+        """Run the ``before_start`` hook and register this worker in the workers table."""
+        if self.before_start is not None:
+            await self.before_start(store)
+        await store.execute(
+            self.statements.workers.register(
+                worker_id=self.id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                queues=self.queues,
+                workflows=sorted({f"{n}@{v}" for n, v in self.specs}),
+                concurrency=self.options.concurrency,
+            )
+        )
+
+    async def _close(self, store: AsyncStore, env: ExecutionEnv, committer: Committer) -> None:
+        """Deregister, close the pools and threads, keep the counts; tell the observers."""
+        with contextlib.suppress(Exception, Disconnected):
+            await store.execute(self.statements.workers.stop(self.id))
+        await store.close()
+        self.counts["statements"] = store.statement_count
+        self.counts["round_trips"] = store.round_trips
+        self.counts["shared_commits"] = committer.transactions
+        self.counts["committed_units"] = committer.units
+        self.store = None
+        if env.sync_pool is not None:
+            env.sync_pool.close()
+        env.threads.shutdown(wait=False, cancel_futures=True)
+        self.observer.worker_stopped(self)
+        self._emit("worker_stopped", {"worker_id": self.id})
 
     async def _claim_loop(self, store: AsyncStore, env: ExecutionEnv, wakeup: Wakeup) -> None:
         opts = self.options
@@ -441,7 +449,7 @@ class Worker:
         job = asyncio.create_task(self._execute(task, spec, env), name=f"perdure-run-{task.run_id}")
         self.running[task.fence.task_id] = _Held(task, job)
 
-    async def _execute(self, task: ClaimedTask, spec: WorkflowSpec, env: ExecutionEnv) -> str:
+    async def _execute(self, task: ClaimedTask, spec: WorkflowSpec[Any], env: ExecutionEnv) -> str:
         result = "error"
         began = time.perf_counter()
         token = self.observer.execution_started(task)

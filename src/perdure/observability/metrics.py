@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from perdure.engine.observer import Observer, StepAttempt
+from perdure.engine.observer import Observer, StepAttempt, WorkerView
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
 from perdure.types import QueueInfo
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
-    from perdure.engine.worker import Worker
 
 log = logging.getLogger("perdure.metrics")
 
@@ -158,7 +157,7 @@ class WorkerMetrics(Observer):
             "Seconds since this worker's last heartbeat reached the database.",
             registry=r,
         )
-        self._worker: Worker | None = None
+        self._worker: WorkerView | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_beat = time.monotonic()
         self.tasks_running.set_function(self._running)
@@ -201,7 +200,7 @@ class WorkerMetrics(Observer):
 
     # Observer hooks ------------------------------------------------------------
 
-    def worker_started(self, worker: Worker) -> None:
+    def worker_started(self, worker: WorkerView) -> None:
         """Remember the worker: its running tasks and its pool feed the gauges."""
         self._worker = worker
         self._loop = asyncio.get_running_loop()
@@ -209,7 +208,7 @@ class WorkerMetrics(Observer):
             self.serve(self.serve_on[1], self.serve_on[0])
         self._last_beat = time.monotonic()
 
-    def worker_stopped(self, worker: Worker) -> None:
+    def worker_stopped(self, worker: WorkerView) -> None:
         """Stop serving if the worker started it; forget the worker (counters keep their values)."""
         self._worker = None
         if self.serve_on is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from perdure.engine.observer import Observer, StepAttempt
@@ -76,9 +77,9 @@ class TracingObserver(Observer):
             raise ConfigurationError(
                 "tracing needs OpenTelemetry: pip install 'perdure[otel]'"
             ) from None
-        from perdure import __version__
-
-        self.tracer = trace.get_tracer("perdure", __version__, tracer_provider=tracer_provider)
+        self.tracer = trace.get_tracer(
+            "perdure", metadata.version("perdure"), tracer_provider=tracer_provider
+        )
         #: The span of each task executing now, by task id, and of each run.
         self._tasks: dict[int, Span] = {}
         self._runs: dict[str, Span] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from perdure.store.rows import Fence
+from perdure.store.rows import Fence, Fenced
 from perdure.store.statement import Namespace, Row, Statement
 
 T = TypeVar("T")
@@ -40,7 +40,7 @@ class BatchStatements(Namespace):
 
     def run_complete_step(
         self, fence: Fence, output_json: str, step: Statement[Any]
-    ) -> Statement[tuple[int, int, int]]:
+    ) -> Statement[Fenced]:
         """Write the completed-step checkpoint ``step`` and finish the run, in one statement.
 
         ``step`` is the :meth:`step_checkpoint` statement that would have been
@@ -51,11 +51,7 @@ class BatchStatements(Namespace):
         p = step.params
         return self._build(
             "run_complete_step_many",
-            lambda found: (
-                int(found[0]["leased"]),
-                int(found[0]["written"]),
-                int(found[0]["changed"]),
-            ),
+            Fenced.decode,
             task_ids=[fence.task_id],
             worker_ids=[fence.worker_id],
             attempts=[fence.attempt],

@@ -34,6 +34,44 @@ class Fence:
         return {"task_id": self.task_id, "worker_id": self.worker_id, "attempt": self.attempt}
 
 
+@dataclass(frozen=True, slots=True)
+class Fenced:
+    """The answer to a write fenced on a task's lease.
+
+    ``leased`` False: another worker holds the task now and nothing was
+    written (the writer lost its lease). ``written`` False: the lease is the
+    writer's, but the step's position already held a final checkpoint, so the
+    history the writer replayed from was stale. ``changed`` False: the run
+    had already ended (cancelled) and keeps its status. The other fields are
+    what particular writes report back.
+    """
+
+    leased: bool
+    written: bool = True
+    changed: bool = True
+    #: The run's status after a step checkpoint ('cancelled' and 'paused' matter).
+    run_status: str | None = None
+    #: When a parked run wakes (a wait), or None.
+    wake_at: datetime | None = None
+    #: Parallel step tasks a gather created.
+    spawned: int = 0
+
+    @staticmethod
+    def decode(found: list[Row]) -> Fenced:
+        """The answer in the first row of a fenced statement's result (none: not leased)."""
+        if not found:
+            return Fenced(leased=False, written=False, changed=False)
+        row = found[0]
+        return Fenced(
+            leased=bool(row["leased"]),
+            written=bool(row.get("written", True)),
+            changed=bool(row.get("changed", True)),
+            run_status=row.get("run_status"),
+            wake_at=row.get("wake_at"),
+            spawned=int(row.get("spawned") or 0),
+        )
+
+
 @dataclass(frozen=True)
 class ClaimedTask:
     """A task this worker just claimed, with what is needed to execute it."""

@@ -8,8 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from perdure.store import rows
-from perdure.store.rows import Fence, Queueing, StartResult
-from perdure.store.statement import Namespace, Row, Statement, all_rows, count, first, pair
+from perdure.store.rows import Fence, Fenced, Queueing, StartResult
+from perdure.store.statement import Namespace, Row, Statement, all_rows, count, first
 from perdure.types import Run, RunRef, RunStatus
 
 
@@ -94,29 +94,25 @@ class RunStatements(Namespace):
         """Status, output and error of one run."""
         return self._build("run_status", first(dict), run_id=run_id)
 
-    def complete(self, fence: Fence, output_json: str) -> Statement[tuple[int, int]]:
+    def complete(self, fence: Fence, output_json: str) -> Statement[Fenced]:
         """Finish a run (fenced); (leased, changed): a cancelled run stays cancelled."""
-        return self._build(
-            "run_complete", pair("leased", "changed"), output=output_json, **fence.params()
-        )
+        return self._build("run_complete", Fenced.decode, output=output_json, **fence.params())
 
     def fail(
         self, fence: Fence, error_json: str | None, status: str = "failed"
-    ) -> Statement[tuple[int, int]]:
+    ) -> Statement[Fenced]:
         """End a run that failed for good with ``status`` (fenced); (leased, changed)."""
         return self._build(
             "run_fail",
-            pair("leased", "changed"),
+            Fenced.decode,
             error=error_json,
             status=status,
             **fence.params(),
         )
 
-    def compensating(self, fence: Fence, error_json: str) -> Statement[tuple[int, int]]:
+    def compensating(self, fence: Fence, error_json: str) -> Statement[Fenced]:
         """Mark a failed run as compensating (fenced); (leased, changed)."""
-        return self._build(
-            "run_compensating", pair("leased", "changed"), error=error_json, **fence.params()
-        )
+        return self._build("run_compensating", Fenced.decode, error=error_json, **fence.params())
 
     def expire(self, limit: int = 500) -> Statement[int]:
         """Cancel up to ``limit`` runs past their deadline; how many."""

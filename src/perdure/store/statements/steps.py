@@ -6,14 +6,9 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from perdure.store import rows
-from perdure.store.rows import Fence
+from perdure.store.rows import Fence, Fenced
 from perdure.store.statement import Namespace, Row, Statement, count
 from perdure.types import Step
-
-
-def _checkpoint_result(found: list[Row]) -> tuple[int, int, str | None]:
-    row = found[0]
-    return int(row["leased"]), int(row["written"]), row["run_status"]
 
 
 class StepStatements(Namespace):
@@ -58,7 +53,7 @@ class StepStatements(Namespace):
         event_key: str | None = None,
         stream_seq: int | None = None,
         stream_closed: bool = False,
-    ) -> Statement[tuple[int, int, str | None]]:
+    ) -> Statement[Fenced]:
         """Record a step outcome and extend the lease; (leased, written, run status).
 
         For kind 'event' the output is also published as event ``event_key``;
@@ -66,11 +61,7 @@ class StepStatements(Namespace):
         """
         return self._build(
             "step_checkpoint",
-            lambda found: (
-                int(found[0]["leased"]),
-                int(found[0]["written"]),
-                found[0]["run_status"],
-            ),
+            Fenced.decode,
             event_key=event_key,
             stream_seq=stream_seq,
             stream_closed=stream_closed,
@@ -99,11 +90,11 @@ class StepStatements(Namespace):
         wake_at: datetime | None = None,
         seconds: float | None = None,
         wait_signal: str | None = None,
-    ) -> Statement[tuple[int, datetime | None]]:
+    ) -> Statement[Fenced]:
         """Park the run at a durable wait until ``wake_at`` (or now + ``seconds``)."""
         return self._build(
             "step_wait",
-            lambda found: (int(found[0]["leased"]), found[0]["wake_at"]),
+            Fenced.decode,
             wait_signal=wait_signal,
             position=position,
             name=name,
@@ -123,11 +114,11 @@ class StepStatements(Namespace):
         seconds: float,
         waiting_for_json: str,
         gather_start: int,
-    ) -> Statement[tuple[int, int]]:
+    ) -> Statement[Fenced]:
         """Park a run at a gather and spawn its parallel steps; (leased, spawned)."""
         return self._build(
             "step_fanout",
-            lambda found: (int(found[0]["leased"]), int(found[0]["spawned"])),
+            Fenced.decode,
             gather_start=gather_start,
             positions=list(positions),
             names=list(names),
@@ -150,11 +141,11 @@ class StepStatements(Namespace):
         started_at: datetime,
         event: str,
         wake: bool,
-    ) -> Statement[tuple[int, int, str | None]]:
+    ) -> Statement[Fenced]:
         """Checkpoint a parallel step and delete its task; (leased, written, run status)."""
         return self._build(
             "step_complete_parallel",
-            _checkpoint_result,
+            Fenced.decode,
             position=position,
             name=name,
             kind=kind,
@@ -207,11 +198,11 @@ class StepStatements(Namespace):
 
     def gate_park(
         self, fence: Fence, *, position: int, name: str, signal: str, seconds: float
-    ) -> Statement[tuple[int, datetime | None]]:
+    ) -> Statement[Fenced]:
         """Park a graph step at its gate until signal ``signal``; (leased, wake time)."""
         return self._build(
             "step_gate_park",
-            lambda found: (int(found[0]["leased"]), found[0]["wake_at"]),
+            Fenced.decode,
             position=position,
             name=name,
             signal=signal,

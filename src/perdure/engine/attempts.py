@@ -1,0 +1,153 @@
+"""One attempt at a step: run its body, then record how it ended.
+
+The attempt completes (its checkpoint is written, or held for the group
+commit), fails and is retried later (the task is handed back for the backoff),
+fails for good (StepFailed into the workflow), or snoozes (handed back without
+counting a failure). The observers hear of every attempt, and a stop (a lost
+lease, shutdown, cancellation) leaves it 'interrupted'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, Protocol
+
+from perdure.engine import faults, serialization
+from perdure.engine.checkpoint import Attempt, Checkpoint
+from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.deferred import DeferredCheckpoint
+from perdure.engine.environment import ExecutionEnv
+from perdure.engine.observer import StepAttempt
+from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
+from perdure.errors import SerializationError, SignalTimeout, StepFailed
+from perdure.steps import Snooze
+from perdure.store.rows import ClaimedTask, Fenced
+from perdure.store.statement import Statement
+
+#: What a step does in one attempt: (output JSON, decoded output); no JSON
+#: when the body wrote its checkpoint itself (a transaction step).
+Body = Callable[[Attempt], Awaitable[tuple[str | None, Any]]]
+
+
+class Host(Protocol):
+    """What an attempt needs of the execution it runs in."""
+
+    task: ClaimedTask
+    env: ExecutionEnv
+    deferred: DeferredCheckpoint
+
+    def checkpoint_statement(
+        self, attempt: Attempt, status: str, output_json: str | None
+    ) -> Statement[Fenced]:
+        """The fenced write of ``attempt``'s checkpoint."""
+
+    async def checkpoint(
+        self, attempt: Attempt, status: str, output_json: str | None, error_json: str | None
+    ) -> None:
+        """Write a checkpoint now; stop if the task is not this worker's."""
+
+    async def release(
+        self, delay: float, *, event: str, detail_json: str | None = None
+    ) -> NoReturn:
+        """Hand the task back, due after ``delay`` s (Suspend)."""
+
+
+async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body) -> Any:
+    """Run ``body`` as ``attempt`` and record its outcome; the step's decoded output."""
+    ex.env.emit("step_started", run_id=ex.task.run_id, step=attempt.name, attempt=attempt.number)
+    observer = ex.env.observer
+    observed = StepAttempt(ex.task, attempt.name, attempt.kind, attempt.number)
+    token = observer.step_started(observed)
+    # What the observer hears when the attempt ends; a stop (lease lost,
+    # shutdown, cancellation, a simulated crash) leaves it 'interrupted'.
+    status, error, began = "interrupted", None, time.perf_counter()
+    seconds = 0.0
+    try:
+        try:
+            faults.hit("before_step", attempt.name)
+            text, decoded = await body(attempt)
+        except (Suspend, LeaseLost, StaleHistory, asyncio.CancelledError):
+            raise
+        except Snooze as snooze:
+            seconds = time.perf_counter() - began
+            try:
+                await _snooze(ex, attempt, snooze)
+            except Suspend:
+                status = "snoozed"
+                raise
+        except Exception as exc:
+            seconds, error = time.perf_counter() - began, exc
+            retrying = _will_retry(attempt, exc, retry)
+            try:
+                await _failed(ex, attempt, exc, retry, retrying)
+            except (Suspend, StepFailed):
+                status = "retrying" if retrying else "failed"
+                raise
+        seconds = time.perf_counter() - began
+        faults.hit("before_checkpoint", attempt.name)
+        if text is not None:
+            if ex.deferred.can_hold(attempt.kind):
+                statement = ex.checkpoint_statement(attempt, "completed", text)
+                ex.deferred.hold(Checkpoint(attempt, "completed", statement))
+                status = "completed"
+                return decoded
+            await ex.checkpoint(attempt, "completed", text, None)
+        status = "completed"
+        faults.hit("after_checkpoint", attempt.name)
+        return decoded
+    finally:
+        if status == "interrupted":
+            seconds = time.perf_counter() - began
+        observer.step_finished(observed, token, status, seconds, error)
+
+
+async def _snooze(ex: Host, attempt: Attempt, snooze: Snooze) -> NoReturn:
+    """Park the run until the snooze ends; the attempt does not count as a failure."""
+    detail = serialization.error_json(
+        {"step": attempt.name, "reason": snooze.reason, "delay": snooze.delay}
+    )
+    if attempt.number > 1:
+        # Keep the count of real failed attempts: this one does not add to it.
+        earlier = Attempt(
+            attempt.position, attempt.name, attempt.kind, attempt.number - 1, attempt.started
+        )
+        await ex.checkpoint(earlier, "retrying", None, None)
+    ex.env.emit("step_snoozed", run_id=ex.task.run_id, step=attempt.name, delay=snooze.delay)
+    await ex.release(snooze.delay, event="step_snoozed", detail_json=detail)
+
+
+def _will_retry(attempt: Attempt, exc: Exception, retry: RetryPolicy | None) -> bool:
+    """Whether this failed attempt is tried again (by the step's policy)."""
+    if isinstance(exc, SerializationError | SignalTimeout):
+        return False
+    return (retry or DEFAULT_STEP_RETRY).should_retry(exc, attempt.number)
+
+
+async def _failed(
+    ex: Host, attempt: Attempt, exc: Exception, retry: RetryPolicy | None, retrying: bool
+) -> NoReturn:
+    """Record a failed attempt: schedule the retry (Suspend) or fail the step for good."""
+    record = serialization.error_record(exc, traceback.format_exc())
+    error_text = serialization.error_json(record)
+    if retrying:
+        delay = (retry or DEFAULT_STEP_RETRY).delay(attempt.number)
+        await ex.checkpoint(attempt, "retrying", None, error_text)
+        ex.env.emit(
+            "step_retry",
+            run_id=ex.task.run_id,
+            step=attempt.name,
+            attempt=attempt.number,
+            delay=delay,
+        )
+        await ex.release(
+            delay,
+            event="run_retry_scheduled",
+            detail_json=serialization.error_json({"step": attempt.name, "delay": delay}),
+        )
+    await ex.checkpoint(attempt, "failed", None, error_text)
+    raise StepFailed(
+        attempt.name, record["type"], record["message"], attempt.number, record.get("traceback")
+    ) from exc

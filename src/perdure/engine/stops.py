@@ -1,0 +1,48 @@
+"""How an execution that stopped early ends: handed back, lease lost, or replayed again.
+
+The stops are control flow (``BaseException``), not outcomes of the workflow:
+a Suspend (the task was handed back), a lost lease, stale history (the task is
+handed back at once and replayed from the real history), or a test's
+simulated crash.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from perdure.engine import faults
+from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.executor import Execution
+from perdure.engine.observer import task_fields
+
+log = logging.getLogger("perdure.executor")
+
+#: How an execution stops early without an outcome of its own.
+STOPS = (Suspend, faults.SimulatedCrash, LeaseLost, StaleHistory)
+
+
+async def stopped(execution: Execution, stop: BaseException) -> str:
+    """What a stop means: handed back (Suspend), a test's simulated death, a lost
+    lease, or stale history (the task is handed back to be replayed)."""
+    if isinstance(stop, Suspend):
+        return "suspended"
+    if isinstance(stop, LeaseLost):
+        execution.env.lease_lost(execution.task)
+        return "abandoned"
+    if isinstance(stop, StaleHistory):
+        return await _replay_again(execution, stop)
+    # A test's simulated death: no further write; the lease must lapse.
+    execution.env.emit("simulated_crash", run_id=execution.task.run_id)
+    return "crashed"
+
+
+async def _replay_again(execution: Execution, signal: StaleHistory) -> str:
+    """Hand the task back at once, to be replayed from the real history."""
+    task, env = execution.task, execution.env
+    log.warning("replaying run %s again: %s", task.run_id, signal, extra=task_fields(task))
+    await env.store.execute(
+        env.store.statements.tasks.release(
+            task.fence, delay_seconds=0, failed=False, event="run_replay_restarted"
+        )
+    )
+    return "released"
