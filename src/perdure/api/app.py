@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from perdure.api import (
+    core,
     draining,
     forms,
     manage,
@@ -70,7 +71,7 @@ class App:
         self._core = Core(
             self,
             url,
-            schema or os.environ.get("PERDURE_SCHEMA") or "perdure",
+            (os.environ.get("PERDURE_SCHEMA") or "perdure") if schema is None else schema,
             clock or Clock(),
             arguments.flag("auto_migrate", auto_migrate),
             arguments.integer(
@@ -132,13 +133,8 @@ class App:
         """Point the App at another database or schema (before first use; the CLI uses this)."""
         self._core.configure(url, schema)
 
-    def ensure_schema(self) -> None:
-        """Migrate the schema (or check it is current when auto_migrate is off), once."""
-        self._core.ensure_schema()
-
-    async def ensure_schema_async(self) -> None:
-        """Migrate the schema, or check it is current, once (async); see :meth:`ensure_schema`."""
-        await self._core.ready()
+    ensure_schema = forms.blocking(core.ensure_schema)
+    ensure_schema_async = forms.awaiting(core.ensure_schema)
 
     # Definitions -----------------------------------------------------------------
 

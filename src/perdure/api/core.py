@@ -175,3 +175,8 @@ def _embedded_url() -> str:
     server = embedded.ensure_server()
     log.info("using embedded PostgreSQL: %s", embedded.removal_hint(server.data_dir))
     return server.url
+
+
+async def ensure_schema(core: Core) -> None:
+    """Migrate the schema (or check it is current when auto_migrate is off), once."""
+    await core.ready()
