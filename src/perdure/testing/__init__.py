@@ -32,6 +32,7 @@ __all__ = [
     "step_names",
 ]
 
+
 async def drain_async(app: App, **options: Any) -> dict[str, int]:
     """Run all work due now, inline, until none is due; counts of what happened."""
     return await draining.drain(app.worker_async, **options)
