@@ -129,7 +129,7 @@ APP_CASES: dict[str, Case] = {
     "signal": (_args(queued_id, "go", 1), lambda w, r: isinstance(r, int)),
     "signals": (_args(done_id), lambda w, r: r == []),
     "start": (_args("echo", 1, key="k"), lambda w, r: r.created and r.status() == "queued"),
-    "steps": (_args(done_id), lambda w, r: [s.name for s in r][0] == "a"),
+    "steps": (_args(done_id), lambda w, r: r[0].name == "a"),
     "tick_schedules": (_args(), lambda w, r: r == []),
     "trigger_schedule": (_args("nightly"), lambda w, r: r.get().workflow == "echo"),
     "upcoming_ticks": (_args("nightly", 3), lambda w, r: len(r) == 3 and r[0] < r[1] < r[2]),
