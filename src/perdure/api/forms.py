@@ -104,15 +104,18 @@ def iterating(
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
         core = self._core
         values = fn(core, *args, **kwargs)
+        ended = False
         try:
             while True:
                 try:
                     value = core.portal.call(_next(values))
                 except StopAsyncIteration:
+                    ended = True
                     return
                 yield value
         finally:
-            core.portal.call(_close(values))
+            if not ended:  # left early: let the iterator clean up on the portal
+                core.portal.call(_close(values))
 
     return call
 
@@ -126,15 +129,18 @@ def async_iterating(
     async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
         core = self._core
         values = fn(core, *args, **kwargs)
+        ended = False
         try:
             while True:
                 try:
                     value = await core.portal.run(_next(values))
                 except StopAsyncIteration:
+                    ended = True
                     return
                 yield value
         finally:
-            await core.portal.run(_close(values))
+            if not ended:  # left early: let the iterator clean up on the portal
+                await core.portal.run(_close(values))
 
     return call
 
