@@ -1,67 +1,45 @@
 """App: define workflows, start and inspect runs, run workers.
 
-Every operation is written once as a coroutine. The sync methods run it on the
-App's private event loop (:mod:`perdure.api.portal`), the ``_async`` methods
-await it from the caller's loop. A ``conn=`` argument runs the statement on the
-caller's own psycopg connection instead, inside the caller's transaction.
+The App is a flat surface over a :class:`~perdure.api.core.Core`. Each
+operation is written once, as a coroutine in a feature module (starting,
+reading, manage, messaging, queues, schedules, retention, registering,
+workers); its sync and ``_async`` forms here are derived from it in one line
+each (:mod:`perdure.api.forms`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import logging
 import os
-import signal
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-import psycopg
-
+from perdure.api import (
+    core,
+    draining,
+    forms,
+    manage,
+    messaging,
+    reading,
+    registering,
+    retention,
+    starting,
+)
+from perdure.api import queues as queueing
+from perdure.api import schedules as scheduling
+from perdure.api import workers as working
+from perdure.api.core import Core
 from perdure.api.graph import Graph
-from perdure.api.handle import RunHandle
-from perdure.api.manage import ManageMixin, check_reason
-from perdure.api.messaging import MessagingMixin
-from perdure.api.portal import Portal
-from perdure.api.queues import QueueDef, QueuesMixin
-from perdure.api.reading import ReadingMixin
 from perdure.api.registry import Registry, WorkflowDef
-from perdure.api.retention import RetentionMixin
-from perdure.api.schedules import ScheduleDef, SchedulesMixin
-from perdure.api.starting import StartingMixin
 from perdure.clock import Clock
 from perdure.engine import arguments, serialization
-from perdure.engine.observer import Observer
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_policy
-from perdure.engine.worker import Worker, WorkerOptions
-from perdure.errors import (
-    ConfigurationError,
-    InvalidRunState,
-    RunNotFound,
-    WorkflowDefinitionError,
-)
-from perdure.observability import tracing as _tracing
-from perdure.store import migrate as migrations
-from perdure.store.statement import Statement
-from perdure.store.statements import Statements, validate_schema
-from perdure.store.store import AsyncStore
-from perdure.types import Run, RunStatus
+from perdure.errors import ConfigurationError, WorkflowDefinitionError
+from perdure.store.statements import Statements
 
-log = logging.getLogger("perdure")
 F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
 
 
-class App(
-    StartingMixin,
-    ReadingMixin,
-    MessagingMixin,
-    QueuesMixin,
-    SchedulesMixin,
-    ManageMixin,
-    RetentionMixin,
-):
+class App:
     """A perdure application: the workflows it defines and the database they run on.
 
     The database URL comes from ``url``, else ``PERDURE_DATABASE_URL``, else an
@@ -88,102 +66,75 @@ class App(
         """
         if url is not None and not isinstance(url, str):
             raise ConfigurationError(f"url must be a PostgreSQL URL string, not {url!r}")
-        self._url = url
-        if schema is None:
-            schema = os.environ.get("PERDURE_SCHEMA") or "perdure"
-        self.schema = validate_schema(schema)
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigurationError(f"clock must be a perdure Clock, not {clock!r}")
-        self.clock = clock or Clock()
-        self.auto_migrate = arguments.flag("auto_migrate", auto_migrate)
-        self.max_payload_bytes = arguments.integer(
-            "max_payload_bytes",
-            max_payload_bytes,
-            minimum=1024,
-            maximum=serialization.MAX_PAYLOAD_LIMIT,
+        self._core = Core(
+            self,
+            url,
+            (os.environ.get("PERDURE_SCHEMA") or "perdure") if schema is None else schema,
+            clock or Clock(),
+            arguments.flag("auto_migrate", auto_migrate),
+            arguments.integer(
+                "max_payload_bytes",
+                max_payload_bytes,
+                minimum=1024,
+                maximum=serialization.MAX_PAYLOAD_LIMIT,
+            ),
+            arguments.integer("pool_size", pool_size, minimum=1, maximum=1000),
         )
-        self.pool_size = arguments.integer("pool_size", pool_size, minimum=1, maximum=1000)
-        self.registry = Registry()
-        self._queues: dict[str, QueueDef] = {}
-        self._schedule_defs: list[ScheduleDef] = []
-        self.statements = Statements(self.schema, self.clock)
-        self._portal = Portal()
-        self._store: AsyncStore | None = None
-        self._store_lock: asyncio.Lock | None = None
-        self._schema_ready = False
-        self._lock = threading.Lock()
 
     # Configuration ---------------------------------------------------------------
 
-    def configure(self, *, url: str | None = None, schema: str | None = None) -> None:
-        """Point the App at another database or schema (before first use; the CLI uses this)."""
-        if self._store is not None or self._schema_ready:
-            raise ConfigurationError("configure() must be called before the App is used")
-        if url is not None:
-            if not isinstance(url, str):
-                raise ConfigurationError(f"url must be a PostgreSQL URL string, not {url!r}")
-            self._url = url
-        if schema is not None:
-            self.schema = validate_schema(schema)
-            self.statements = Statements(self.schema, self.clock)
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema perdure's tables live in."""
+        return self._core.schema
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the App's statements read the time from."""
+        return self._core.clock
+
+    @property
+    def auto_migrate(self) -> bool:
+        """Whether the schema is migrated on first use."""
+        return self._core.auto_migrate
+
+    @auto_migrate.setter
+    def auto_migrate(self, value: bool) -> None:
+        self._core.auto_migrate = arguments.flag("auto_migrate", value)
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """The largest encoded input, output, payload or result accepted."""
+        return self._core.max_payload_bytes
+
+    @property
+    def pool_size(self) -> int:
+        """The most connections the App's pool opens."""
+        return self._core.pool_size
+
+    @property
+    def registry(self) -> Registry:
+        """The workflow definitions of this App."""
+        return self._core.registry
+
+    @property
+    def statements(self) -> Statements:
+        """The App's named statements (perdure.store)."""
+        return self._core.statements
 
     @property
     def url(self) -> str:
         """The database URL in use, resolving (and starting the embedded server) if needed."""
-        with self._lock:
-            if self._url is None:
-                self._url = os.environ.get("PERDURE_DATABASE_URL") or self._embedded_url()
-            return self._url
+        return self._core.url
 
-    @staticmethod
-    def _embedded_url() -> str:
-        from perdure.store import embedded
+    def configure(self, *, url: str | None = None, schema: str | None = None) -> None:
+        """Point the App at another database or schema (before first use; the CLI uses this)."""
+        self._core.configure(url, schema)
 
-        server = embedded.ensure_server()
-        log.info("using embedded PostgreSQL: %s", embedded.removal_hint(server.data_dir))
-        return server.url
-
-    def ensure_schema(self) -> None:
-        """Migrate the schema (or check it is current when auto_migrate is off), once."""
-        if self._schema_ready:
-            return
-        url = self.url
-        with self._lock:
-            if self._schema_ready:
-                return
-            if self.auto_migrate:
-                migrations.migrate(url, self.schema)
-            else:
-                with psycopg.connect(url) as conn:
-                    migrations.ensure_current(conn, self.schema)
-            self._schema_ready = True
-
-    async def _get_store(self) -> AsyncStore:
-        if self._store is not None:
-            return self._store
-        # Only the portal loop runs this, so one asyncio lock (made on first
-        # use, on that loop) keeps concurrent first calls from opening two pools.
-        if self._store_lock is None:
-            self._store_lock = asyncio.Lock()
-        async with self._store_lock:
-            if self._store is None:
-                await asyncio.to_thread(self.ensure_schema)
-                store = AsyncStore(
-                    self.url,
-                    self.statements,
-                    min_size=1,
-                    max_size=self.pool_size,
-                    name="perdure-app",
-                )
-                await store.open()
-                self._store = store
-                # Close the pool at exit if the program did not: its tasks
-                # would otherwise be destroyed pending, with a warning each.
-                atexit.register(self.close)
-        return self._store
-
-    async def _run(self, stmt: Statement[T]) -> T:
-        return await (await self._get_store()).execute(stmt)
+    ensure_schema = forms.blocking(core.ensure_schema)
+    ensure_schema_async = forms.awaiting(core.ensure_schema)
 
     # Definitions -----------------------------------------------------------------
 
@@ -201,7 +152,6 @@ class App(
         name. ``retry`` applies to exceptions raised by the workflow body outside
         its steps (steps have their own policy).
         """
-
         check_policy("retry", retry)
 
         def register(fn: F) -> F:
@@ -210,7 +160,7 @@ class App(
                     f"@app.workflow decorates a function, not {type(fn).__name__} {fn!r}"
                 )
             wf_name = getattr(fn, "__name__", None) if name is None else name
-            self.registry.add(
+            self._core.registry.add(
                 WorkflowDef(
                     wf_name,  # type: ignore[arg-type]  # checked by WorkflowDef
                     version,
@@ -241,172 +191,113 @@ class App(
         graph = Graph(
             name, version, name if queue is None else queue, retry or DEFAULT_WORKFLOW_RETRY
         )
-        self.registry.add(graph)
+        self._core.registry.add(graph)
         return graph
 
-    def register(self) -> None:
-        """Record this App's workflow definitions and queue settings in the database."""
-        self._portal.call(self._register())
+    queue = forms.direct(queueing.declare)
+    schedule = forms.direct(scheduling.declare)
 
-    async def _register(self, store: AsyncStore | None = None) -> None:
-        target = store or await self._get_store()
-        for d in self.registry.all().values():
-            d.validate()
-            await target.execute(
-                self.statements.workflows.upsert(
-                    name=d.name,
-                    version=d.version,
-                    queue=d.queue,
-                    kind=d.kind,
-                    definition_json=serialization.dumps(d.definition(), "definition"),
-                    fingerprint=d.fingerprint,
-                )
-            )
-        await self._register_queues(target)
-        await self._register_schedules(target)
+    register = forms.blocking(registering.register)
+    register_async = forms.awaiting(registering.register)
 
-    def handle(self, ref: str) -> RunHandle:
-        """A handle on the existing run with id (or key) ``ref``."""
-        return RunHandle(self, self.get_run(ref).id, created=False)
+    # Starting and reading runs ---------------------------------------------------------
+
+    start = forms.blocking(starting.start)
+    start_async = forms.awaiting(starting.start, here=starting.on_callers_loop)
+    handle = forms.blocking(reading.handle)
+    handle_async = forms.awaiting(reading.handle)
+    get_run = forms.blocking(reading.get_run)
+    get_run_async = forms.awaiting(reading.get_run)
+    list_runs = forms.blocking(reading.list_runs)
+    list_runs_async = forms.awaiting(reading.list_runs)
+    steps = forms.blocking(reading.steps)
+    steps_async = forms.awaiting(reading.steps)
+    history = forms.blocking(reading.history)
+    history_async = forms.awaiting(reading.history)
+    events = forms.blocking(reading.events)
+    events_async = forms.awaiting(reading.events)
+    workers = forms.blocking(reading.workers)
+    workers_async = forms.awaiting(reading.workers)
+    workflows = forms.blocking(reading.workflows)
+    workflows_async = forms.awaiting(reading.workflows)
+    registered_workflows = forms.blocking(reading.registered_workflows)
+    registered_workflows_async = forms.awaiting(reading.registered_workflows)
+    count_runs = forms.blocking(reading.count_runs)
+    count_runs_async = forms.awaiting(reading.count_runs)
+    run_activity = forms.blocking(reading.run_activity)
+    run_activity_async = forms.awaiting(reading.run_activity)
+    held_tasks = forms.blocking(reading.held_tasks)
+    held_tasks_async = forms.awaiting(reading.held_tasks)
 
     # Operating on runs ---------------------------------------------------------------
 
-    def retry(self, ref: str) -> RunHandle:
-        """Queue a failed or cancelled run again, resuming at the step that failed."""
-        return self._portal.call(self._retry(ref))
+    cancel = forms.blocking(manage.cancel)
+    cancel_async = forms.awaiting(manage.cancel)
+    retry = forms.blocking(manage.retry)
+    retry_async = forms.awaiting(manage.retry)
+    restart = forms.blocking(manage.restart)
+    restart_async = forms.awaiting(manage.restart)
+    fork = forms.blocking(manage.fork)
+    fork_async = forms.awaiting(manage.fork)
+    cancel_runs = forms.blocking(manage.cancel_runs)
+    cancel_runs_async = forms.awaiting(manage.cancel_runs)
+    retry_runs = forms.blocking(manage.retry_runs)
+    retry_runs_async = forms.awaiting(manage.retry_runs)
+    prune = forms.blocking(retention.prune)
+    prune_async = forms.awaiting(retention.prune)
 
-    async def retry_async(self, ref: str) -> RunHandle:
-        """Queue a failed or cancelled run again (async)."""
-        return await self._portal.run(self._retry(ref))
+    # Talking to runs -----------------------------------------------------------------
 
-    async def _retry(self, ref: str) -> RunHandle:
-        run = await self._find(ref)
-        if not await self._run(self.statements.runs.retry([run.id])):
-            raise InvalidRunState(run.id, run.status.value, "retry")
-        return RunHandle(self, run.id, created=False)
+    signal = forms.blocking(messaging.signal)
+    signal_async = forms.awaiting(messaging.signal)
+    signals = forms.blocking(messaging.signals)
+    signals_async = forms.awaiting(messaging.signals)
+    pause = forms.blocking(messaging.pause)
+    pause_async = forms.awaiting(messaging.pause)
+    resume = forms.blocking(messaging.resume)
+    resume_async = forms.awaiting(messaging.resume)
+    get_event = forms.blocking(messaging.get_event)
+    get_event_async = forms.awaiting(messaging.get_event)
+    read_stream = forms.iterating(messaging.read_stream)
+    read_stream_async = forms.async_iterating(messaging.read_stream)
 
-    def cancel(self, ref: str, reason: str = "cancelled by request") -> Run:
-        """Cancel an unfinished run; cancelling a cancelled run again changes nothing."""
-        return self._portal.call(self._cancel(ref, reason))
+    # Queues and schedules ------------------------------------------------------------
 
-    async def cancel_async(self, ref: str, reason: str = "cancelled by request") -> Run:
-        """Cancel an unfinished run (async)."""
-        return await self._portal.run(self._cancel(ref, reason))
-
-    async def _cancel(self, ref: str, reason: str) -> Run:
-        check_reason(reason)
-        run = await self._find(ref)
-        found = await self._run(self.statements.runs.cancel([run.id], reason[:1000]))
-        if not found:
-            raise RunNotFound(ref)
-        row = found[0]
-        previous = RunStatus(row["previous_status"])
-        if not row["changed"] and previous != RunStatus.CANCELLED:
-            raise InvalidRunState(run.id, previous.value, "cancel")
-        return await self._find(run.id)
+    queues = forms.blocking(queueing.queues)
+    queues_async = forms.awaiting(queueing.queues)
+    set_queue = forms.blocking(queueing.set_queue)
+    set_queue_async = forms.awaiting(queueing.set_queue)
+    add_schedule = forms.blocking(scheduling.add_schedule)
+    add_schedule_async = forms.awaiting(scheduling.add_schedule)
+    remove_schedule = forms.blocking(scheduling.remove_schedule)
+    remove_schedule_async = forms.awaiting(scheduling.remove_schedule)
+    schedules = forms.blocking(scheduling.schedules)
+    schedules_async = forms.awaiting(scheduling.schedules)
+    get_schedule = forms.blocking(scheduling.get_schedule)
+    get_schedule_async = forms.awaiting(scheduling.get_schedule)
+    pause_schedule = forms.blocking(scheduling.pause_schedule)
+    pause_schedule_async = forms.awaiting(scheduling.pause_schedule)
+    resume_schedule = forms.blocking(scheduling.resume_schedule)
+    resume_schedule_async = forms.awaiting(scheduling.resume_schedule)
+    trigger_schedule = forms.blocking(scheduling.trigger_schedule)
+    trigger_schedule_async = forms.awaiting(scheduling.trigger_schedule)
+    upcoming_ticks = forms.blocking(scheduling.upcoming_ticks)
+    upcoming_ticks_async = forms.awaiting(scheduling.upcoming_ticks)
+    tick_schedules = forms.blocking(registering.tick_schedules)
+    tick_schedules_async = forms.awaiting(registering.tick_schedules)
 
     # Workers -------------------------------------------------------------------------
 
-    def worker(
-        self,
-        *,
-        metrics_port: int | None = None,
-        metrics_host: str = "127.0.0.1",
-        tracing: bool | None = None,
-        tracer_provider: Any = None,
-        observers: Sequence[Observer] = (),
-        **options: Any,
-    ) -> Worker:
-        """A worker for this App's workflows (``await worker.run()`` in async code).
-
-        Options are those of :class:`~perdure.engine.worker.WorkerOptions`:
-        ``concurrency``, ``queues``, ``lease_seconds``, ``poll_seconds``, ...
-        With ``metrics_port`` (0: any free port) the worker serves Prometheus
-        metrics on ``http://metrics_host:metrics_port/metrics`` while it runs.
-        It traces its runs and steps with OpenTelemetry when ``tracing`` is
-        True, or by default when the program configured a tracer provider
-        (``tracer_provider`` names one). ``observers`` are told of claims,
-        executions and steps (see :class:`~perdure.engine.observer.Observer`).
-        See docs/observability.md.
-        """
-        defs = self.registry.all()
-        if not defs:
-            raise ConfigurationError("this App defines no workflow; a worker would have no work")
-        for definition in defs.values():
-            definition.validate()
-        try:
-            worker_options = WorkerOptions(**options)
-        except TypeError as exc:
-            raise ConfigurationError(f"unknown worker option: {exc}") from None
-        watching = list(observers)
-        if metrics_port is not None:
-            from perdure.observability.metrics import WorkerMetrics
-
-            watching.append(WorkerMetrics(port=metrics_port, host=metrics_host))
-        if tracing or (tracing is None and (tracer_provider is not None or _tracing.configured())):
-            from perdure.observability.tracing import TracingObserver
-
-            watching.append(TracingObserver(tracer_provider))
-        self.ensure_schema()
-        return Worker(
-            self.url,
-            self.statements,
-            defs,
-            worker_options,
-            max_payload_bytes=self.max_payload_bytes,
-            before_start=self._register,
-            observers=watching,
-        )
-
-    def run_worker(self, **options: Any) -> Worker:
-        """Run a worker in this thread until SIGINT or SIGTERM, then stop gracefully.
-
-        A second signal stops at once: in-flight runs are handed back to the queue.
-        Returns the stopped worker (its ``counts`` say what it did).
-        """
-        worker = self.worker(**options)
-
-        async def main() -> None:
-            loop = asyncio.get_running_loop()
-            current = asyncio.current_task()
-            signals = 0
-
-            def on_signal() -> None:
-                nonlocal signals
-                signals += 1
-                worker.request_stop()
-                if signals > 1 and current is not None:
-                    worker.options.shutdown_seconds = 0
-
-            if threading.current_thread() is threading.main_thread():
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.add_signal_handler(sig, on_signal)
-            await worker.run()
-
-        asyncio.run(main())
-        return worker
-
-    def run_until_complete(self, run: RunHandle | str, **options: Any) -> Any:
-        """Execute due work in this process until ``run`` finishes or nothing is due.
-
-        The same code path as a worker (perdure.testing.drain); returns the
-        run's result, or raises ResultTimeout if it still waits (a timer not
-        yet due, a signal not yet sent).
-        """
-        from perdure.testing import run_until_complete
-
-        return run_until_complete(self, run, **options)
+    worker = forms.blocking(working.worker)
+    worker_async = forms.here(working.worker)
+    run_worker = forms.in_new_loop(working.run_worker)
+    run_worker_async = forms.here(working.run_worker)
+    run_until_complete = forms.on_thread(draining.run_until_complete)
+    run_until_complete_async = forms.here(draining.run_until_complete)
 
     def close(self) -> None:
         """Close the App's connections and its private loop."""
-        store, self._store = self._store, None
-        atexit.unregister(self.close)
-        if store is not None:
-            try:
-                self._portal.call(store.close())
-            except RuntimeError:
-                pass
-        self._portal.close()
+        self._core.close()
 
     def __enter__(self) -> App:
         return self

@@ -7,9 +7,10 @@ same methods that block instead; both drive one engine execution.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 from perdure.engine import arguments, children, parallel, typed, waits
 from perdure.engine.arguments import validate_name
@@ -20,6 +21,7 @@ from perdure.ids import new_run_id
 from perdure.steps import StepCall
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class _Base:
@@ -223,12 +225,9 @@ class ChildRun:
 class SyncChildRun(ChildRun):
     """A child run started by ``ctx.start_child`` in a plain ``def`` workflow."""
 
-    def result(self) -> Any:
+    def result(self) -> Any:  # the blocking form
         """Wait durably for the child to finish; its output, or ChildFailed."""
-        return call_sync(
-            self._execution.loop,
-            children.child_result(self._execution, self.run_id, self.workflow),
-        )
+        return call_sync(self._execution.loop, ChildRun.result(self))
 
 
 class Context(_Base):
@@ -415,79 +414,51 @@ class Context(_Base):
         return await self._transaction(name, fn, args, kwargs, retry)
 
 
+def _blocking(
+    fn: Callable[Concatenate[Context, P], Awaitable[T]],
+) -> Callable[Concatenate[SyncContext, P], T]:
+    """The blocking form of a :class:`Context` method, for a workflow's worker thread."""
+
+    @functools.wraps(fn)
+    def call(self: SyncContext, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        result: T = call_sync(self._execution.loop, _awaited(fn(self._context, *args, **kwargs)))
+        return result
+
+    return call
+
+
+async def _awaited(value: Awaitable[T]) -> T:
+    return await value
+
+
+async def _sync_child(started: Awaitable[ChildRun]) -> SyncChildRun:
+    child = await started
+    return SyncChildRun(child._execution, child.run_id, child.workflow)
+
+
 class SyncContext(_Base):
-    """The durable API of a plain ``def`` workflow: :class:`Context`, blocking."""
+    """The durable API of a plain ``def`` workflow: :class:`Context`, blocking.
 
-    def _block(self, coro: Coroutine[Any, Any, T]) -> T:
-        result: T = call_sync(self._execution.loop, coro)
-        return result
+    Each method is :class:`Context`'s, run on the execution's loop while the
+    workflow's thread waits. ``ctx.step`` runs the step at once, so parallel
+    steps are written ``ctx.gather(ctx.branch("a", f), ctx.branch("b", g))``.
+    """
 
-    def sleep(self, delay: float | timedelta) -> None:
-        """Wait durably for ``delay``; see :meth:`Context.sleep`."""
-        self._block(self._sleep(delay))
+    def __init__(self, execution: Execution) -> None:
+        """The blocking context of ``execution``."""
+        super().__init__(execution)
+        self._context = Context(execution)
 
-    def sleep_until(self, when: datetime) -> None:
-        """Wait durably until ``when``; see :meth:`Context.sleep_until`."""
-        self._block(self._sleep_until(when))
-
-    @overload
-    def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any: ...
-
-    @overload
-    def wait_for_signal(
-        self, name: str, timeout: float | timedelta | None = None, *, type: type[T]
-    ) -> T: ...
-
-    def wait_for_signal(
-        self, name: str, timeout: float | timedelta | None = None, *, type: Any = None
-    ) -> Any:
-        """Wait durably for signal ``name``; see :meth:`Context.wait_for_signal`."""
-        return self._block(self._wait(name, timeout, type))
-
-    def set_event(self, key: str, value: Any) -> None:
-        """Publish an event; see :meth:`Context.set_event`."""
-        self._block(self._publish("event", key, value))
-
-    def write_stream(self, key: str, value: Any) -> None:
-        """Append to a stream; see :meth:`Context.write_stream`."""
-        self._block(self._publish("stream", key, value))
-
-    def close_stream(self, key: str) -> None:
-        """End a stream; see :meth:`Context.close_stream`."""
-        self._block(self._publish("stream", key, None, closed=True))
-
-    def step(
-        self,
-        name: str,
-        fn: Callable[..., T],
-        /,
-        *args: Any,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        **kwargs: Any,
-    ) -> T:
-        """Run ``fn`` as the checkpointed step ``name``; see :meth:`Context.step`."""
-        call = self._call(name, fn, args, kwargs, retry, timeout)
-        result: T = call_sync(self._execution.loop, call.run())
-        return result
-
-    def gather(self, *calls: StepCall[Any], return_exceptions: bool = False) -> list[Any]:
-        """Run ``ctx.branch(...)`` steps in parallel; see :meth:`Context.gather`."""
-        return self._block(self._gather(calls, return_exceptions))
-
-    def map(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        items: Iterable[Any],
-        *,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        return_exceptions: bool = False,
-    ) -> list[Any]:
-        """Run ``fn(item)`` for every item in parallel; see :meth:`Context.map`."""
-        calls = self._map_calls(name, fn, items, retry, timeout)
-        return self._block(self._gather(tuple(calls), return_exceptions))
+    sleep = _blocking(Context.sleep)
+    sleep_until = _blocking(Context.sleep_until)
+    wait_for_signal = _blocking(Context.wait_for_signal)
+    set_event = _blocking(Context.set_event)
+    write_stream = _blocking(Context.write_stream)
+    close_stream = _blocking(Context.close_stream)
+    step = _blocking(Context.step)
+    gather = _blocking(Context.gather)
+    map = _blocking(Context.map)
+    transaction = _blocking(Context.transaction)
 
     def start_child(
         self,
@@ -498,18 +469,6 @@ class SyncContext(_Base):
         version: int | None = None,
     ) -> SyncChildRun:
         """Start a child run; see :meth:`Context.start_child`."""
-        name, started = self._start_child(workflow, input, key, version)
-        return SyncChildRun(self._execution, self._block(started), name)
-
-    def transaction(
-        self,
-        name: str,
-        fn: Callable[..., T],
-        /,
-        *args: Any,
-        retry: RetryPolicy | None = None,
-        **kwargs: Any,
-    ) -> T:
-        """Run ``fn(conn, ...)`` exactly once; see :meth:`Context.transaction`."""
-        result: T = self._block(self._transaction(name, fn, args, kwargs, retry))
-        return result
+        started = self._context.start_child(workflow, input, key=key, version=version)
+        child: SyncChildRun = call_sync(self._execution.loop, _sync_child(started))
+        return child

@@ -44,6 +44,13 @@ class Portal:
                 self._loop = loop
             return self._loop
 
+    def is_running_here(self) -> bool:
+        """Whether the calling code runs on the portal's loop."""
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
+
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the portal loop and block until it is done."""
         try:

@@ -9,222 +9,88 @@ worker whose code states the same setting starts again.
 
 from __future__ import annotations
 
-import enum
-import math
-from dataclasses import dataclass
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from perdure.api.portal import Portal
-from perdure.engine.arguments import INT32_MAX, validate_name
+from perdure.api.core import Core
+from perdure.api.queue_settings import UNSET, Limit, QueueDef, Rate, Unset
 from perdure.errors import ConfigurationError, WorkflowDefinitionError
-from perdure.store.statement import Statement
-from perdure.store.statements import Statements
 from perdure.store.store import AsyncStore
 from perdure.types import QueueInfo
 
-T = TypeVar("T")
+__all__ = ["UNSET", "Limit", "QueueDef", "Rate", "Unset", "declare", "queues", "set_queue"]
 
 
-class Unset(enum.Enum):
-    """The type of :data:`UNSET`."""
+def declare(
+    core: Core,
+    name: str,
+    *,
+    concurrency: Limit = UNSET,
+    worker_concurrency: Limit = UNSET,
+    partition_concurrency: Limit = UNSET,
+    rate_limit: Rate = UNSET,
+    rate_per_key: bool | Unset = UNSET,
+) -> QueueDef:
+    """Declare the limits of queue ``name``; a worker records them when it starts.
 
-    UNSET = "unset"
-
-
-#: A setting the caller does not state: it keeps the value it has.
-UNSET = Unset.UNSET
-
-#: A queue limit: a number, None for no limit, or UNSET to leave it as it is.
-Limit = int | None | Unset
-
-#: A rate limit: (at most this many claims, per this many seconds), None for
-#: no limit, or UNSET to leave it as it is.
-Rate = tuple[int, float | timedelta] | None | Unset
-
-#: The settings that are whole-number limits.
-SETTINGS = ("concurrency", "worker_concurrency", "partition_concurrency")
-
-#: The longest rate period: a year.
-MAX_RATE_PERIOD = 365 * 86400.0
-
-
-def validate_limit(queue: str, setting: str, value: object) -> int | None:
-    """Return ``value`` if it is a valid limit (an integer >= 1, or None), else raise."""
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= INT32_MAX:
-        raise ConfigurationError(
-            f"queue {queue!r}: {setting} must be an integer from 1 to {INT32_MAX}, or None "
-            f"for no limit, not {value!r}"
-        )
-    return value
-
-
-def validate_rate(queue: str, value: object) -> tuple[int, float] | None:
-    """Return ``value`` as (count, seconds) if it is a valid rate limit (or None), else raise."""
-    if value is None:
-        return None
-    period: object = None
-    if isinstance(value, tuple) and len(value) == 2:
-        count, period = value
-        if isinstance(period, timedelta):
-            period = period.total_seconds()
-        if (
-            isinstance(count, int)
-            and not isinstance(count, bool)
-            and 1 <= count <= INT32_MAX
-            and isinstance(period, int | float)
-            and not isinstance(period, bool)
-            and math.isfinite(period)
-            and 0 < period <= MAX_RATE_PERIOD
-        ):
-            return count, float(period)
-    raise ConfigurationError(
-        f"queue {queue!r}: rate_limit must be (count, seconds): a count from 1 to {INT32_MAX} "
-        f"per a period of seconds (or a timedelta) above 0 and at most a year, or None for "
-        f"no limit, not {value!r}"
-    )
-
-
-@dataclass(frozen=True)
-class QueueDef:
-    """A queue's settings as one caller states them; UNSET ones are left as they are.
-
-    ``concurrency`` caps the tasks of the queue running at once across all
-    workers; ``worker_concurrency`` caps them per worker;
-    ``partition_concurrency`` caps them per partition key (``start(...,
-    partition_key=)``). ``rate_limit=(N, seconds)`` lets at most N tasks be
-    claimed per that many seconds, across all workers, per partition key
-    when ``rate_per_key``. None means no limit.
+    ``concurrency=2``: at most 2 tasks of the queue run at once across all
+    workers. ``worker_concurrency=1``: at most 1 per worker.
+    ``partition_concurrency=1``: at most 1 per partition key (runs started
+    with ``partition_key=``), fair across keys. ``rate_limit=(10, 60)``: at
+    most 10 tasks claimed per 60 seconds across all workers; per partition
+    key with ``rate_per_key=True``. None states "no limit"; a setting left
+    out keeps the value the database has (set by an operator, or by an
+    earlier declaration). Declaring a queue twice with different settings
+    is refused.
     """
-
-    name: str
-    concurrency: Limit = UNSET
-    worker_concurrency: Limit = UNSET
-    partition_concurrency: Limit = UNSET
-    rate_limit: Rate = UNSET
-    rate_per_key: bool | Unset = UNSET
-
-    def __post_init__(self) -> None:
-        validate_name("queue", self.name)
-        for setting in SETTINGS:
-            value = getattr(self, setting)
-            if value is not UNSET:
-                validate_limit(self.name, setting, value)
-        if not isinstance(self.rate_limit, Unset):
-            object.__setattr__(self, "rate_limit", validate_rate(self.name, self.rate_limit))
-        if not isinstance(self.rate_per_key, Unset | bool):
-            raise ConfigurationError(
-                f"queue {self.name!r}: rate_per_key must be True or False, not "
-                f"{self.rate_per_key!r}"
-            )
-
-    def limits(self) -> dict[str, Any]:
-        """The stated settings, by name."""
-        stated: dict[str, Any] = {}
-        for setting in (*SETTINGS, "rate_limit", "rate_per_key"):
-            value = getattr(self, setting)
-            if not isinstance(value, Unset):
-                stated[setting] = value
-        return stated
-
-    def columns(self) -> dict[str, Any]:
-        """The stated settings as the ``queues`` table's columns (a rate is two)."""
-        stated = self.limits()
-        if "rate_limit" in stated:
-            rate = stated.pop("rate_limit")
-            stated["rate_limit"], stated["rate_period"] = rate if rate else (None, None)
-        return stated
-
-
-class QueuesMixin:
-    """The App's operations on queues: declare, list, set."""
-
-    if TYPE_CHECKING:
-        _portal: Portal
-        statements: Statements
-        _queues: dict[str, QueueDef]
-
-        async def _run(self, stmt: Statement[T]) -> T: ...
-
-    def queue(
-        self,
-        name: str,
-        *,
-        concurrency: Limit = UNSET,
-        worker_concurrency: Limit = UNSET,
-        partition_concurrency: Limit = UNSET,
-        rate_limit: Rate = UNSET,
-        rate_per_key: bool | Unset = UNSET,
-    ) -> QueueDef:
-        """Declare the limits of queue ``name``; a worker records them when it starts.
-
-        ``concurrency=2``: at most 2 tasks of the queue run at once across all
-        workers. ``worker_concurrency=1``: at most 1 per worker.
-        ``partition_concurrency=1``: at most 1 per partition key (runs started
-        with ``partition_key=``), fair across keys. ``rate_limit=(10, 60)``: at
-        most 10 tasks claimed per 60 seconds across all workers; per partition
-        key with ``rate_per_key=True``. None states "no limit"; a setting left
-        out keeps the value the database has (set by an operator, or by an
-        earlier declaration). Declaring a queue twice with different settings
-        is refused.
-        """
-        definition = QueueDef(
-            name, concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_per_key
+    definition = QueueDef(
+        name, concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_per_key
+    )
+    existing = core.queues.get(name)
+    if existing is not None and existing != definition:
+        raise WorkflowDefinitionError(
+            f"queue {name!r} is declared twice with different settings: "
+            f"{existing.limits()} and {definition.limits()}"
         )
-        existing = self._queues.get(name)
-        if existing is not None and existing != definition:
-            raise WorkflowDefinitionError(
-                f"queue {name!r} is declared twice with different settings: "
-                f"{existing.limits()} and {definition.limits()}"
-            )
-        self._queues[name] = definition
-        return definition
+    core.queues[name] = definition
+    return definition
 
-    def queues(self) -> list[QueueInfo]:
-        """Every known queue by name: its limits, its depth (ready tasks), running and
-        waiting tasks, and how long the oldest ready task has been due."""
-        return self._portal.call(self._run(self.statements.queues.list()))
 
-    async def queues_async(self) -> list[QueueInfo]:
-        """Every known queue with its limits and load (async); see :meth:`queues`."""
-        return await self._portal.run(self._run(self.statements.queues.list()))
+async def queues(core: Core) -> list[QueueInfo]:
+    """Every known queue by name: its limits, its depth (ready tasks), running and
+    waiting tasks, and how long the oldest ready task has been due."""
+    return await core.run(core.statements.queues.list())
 
-    def set_queue(
-        self,
-        name: str,
-        *,
-        concurrency: Limit = UNSET,
-        worker_concurrency: Limit = UNSET,
-        partition_concurrency: Limit = UNSET,
-        rate_limit: Rate = UNSET,
-        rate_per_key: bool | Unset = UNSET,
-    ) -> QueueInfo:
-        """Change the limits of queue ``name`` now, for every worker's next claim.
 
-        What ``perdure queues set`` does; the settings are those of
-        :meth:`queue`. Pass None to remove a limit; a setting left out is
-        kept. Tasks already running are not stopped when a limit is lowered.
-        A worker whose code declares the same setting (``app.queue``) writes
-        its value back when it starts.
-        """
-        definition = QueueDef(
-            name, concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_per_key
+async def set_queue(
+    core: Core,
+    name: str,
+    *,
+    concurrency: Limit = UNSET,
+    worker_concurrency: Limit = UNSET,
+    partition_concurrency: Limit = UNSET,
+    rate_limit: Rate = UNSET,
+    rate_per_key: bool | Unset = UNSET,
+) -> QueueInfo:
+    """Change the limits of queue ``name`` now, for every worker's next claim.
+
+    What ``perdure queues set`` does; the settings are those of
+    :meth:`queue`. Pass None to remove a limit; a setting left out is
+    kept. Tasks already running are not stopped when a limit is lowered.
+    A worker whose code declares the same setting (``app.queue``) writes
+    its value back when it starts.
+    """
+    definition = QueueDef(
+        name, concurrency, worker_concurrency, partition_concurrency, rate_limit, rate_per_key
+    )
+    if not definition.limits():
+        raise ConfigurationError(
+            "set_queue needs concurrency, worker_concurrency, partition_concurrency, "
+            "rate_limit or rate_per_key"
         )
-        if not definition.limits():
-            raise ConfigurationError(
-                "set_queue needs concurrency, worker_concurrency, partition_concurrency, "
-                "rate_limit or rate_per_key"
-            )
-        return self._portal.call(self._set_queue(definition))
+    await core.run(core.statements.queues.set(definition.name, definition.columns()))
+    (info,) = await core.run(core.statements.queues.list(definition.name))
+    return info
 
-    async def _set_queue(self, definition: QueueDef) -> QueueInfo:
-        await self._run(self.statements.queues.set(definition.name, definition.columns()))
-        (info,) = await self._run(self.statements.queues.list(definition.name))
-        return info
 
-    async def _register_queues(self, store: AsyncStore) -> None:
-        """Record the declared settings; one statement per queue, so no lock order to keep."""
-        for definition in self._queues.values():
-            await store.execute(self.statements.queues.set(definition.name, definition.columns()))
+async def register(core: Core, store: AsyncStore) -> None:
+    """Record the declared settings; one statement per queue, so no lock order to keep."""
+    for definition in core.queues.values():
+        await store.execute(core.statements.queues.set(definition.name, definition.columns()))

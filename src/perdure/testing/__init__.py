@@ -9,16 +9,14 @@ mode), and returns when nothing is due. With ``App(clock=VirtualClock())``,
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from perdure.api import draining, forms
 from perdure.api.app import App
 from perdure.api.handle import RunHandle
 from perdure.engine import faults
-from perdure.errors import ResultTimeout
 from perdure.types import Step
 
 __all__ = [
@@ -34,14 +32,10 @@ __all__ = [
     "step_names",
 ]
 
-_INLINE = {"poll_seconds": 0.02, "lease_seconds": 60.0, "concurrency": 8}
-
 
 async def drain_async(app: App, **options: Any) -> dict[str, int]:
     """Run all work due now, inline, until none is due; counts of what happened."""
-    worker = app.worker(exit_when_idle=True, **{**_INLINE, **options})
-    await worker.run()
-    return dict(worker.counts)
+    return await draining.drain(app.worker_async, **options)
 
 
 def drain(app: App, **options: Any) -> dict[str, int]:
@@ -50,31 +44,12 @@ def drain(app: App, **options: Any) -> dict[str, int]:
     Safe to call from a test that has an event loop running: the work runs on
     a thread of its own.
     """
-    result: dict[str, int] = {}
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.update(asyncio.run(drain_async(app, **options)))
-        except BaseException as exc:  # re-raised in the caller's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=target, name="perdure-drain")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return result
+    return forms.run_on_thread(drain_async(app, **options))
 
 
 def run_until_complete(app: App, run: RunHandle | str, **options: Any) -> Any:
     """Drain ``app`` and return the run's result (ResultTimeout if it still waits)."""
-    handle = run if isinstance(run, RunHandle) else app.handle(run)
-    drain(app, **options)
-    try:
-        return handle.result(timeout=0)
-    except ResultTimeout as exc:
-        raise ResultTimeout(exc.run_id, 0, exc.status) from None
+    return app.run_until_complete(run, **options)
 
 
 def step_names(app: App, run: RunHandle | str) -> list[str]:

@@ -1,0 +1,204 @@
+"""The sync and async forms of one operation, derived from its single coroutine.
+
+Every public operation that does I/O is written once, as a coroutine that runs
+on the portal loop (where the pool lives). Its ``x_async`` form awaits it from
+the caller's loop through :meth:`Portal.run`; its ``x`` form blocks on it
+through :meth:`Portal.call`. Two helpers take an operation over a
+:class:`~perdure.api.core.Core` (``fn(core, ...)``, for the App's flat
+surface); two take a method of an object that has a core (``RunHandle``); and
+two derive the forms of an async iterator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from perdure.api.core import Core, HasCore
+
+P = ParamSpec("P")
+T = TypeVar("T")
+S = TypeVar("S", bound=HasCore)
+Op = Callable[Concatenate[Core, P], Coroutine[Any, Any, T]]
+
+
+def blocking(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
+    """The sync form of ``fn(core, ...)``: run it on the portal and wait."""
+
+    @functools.wraps(fn)
+    def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        core = self._core
+        return core.portal.call(fn(core, *args, **kwargs))
+
+    return call
+
+
+def awaiting(
+    fn: Op[P, T], here: Callable[[dict[str, Any]], bool] | None = None
+) -> Callable[Concatenate[HasCore, P], Coroutine[Any, Any, T]]:
+    """The async form of ``fn(core, ...)``: await it running on the portal.
+
+    When ``here(kwargs)`` is true (a caller's async connection, which belongs
+    to the caller's loop) it runs on the caller's loop instead.
+    """
+
+    @functools.wraps(fn)
+    async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        core = self._core
+        if here is not None and here(kwargs):
+            return await fn(core, *args, **kwargs)
+        return await core.portal.run(fn(core, *args, **kwargs))
+
+    return call
+
+
+def blocking_method(
+    fn: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[S, P], T]:
+    """The sync form of a coroutine method of an object with a core."""
+
+    @functools.wraps(fn)
+    def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._core.portal.call(fn(self, *args, **kwargs))
+
+    return call
+
+
+def awaiting_method(
+    fn: Callable[Concatenate[S, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """The async form of a coroutine method of an object with a core."""
+
+    @functools.wraps(fn)
+    async def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._core.portal.run(fn(self, *args, **kwargs))
+
+    return call
+
+
+def _next(values: AsyncIterator[T]) -> Coroutine[Any, Any, T]:
+    async def step() -> T:
+        return await anext(values)
+
+    return step()
+
+
+def _close(values: AsyncIterator[Any]) -> Coroutine[Any, Any, None]:
+    async def close() -> None:
+        aclose = getattr(values, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    return close()
+
+
+def iterating(
+    fn: Callable[Concatenate[Core, P], AsyncIterator[T]],
+) -> Callable[Concatenate[HasCore, P], Iterator[T]]:
+    """The sync form of an async iterator over a core: each next value fetched on the portal."""
+
+    @functools.wraps(fn)
+    def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        core = self._core
+        values = fn(core, *args, **kwargs)
+        ended = False
+        try:
+            while True:
+                try:
+                    value = core.portal.call(_next(values))
+                except StopAsyncIteration:
+                    ended = True
+                    return
+                yield value
+        finally:
+            if not ended:  # left early: let the iterator clean up on the portal
+                core.portal.call(_close(values))
+
+    return call
+
+
+def async_iterating(
+    fn: Callable[Concatenate[Core, P], AsyncIterator[T]],
+) -> Callable[Concatenate[HasCore, P], AsyncIterator[T]]:
+    """The async form of an async iterator over a core: each next value awaited on the portal."""
+
+    @functools.wraps(fn)
+    async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
+        core = self._core
+        values = fn(core, *args, **kwargs)
+        ended = False
+        try:
+            while True:
+                try:
+                    value = await core.portal.run(_next(values))
+                except StopAsyncIteration:
+                    ended = True
+                    return
+                yield value
+        finally:
+            if not ended:  # left early: let the iterator clean up on the portal
+                await core.portal.run(_close(values))
+
+    return call
+
+
+def here(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], Coroutine[Any, Any, T]]:
+    """The async form of an operation that runs on the caller's loop (a worker does)."""
+
+    @functools.wraps(fn)
+    async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await fn(self._core, *args, **kwargs)
+
+    return call
+
+
+def in_new_loop(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
+    """The sync form of an operation that needs a loop of its own in this thread."""
+
+    @functools.wraps(fn)
+    def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return asyncio.run(fn(self._core, *args, **kwargs))
+
+    return call
+
+
+def run_on_thread(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a loop of its own in a new thread and wait (safe under a running loop)."""
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(asyncio.run(coro))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, name="perdure-drain")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def on_thread(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
+    """The sync form of an operation that runs a worker inline: on a thread of its own."""
+
+    @functools.wraps(fn)
+    def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_on_thread(fn(self._core, *args, **kwargs))
+
+    return call
+
+
+def direct(fn: Callable[Concatenate[Core, P], T]) -> Callable[Concatenate[HasCore, P], T]:
+    """A method for an operation without I/O (a declaration): ``fn(core, ...)`` at once."""
+
+    @functools.wraps(fn)
+    def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return fn(self._core, *args, **kwargs)
+
+    return call
