@@ -1,0 +1,334 @@
+-- perdure schema, version 11: runs from any language, in SQL.
+--
+-- Functions any client of PostgreSQL can call (psql, node-postgres, pgx, a
+-- trigger), inside its own transaction: a run started there exists only if
+-- that transaction commits. Workers learn of a new run by the tasks table's
+-- NOTIFY trigger when the caller commits. A run is named by its id or by
+-- its key. `perdure migrate --grant-to ROLE` grants EXECUTE on all of them.
+--
+--   start_run(workflow, input, key, version, delay, priority, tags,
+--             partition_key, dedup_key, timeout, now)          -> uuid
+--   run_status(run)  -> (id, workflow, version, key, status, output, error,
+--                        created_at, started_at, completed_at)
+--   cancel_run(run, reason) / pause_run(run) / resume_run(run) -> text (status)
+--   get_event(run, key)                -> jsonb (NULL: not published yet)
+--   read_stream(run, key, after, limit) -> (seq, value, closed)
+--   send_signal(run, name, payload, key, now) (migration 0002)  -> bigint
+--
+-- A refused call writes nothing and raises one of these SQLSTATEs:
+--   22023 invalid_parameter_value          an argument is malformed
+--   42704 undefined_object                 no such workflow (or version) registered
+--   23505 unique_violation                 the key belongs to a run of another workflow
+--   P0002 no_data_found                    no run with that id or key
+--   55000 object_not_in_prerequisite_state the run's status forbids the operation
+
+-- The run named by id or key, locked when p_lock; P0002 when there is none.
+CREATE FUNCTION find_run(p_run text, p_lock boolean DEFAULT false) RETURNS runs
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run runs%ROWTYPE;
+BEGIN
+    IF p_run ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+        IF p_lock THEN
+            SELECT * INTO v_run FROM runs WHERE id = p_run::uuid FOR UPDATE;
+        ELSE
+            SELECT * INTO v_run FROM runs WHERE id = p_run::uuid;
+        END IF;
+    END IF;
+    IF v_run.id IS NULL THEN
+        IF p_lock THEN
+            SELECT * INTO v_run FROM runs WHERE key = p_run FOR UPDATE;
+        ELSE
+            SELECT * INTO v_run FROM runs WHERE key = p_run;
+        END IF;
+    END IF;
+    IF v_run.id IS NULL THEN
+        RAISE EXCEPTION 'no run with id or key %', coalesce(p_run, 'NULL') USING ERRCODE = 'P0002';
+    END IF;
+    RETURN v_run;
+END
+$$;
+
+-- Text argument checks shared by the functions below (22023 when refused).
+CREATE FUNCTION check_text(p_what text, p_value text, p_max integer) RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_value IS NOT NULL AND (p_value = '' OR length(p_value) > p_max) THEN
+        RAISE EXCEPTION '% must be 1 to % characters long', p_what, p_max
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN p_value;
+END
+$$;
+
+-- start_run: start a run of a registered workflow, as app.start does.
+--
+--     SELECT perdure.start_run('send_invoice', '{"order": 9182}', p_key => 'invoice:9182');
+--
+-- Without p_version the run is pinned to the newest registered version, and
+-- goes to that version's queue. With p_key, starting again returns the run
+-- that has the key (idempotent); with p_dedup_key, a start while a run of the
+-- queue with that key waits to start returns that run. p_delay makes the run
+-- due later, p_timeout cancels it if it has not finished that long after the
+-- start; higher p_priority is claimed first; p_tags is a JSON object of
+-- strings; p_partition_key counts the run against its queue's partition limits.
+CREATE FUNCTION start_run(
+    p_workflow text, p_input jsonb DEFAULT 'null', p_key text DEFAULT NULL,
+    p_version integer DEFAULT NULL, p_delay interval DEFAULT NULL, p_priority integer DEFAULT 0,
+    p_tags jsonb DEFAULT NULL, p_partition_key text DEFAULT NULL, p_dedup_key text DEFAULT NULL,
+    p_timeout interval DEFAULT NULL, p_now timestamptz DEFAULT NULL
+) RETURNS uuid
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now     timestamptz := coalesce(p_now, now());
+    v_version integer;
+    v_queue   text;
+    v_id      uuid;
+    v_found   runs%ROWTYPE;
+    v_tag     record;
+    v_random  text := replace(gen_random_uuid()::text, '-', '');
+BEGIN
+    IF p_workflow IS NULL OR p_workflow !~ '^[A-Za-z_][A-Za-z0-9_.:\-]{0,127}$' THEN
+        RAISE EXCEPTION 'invalid workflow name %: use 1-128 letters, digits, ''_'', ''.'', '
+                        ''':'' or ''-'', starting with a letter or ''_''', coalesce(p_workflow, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_version IS NOT NULL AND p_version < 1 THEN
+        RAISE EXCEPTION 'version must be 1 or more, not %', p_version USING ERRCODE = '22023';
+    END IF;
+    PERFORM check_text('key', p_key, 512);
+    PERFORM check_text('partition_key', p_partition_key, 512);
+    PERFORM check_text('dedup_key', p_dedup_key, 512);
+    IF p_priority IS NULL OR p_priority = -2147483648 THEN
+        RAISE EXCEPTION 'priority must be an integer from -2147483647 to 2147483647'
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_delay < interval '0' THEN
+        RAISE EXCEPTION 'delay must not be negative, not %', p_delay USING ERRCODE = '22023';
+    END IF;
+    IF p_timeout <= interval '0' THEN
+        RAISE EXCEPTION 'timeout must be positive, not %', p_timeout USING ERRCODE = '22023';
+    END IF;
+    IF p_tags IS NOT NULL THEN
+        IF jsonb_typeof(p_tags) <> 'object' OR (SELECT count(*) FROM jsonb_object_keys(p_tags)) > 64
+        THEN
+            RAISE EXCEPTION 'tags must be a JSON object of at most 64 string: string pairs'
+                USING ERRCODE = '22023';
+        END IF;
+        FOR v_tag IN SELECT key, value FROM jsonb_each(p_tags) LOOP
+            IF jsonb_typeof(v_tag.value) <> 'string' OR v_tag.key = '' OR length(v_tag.key) > 128
+               OR length(v_tag.value #>> '{}') > 1024 THEN
+                RAISE EXCEPTION 'tag % must have a 1-128 character name and a string value of '
+                                'at most 1024 characters', v_tag.key USING ERRCODE = '22023';
+            END IF;
+        END LOOP;
+    END IF;
+    SELECT version, queue INTO v_version, v_queue FROM workflows
+    WHERE name = p_workflow AND (p_version IS NULL OR version = p_version)
+    ORDER BY version DESC LIMIT 1;
+    IF v_version IS NULL THEN
+        RAISE EXCEPTION USING
+            MESSAGE = format('workflow %s%s is not registered in the database', p_workflow,
+                             CASE WHEN p_version IS NULL THEN '' ELSE ' version ' || p_version END),
+            ERRCODE = '42704',
+                  HINT = 'a worker or App with its code registers it (app.register())';
+    END IF;
+    -- A time-ordered id (UUID version 7 layout), as perdure.ids.new_run_id.
+    v_id := (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+             || '7' || substr(v_random, 14, 3) || substr(v_random, 17))::uuid;
+    INSERT INTO runs (id, workflow, version, queue, key, status, input, created_at, updated_at,
+                      deadline_at, priority, partition_key, dedup_key, tags)
+    VALUES (v_id, p_workflow, v_version, v_queue, p_key, 'queued', coalesce(p_input, 'null'),
+            v_now, v_now, v_now + p_timeout, p_priority, p_partition_key, p_dedup_key, p_tags)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        -- ON CONFLICT waited for a concurrent start: this statement sees its run.
+        SELECT * INTO v_found FROM runs WHERE key = p_key;
+        IF v_found.id IS NULL THEN
+            SELECT * INTO v_found FROM runs
+            WHERE queue = v_queue AND dedup_key = p_dedup_key AND status = 'queued'
+              AND started_at IS NULL
+            LIMIT 1;
+        END IF;
+        IF v_found.id IS NULL THEN
+            RAISE EXCEPTION 'run % could not be started: retry the call', v_id
+                USING ERRCODE = '40001';
+        END IF;
+        IF v_found.workflow <> p_workflow THEN
+            RAISE EXCEPTION 'key % belongs to a run of workflow %, not %',
+                p_key, v_found.workflow, p_workflow USING ERRCODE = '23505';
+        END IF;
+        RETURN v_found.id;
+    END IF;
+    INSERT INTO tasks (run_id, kind, queue, workflow, version, priority, partition_key, status,
+                       available_at, created_at)
+    VALUES (v_id, 'run', v_queue, p_workflow, v_version, p_priority, p_partition_key, 'ready',
+            v_now + coalesce(p_delay, interval '0'), v_now);
+    INSERT INTO history (run_id, at, event, detail)
+    VALUES (v_id, v_now, 'run_created',
+            jsonb_build_object('workflow', p_workflow, 'version', v_version, 'queue', v_queue,
+                               'key', p_key));
+    RETURN v_id;
+END
+$$;
+
+-- run_status: a run's status, output and error (live runs; archived ones are
+-- read with perdure's Python API or CLI).
+CREATE FUNCTION run_status(p_run text) RETURNS TABLE (
+    id uuid, workflow text, version integer, key text, status text, output jsonb, error jsonb,
+    created_at timestamptz, started_at timestamptz, completed_at timestamptz
+)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run runs%ROWTYPE := find_run(p_run);
+BEGIN
+    RETURN QUERY SELECT v_run.id, v_run.workflow, v_run.version, v_run.key, v_run.status,
+                        v_run.output, v_run.error, v_run.created_at, v_run.started_at,
+                        v_run.completed_at;
+END
+$$;
+
+-- The refusal of an operation on a run in the wrong status (55000).
+CREATE FUNCTION refuse_run_state(p_run runs, p_operation text) RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RAISE EXCEPTION 'cannot % run %: it is %', p_operation, p_run.id, p_run.status
+        USING ERRCODE = '55000';
+END
+$$;
+
+-- cancel_run: cancel an unfinished run, as app.cancel; its status after the
+-- call. Cancelling a cancelled run again changes nothing.
+CREATE FUNCTION cancel_run(
+    p_run text, p_reason text DEFAULT 'cancelled by request', p_now timestamptz DEFAULT NULL
+) RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run    runs%ROWTYPE;
+    v_now    timestamptz := coalesce(p_now, now());
+    v_reason text := left(coalesce(p_reason, 'cancelled by request'), 1000);
+BEGIN
+    IF v_reason = '' THEN
+        RAISE EXCEPTION 'a cancellation needs a reason' USING ERRCODE = '22023';
+    END IF;
+    v_run := find_run(p_run, true);
+    IF v_run.status = 'cancelled' THEN
+        RETURN v_run.status;
+    END IF;
+    IF v_run.status IN ('completed', 'failed', 'compensated', 'compensation_failed') THEN
+        PERFORM refuse_run_state(v_run, 'cancel');
+    END IF;
+    UPDATE runs SET status = 'cancelled', completed_at = v_now, updated_at = v_now,
+                    waiting_for = NULL, cancel_reason = v_reason,
+                    error = jsonb_build_object('type', 'Cancelled', 'message', v_reason)
+    WHERE id = v_run.id;
+    -- A task a worker holds is left to it: it sees the cancellation at its
+    -- next ctx call.
+    DELETE FROM tasks WHERE id IN (SELECT id FROM tasks
+                                   WHERE run_id = v_run.id AND status <> 'claimed'
+                                   FOR UPDATE SKIP LOCKED);
+    INSERT INTO history (run_id, at, event, detail, duration)
+    VALUES (v_run.id, v_now, 'run_cancelled', jsonb_build_object('reason', v_reason),
+            v_now - v_run.started_at);
+    RETURN 'cancelled';
+END
+$$;
+
+-- pause_run: pause an unfinished run (a running one pauses at its next ctx
+-- call); pausing a paused run changes nothing. Its status after the call.
+CREATE FUNCTION pause_run(p_run text, p_now timestamptz DEFAULT NULL) RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run runs%ROWTYPE := find_run(p_run, true);
+    v_now timestamptz := coalesce(p_now, now());
+BEGIN
+    IF v_run.status = 'paused' THEN
+        RETURN v_run.status;
+    END IF;
+    IF v_run.status NOT IN ('queued', 'running', 'waiting') THEN
+        PERFORM refuse_run_state(v_run, 'pause');
+    END IF;
+    UPDATE runs SET status = 'paused', updated_at = v_now WHERE id = v_run.id;
+    UPDATE tasks SET status = 'paused'
+    WHERE id IN (SELECT id FROM tasks WHERE run_id = v_run.id AND status = 'ready'
+                 FOR UPDATE SKIP LOCKED);
+    INSERT INTO history (run_id, at, event) VALUES (v_run.id, v_now, 'run_paused');
+    RETURN 'paused';
+END
+$$;
+
+-- resume_run: resume a paused run, or wake a sleeping one early (its sleep
+-- counts as finished). Its status after the call.
+CREATE FUNCTION resume_run(p_run text, p_now timestamptz DEFAULT NULL) RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run    runs%ROWTYPE := find_run(p_run, true);
+    v_now    timestamptz := coalesce(p_now, now());
+    v_status text;
+BEGIN
+    IF NOT (v_run.status = 'paused' OR (v_run.status = 'waiting' AND v_run.waiting_for ? 'sleep'))
+    THEN
+        PERFORM refuse_run_state(v_run, 'resume');
+    END IF;
+    v_status := CASE WHEN v_run.status = 'paused' THEN 'queued' ELSE v_run.status END;
+    UPDATE runs SET status = v_status, updated_at = v_now WHERE id = v_run.id;
+    UPDATE tasks SET status = 'ready', available_at = v_now
+    WHERE id IN (SELECT id FROM tasks WHERE run_id = v_run.id AND status IN ('paused', 'ready')
+                 FOR UPDATE SKIP LOCKED);
+    UPDATE steps SET status = 'completed', completed_at = v_now
+    WHERE run_id = v_run.id AND status = 'waiting' AND kind = 'sleep';
+    INSERT INTO history (run_id, at, event) VALUES (v_run.id, v_now, 'run_resumed');
+    RETURN v_status;
+END
+$$;
+
+-- get_event: the latest value a run published under an event key
+-- (ctx.set_event); NULL while it has published none.
+CREATE FUNCTION get_event(p_run text, p_key text) RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run runs%ROWTYPE := find_run(p_run);
+BEGIN
+    PERFORM check_text('event key', coalesce(p_key, ''), 200);
+    RETURN (SELECT value FROM events WHERE run_id = v_run.id AND key = p_key);
+END
+$$;
+
+-- read_stream: the entries of a run's stream (ctx.write_stream) after
+-- position p_after, in order, at most p_limit. The entry whose closed is
+-- true ends the stream; pass the last seq read as p_after to read on.
+CREATE FUNCTION read_stream(
+    p_run text, p_key text, p_after integer DEFAULT 0, p_limit integer DEFAULT 1000
+) RETURNS TABLE (seq integer, value jsonb, closed boolean)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_run runs%ROWTYPE := find_run(p_run);
+BEGIN
+    PERFORM check_text('stream key', coalesce(p_key, ''), 200);
+    IF p_after IS NULL OR p_after < 0 OR p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'read_stream needs p_after >= 0 and p_limit from 1 to 10000'
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY SELECT s.seq, s.value, s.closed FROM streams s
+                 WHERE s.run_id = v_run.id AND s.key = p_key AND s.seq > p_after
+                 ORDER BY s.seq LIMIT p_limit;
+END
+$$;
