@@ -148,6 +148,6 @@ def test_against_a_worker_event_signal_stream_and_result(
     assert entries[-1][2] is True
     after = entries[0][0]
     rest = sql.execute("SELECT value FROM read_stream(%s, 'words', %s)", (run_id, after))
-    assert [value for (value,) in rest.fetchall()][0] == "world"
+    assert rest.fetchall()[0] == ("world",)
     status = sql.execute("SELECT status, output, error FROM run_status(%s)", (run_id,))
     assert status.fetchone() == ("completed", {"got": "world"}, None)
