@@ -51,7 +51,7 @@ PROBLEM = {
         "detail": _STR,
     },
 }
-START = {
+START: dict[str, Any] = {
     "type": "object",
     "required": ["workflow"],
     "additionalProperties": False,
