@@ -10,32 +10,12 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker
-
-FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
-
-
-def define(app: perdure.App) -> None:
-    """Two workflows: one that answers, one that waits for a signal and streams."""
-
-    @app.workflow(name="sql.echo", queue="sqlq")
-    def echo(ctx: perdure.SyncContext, data: Any) -> Any:
-        return {"echo": data}
-
-    @app.workflow(name="sql.chat")
-    def chat(ctx: perdure.SyncContext, data: Any) -> Any:
-        ctx.set_event("ready", {"stage": 1})
-        reply = ctx.wait_for_signal("reply")
-        ctx.write_stream("words", "hello")
-        ctx.write_stream("words", reply)
-        ctx.close_stream("words")
-        return {"got": reply}
+from http_api.workload import FAST
 
 
 @pytest.fixture
-def sql(app: perdure.App, pg_url: str, schema: str) -> Iterator[psycopg.Connection[Any]]:
+def sql(defined: perdure.App, pg_url: str, schema: str) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection with the test workflows registered."""
-    define(app)
-    app.register()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {schema}")
         yield conn

@@ -256,6 +256,13 @@ PATHS: dict[str, Any] = {
     },
 }
 
+# Every call may meet the guards: no token (401); a POST, read-only mode or
+# another site's Origin (403); a non-loopback Host without a token (400).
+for _item in PATHS.values():
+    for _method, _op in _item.items():
+        _guards = (400, 401, 403) if _method == "post" else (400, 401)
+        _op["responses"] = {**_problems(*_guards), **_op["responses"]}
+
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {
