@@ -163,8 +163,9 @@ class LoopbackHostOnly:
                 if scope["path"].startswith("/api/"):
                     # The HTTP API answers every refusal as a problem document.
                     detail = "invalid Host header: without a token only loopback names are served"
-                    body = {"type": "urn:perdure:problem:invalid-host", "title": "Bad Request"}
-                    body |= {"status": 400, "code": "invalid-host", "detail": detail}
+                    body: dict[str, object] = {"type": "urn:perdure:problem:invalid-host"}
+                    body |= {"title": "Bad Request", "status": 400, "code": "invalid-host"}
+                    body["detail"] = detail
                     response = JSONResponse(body, 400, media_type="application/problem+json")
                 await response(scope, receive, send)
                 return
