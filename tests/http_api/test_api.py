@@ -56,12 +56,12 @@ def test_dashboard_mounts_the_api(defined: perdure.App) -> None:
 
 
 def test_start_is_idempotent_by_key_and_header(client: TestClient) -> None:
-    body = {"workflow": "sql.echo", "input": {"n": 1}, "tags": {"team": "a"}}
+    body = {"workflow": "echo", "input": {"n": 1}, "tags": {"team": "a"}}
     first = client.post(f"{API}/runs", json=body, headers={"Idempotency-Key": "order-1"})
     assert first.status_code == 201
     run = first.json()
     assert (run["workflow"], run["queue"], run["key"], run["status"]) == (
-        "sql.echo",
+        "echo",
         "sqlq",
         "order-1",
         "queued",
@@ -80,10 +80,10 @@ def test_start_is_idempotent_by_key_and_header(client: TestClient) -> None:
     [
         ({"workflow": "no.such"}, {}, 422, "unknown-workflow"),
         ({"input": 1}, {}, 400, "invalid-argument"),
-        ({"workflow": "sql.echo", "bogus": 1}, {}, 400, "invalid-argument"),
-        ({"workflow": "sql.echo", "priority": "high"}, {}, 400, "invalid-argument"),
-        ({"workflow": "sql.echo", "delay": -1}, {}, 400, "invalid-argument"),
-        ({"workflow": "sql.echo", "key": "a"}, {"Idempotency-Key": "b"}, 400, "invalid-argument"),
+        ({"workflow": "echo", "bogus": 1}, {}, 400, "invalid-argument"),
+        ({"workflow": "echo", "priority": "high"}, {}, 400, "invalid-argument"),
+        ({"workflow": "echo", "delay": -1}, {}, 400, "invalid-argument"),
+        ({"workflow": "echo", "key": "a"}, {"Idempotency-Key": "b"}, 400, "invalid-argument"),
     ],
 )
 def test_a_bad_start_is_a_problem_and_writes_nothing(
@@ -102,7 +102,7 @@ def test_a_bad_start_is_a_problem_and_writes_nothing(
 
 def test_a_body_that_is_not_json_is_refused(client: TestClient) -> None:
     answer = client.post(
-        f"{API}/runs", content=b"workflow=sql.echo", headers={"content-type": "text/plain"}
+        f"{API}/runs", content=b"workflow=echo", headers={"content-type": "text/plain"}
     )
     assert (answer.status_code, problem_of(answer)["code"]) == (415, "unsupported-media-type")
     answer = client.post(
@@ -119,15 +119,15 @@ def test_unknown_runs_and_routes_are_problems(client: TestClient) -> None:
 def test_list_with_filters_and_a_cursor(client: TestClient) -> None:
     ids = [
         client.post(
-            f"{API}/runs", json={"workflow": "sql.echo", "key": f"k{i}", "tags": {"i": str(i % 2)}}
+            f"{API}/runs", json={"workflow": "echo", "key": f"k{i}", "tags": {"i": str(i % 2)}}
         ).json()["id"]
         for i in range(5)
     ]
-    client.post(f"{API}/runs", json={"workflow": "sql.chat", "key": "other"})
+    client.post(f"{API}/runs", json={"workflow": "chat", "key": "other"})
     seen: list[str] = []
     cursor = None
     while True:
-        params = {"workflow": "sql.echo", "limit": "2", **({"cursor": cursor} if cursor else {})}
+        params = {"workflow": "echo", "limit": "2", **({"cursor": cursor} if cursor else {})}
         page = client.get(f"{API}/runs", params=params).json()
         seen += [r["id"] for r in page["runs"]]
         cursor = page["next_cursor"]
@@ -141,7 +141,7 @@ def test_list_with_filters_and_a_cursor(client: TestClient) -> None:
 
 
 def test_pause_resume_cancel_and_their_refusals(client: TestClient) -> None:
-    run = client.post(f"{API}/runs", json={"workflow": "sql.echo", "key": "steer"}).json()
+    run = client.post(f"{API}/runs", json={"workflow": "echo", "key": "steer"}).json()
     assert client.post(f"{API}/runs/steer/pause").json()["status"] == "paused"
     assert client.post(f"{API}/runs/steer/resume").json()["status"] == "queued"
     refused = client.post(f"{API}/runs/steer/resume")
@@ -156,7 +156,7 @@ def test_pause_resume_cancel_and_their_refusals(client: TestClient) -> None:
 def test_signal_result_event_and_stream_against_a_worker(
     client: TestClient, defined: perdure.App
 ) -> None:
-    run = client.post(f"{API}/runs", json={"workflow": "sql.chat", "input": {}}).json()
+    run = client.post(f"{API}/runs", json={"workflow": "chat", "input": {}}).json()
     early = client.get(f"{API}/runs/{run['id']}/result", params={"timeout": "0"})
     assert (early.status_code, early.json()["done"]) == (202, False)
     with BackgroundWorker(defined, **FAST):
@@ -205,12 +205,12 @@ def test_with_a_token_every_call_needs_the_bearer_header(make_client: MakeClient
 
 def test_read_only_and_other_sites_cannot_post(make_client: MakeClient) -> None:
     read_only = make_client(read_only=True)
-    refused = read_only.post(f"{API}/runs", json={"workflow": "sql.echo"})
+    refused = read_only.post(f"{API}/runs", json={"workflow": "echo"})
     assert (refused.status_code, problem_of(refused)["code"]) == (403, "read-only")
     assert read_only.get(f"{API}/runs").status_code == 200
     client = make_client()
     other = client.post(
-        f"{API}/runs", json={"workflow": "sql.echo"}, headers={"Origin": "https://evil.example"}
+        f"{API}/runs", json={"workflow": "echo"}, headers={"Origin": "https://evil.example"}
     )
     assert (other.status_code, problem_of(other)["code"]) == (403, "cross-origin")
 

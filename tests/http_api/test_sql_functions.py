@@ -38,11 +38,11 @@ def counts(conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
 
 
 def test_start_run_writes_what_app_start_writes(sql: psycopg.Connection[Any]) -> None:
-    run_id = str(one(sql, "SELECT start_run('sql.echo', '{\"a\": 1}', p_key => 'k1')"))
+    run_id = str(one(sql, "SELECT start_run('echo', '{\"a\": 1}', p_key => 'k1')"))
     run = sql.execute(
         "SELECT workflow, version, queue, status, input, key FROM runs WHERE id = %s", (run_id,)
     ).fetchone()
-    assert run == ("sql.echo", 1, "sqlq", "queued", {"a": 1}, "k1")
+    assert run == ("echo", 1, "sqlq", "queued", {"a": 1}, "k1")
     task = sql.execute("SELECT kind, queue, status FROM tasks WHERE run_id = %s", (run_id,))
     assert task.fetchall() == [("run", "sqlq", "ready")]
     events = sql.execute("SELECT event FROM history WHERE run_id = %s", (run_id,)).fetchall()
@@ -50,7 +50,7 @@ def test_start_run_writes_what_app_start_writes(sql: psycopg.Connection[Any]) ->
     assert run_id[14] == "7", "a time-ordered id, as perdure mints"
     # The same key again: the same run, nothing new written.
     before = counts(sql)
-    assert str(one(sql, "SELECT start_run('sql.echo', '{}', p_key => 'k1')")) == run_id
+    assert str(one(sql, "SELECT start_run('echo', '{}', p_key => 'k1')")) == run_id
     assert counts(sql) == before
 
 
@@ -58,7 +58,7 @@ def test_a_start_inside_a_rolled_back_transaction_leaves_nothing(
     sql: psycopg.Connection[Any],
 ) -> None:
     with pytest.raises(RuntimeError), sql.transaction():
-        one(sql, "SELECT start_run('sql.echo', 'null')")
+        one(sql, "SELECT start_run('echo', 'null')")
         raise RuntimeError("the caller's transaction fails")
     assert counts(sql)[:2] == (0, 0)
 
@@ -67,12 +67,12 @@ def test_a_start_inside_a_rolled_back_transaction_leaves_nothing(
     ("call", "sqlstate", "message"),
     [
         ("start_run('no.such')", "42704", "workflow no.such is not registered"),
-        ("start_run('sql.echo', p_version => 7)", "42704", "version 7 is not registered"),
+        ("start_run('echo', p_version => 7)", "42704", "version 7 is not registered"),
         ("start_run('bad name')", "22023", "invalid workflow name"),
-        ("start_run('sql.echo', p_delay => '-1 s')", "22023", "delay must not be negative"),
-        ("start_run('sql.echo', p_tags => '[1]')", "22023", "tags must be a JSON object"),
-        ("start_run('sql.echo', p_tags => '{\"a\": 1}')", "22023", "string value"),
-        ("start_run('sql.echo', p_key => '')", "22023", "key must be 1 to 512"),
+        ("start_run('echo', p_delay => '-1 s')", "22023", "delay must not be negative"),
+        ("start_run('echo', p_tags => '[1]')", "22023", "tags must be a JSON object"),
+        ("start_run('echo', p_tags => '{\"a\": 1}')", "22023", "string value"),
+        ("start_run('echo', p_key => '')", "22023", "key must be 1 to 512"),
         ("run_status('nope')", "P0002", "no run with id or key nope"),
         ("cancel_run('nope')", "P0002", "no run with id or key nope"),
         ("get_event('nope', 'x')", "P0002", "no run"),
@@ -91,13 +91,13 @@ def test_bad_arguments_raise_a_stable_sqlstate_and_write_nothing(
 
 
 def test_a_key_of_another_workflow_is_a_unique_violation(sql: psycopg.Connection[Any]) -> None:
-    one(sql, "SELECT start_run('sql.echo', p_key => 'shared')")
+    one(sql, "SELECT start_run('echo', p_key => 'shared')")
     with pytest.raises(psycopg.errors.UniqueViolation, match="belongs to a run of workflow"):
-        sql.execute("SELECT start_run('sql.chat', p_key => 'shared')")
+        sql.execute("SELECT start_run('chat', p_key => 'shared')")
 
 
 def test_status_cancel_pause_resume(sql: psycopg.Connection[Any]) -> None:
-    run_id = str(one(sql, "SELECT start_run('sql.echo', p_key => 'steer')"))
+    run_id = str(one(sql, "SELECT start_run('echo', p_key => 'steer')"))
     assert one(sql, "SELECT pause_run('steer')") == "paused"
     assert one(sql, "SELECT pause_run(%s)", run_id) == "paused", "pausing again is a no-op"
     assert one(sql, "SELECT status FROM tasks WHERE run_id = %s", run_id) == "paused"
@@ -115,7 +115,7 @@ def test_status_cancel_pause_resume(sql: psycopg.Connection[Any]) -> None:
 def test_against_a_worker_event_signal_stream_and_result(
     sql: psycopg.Connection[Any], app: perdure.App
 ) -> None:
-    run_id = str(one(sql, "SELECT start_run('sql.chat', '{}')"))
+    run_id = str(one(sql, "SELECT start_run('chat', '{}')"))
     with BackgroundWorker(app, **FAST):
         assert app.get_event(run_id, "ready", timeout=30) == {"stage": 1}
         assert one(sql, "SELECT get_event(%s, 'ready')", run_id) == {"stage": 1}
