@@ -1,4 +1,4 @@
-"""Fixtures of the cross-language tests: a worker and a served API, for clients in other languages."""
+"""Fixtures of the cross-language tests: a worker and the API, for clients in other languages."""
 
 from __future__ import annotations
 
