@@ -11,11 +11,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from perdure.dashboard.api.encode import int_param, run_json, seconds_param
 from perdure.dashboard.api.problems import Problem
 from perdure.dashboard.api.runs import app_of
-from perdure.engine import arguments
 from perdure.errors import EventTimeout, ResultTimeout, RunCancelled, RunFailed
 
 #: The longest a long poll may wait, in seconds.
 MAX_WAIT = 300.0
+#: The longest stream key (as ctx.write_stream accepts).
+MAX_KEY = 200
 #: How long a long poll waits when the request does not say.
 DEFAULT_WAIT = 30.0
 
@@ -60,7 +61,8 @@ async def stream(request: Request) -> Response:
     after = int(header) if header and header.isdigit() else (int_param(request, "after") or 0)
     if after < 0:
         raise Problem(400, "invalid-argument", "after must be 0 or more")
-    arguments.label("stream key", key)
+    if len(key) > MAX_KEY or not key.isprintable():
+        raise Problem(400, "invalid-argument", f"a stream key is 1-{MAX_KEY} printable characters")
     run = await app.get_run_async(ref)  # a missing run is a 404 before the stream opens
 
     async def events() -> AsyncIterator[str]:

@@ -64,7 +64,78 @@ BEGIN
 END
 $$;
 
--- start_run: start a run of a registered workflow, as app.start does.
+-- insert_run: the one definition of a start, for app.start (the run_insert
+-- named query calls it), child runs, schedules and start_run. It writes the
+-- run, its first task and its history entry, or finds the run that already
+-- has p_key (or p_dedup_key in its queue, waiting to start): created is then
+-- false. With p_newest, a version registered in the database newer than
+-- p_version replaces it, with its queue. With p_lookup (a caller without
+-- the workflow's code), the version and queue must be registered: if they
+-- are not, nothing is written and the row's id is NULL. No row: a concurrent
+-- start of the same key is not visible to the caller's snapshot (a
+-- repeatable-read transaction); the caller tries again.
+CREATE FUNCTION insert_run(
+    p_id uuid, p_workflow text, p_version integer, p_queue text, p_key text, p_input jsonb,
+    p_now timestamptz, p_priority integer DEFAULT 0, p_delay_seconds float8 DEFAULT 0,
+    p_parent_run_id uuid DEFAULT NULL, p_timeout_seconds float8 DEFAULT NULL,
+    p_partition_key text DEFAULT NULL, p_dedup_key text DEFAULT NULL, p_tags jsonb DEFAULT NULL,
+    p_trace_context jsonb DEFAULT NULL, p_newest boolean DEFAULT false,
+    p_lookup boolean DEFAULT false
+) RETURNS TABLE (id uuid, workflow text, status text, created_at timestamptz, created boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_version integer := p_version;
+    v_queue   text := p_queue;
+    v_found   integer;
+    v_in      text;
+BEGIN
+    SELECT w.version, w.queue INTO v_found, v_in FROM workflows w
+    WHERE w.name = p_workflow
+      AND CASE WHEN p_newest THEN w.version > p_version
+               ELSE p_lookup AND w.version = p_version END
+    ORDER BY w.version DESC LIMIT 1;
+    IF v_found IS NOT NULL THEN
+        v_version := v_found;
+        v_queue := v_in;
+    ELSIF p_lookup THEN
+        RETURN QUERY SELECT NULL::uuid, p_workflow, NULL::text, NULL::timestamptz, false;
+        RETURN;
+    END IF;
+    INSERT INTO runs (id, workflow, version, queue, key, status, input, parent_run_id,
+                      created_at, updated_at, deadline_at, priority, partition_key, dedup_key,
+                      tags, trace_context)
+    VALUES (p_id, p_workflow, v_version, v_queue, p_key, 'queued', p_input, p_parent_run_id,
+            p_now, p_now, p_now + make_interval(secs => p_timeout_seconds), p_priority,
+            p_partition_key, p_dedup_key, p_tags, p_trace_context)
+    ON CONFLICT DO NOTHING;
+    IF FOUND THEN
+        INSERT INTO tasks (run_id, kind, queue, workflow, version, priority, partition_key,
+                           status, available_at, created_at)
+        VALUES (p_id, 'run', v_queue, p_workflow, v_version, p_priority, p_partition_key,
+                'ready', p_now + make_interval(secs => p_delay_seconds), p_now);
+        INSERT INTO history (run_id, at, event, detail)
+        VALUES (p_id, p_now, 'run_created',
+                jsonb_build_object('workflow', p_workflow, 'version', v_version,
+                                   'queue', v_queue, 'key', p_key));
+        RETURN QUERY SELECT p_id, p_workflow, 'queued'::text, p_now, true;
+        RETURN;
+    END IF;
+    -- A statement of its own: it sees the run whose insert this one waited for.
+    RETURN QUERY
+        (SELECT r.id, r.workflow, r.status, r.created_at, false FROM runs r WHERE r.key = p_key)
+        UNION ALL
+        (SELECT r.id, r.workflow, r.status, r.created_at, false FROM runs r
+         WHERE r.queue = v_queue AND r.dedup_key = p_dedup_key AND r.status = 'queued'
+           AND r.started_at IS NULL)
+        LIMIT 1;
+END
+$$;
+
+-- start_run: start a run of a registered workflow, as app.start does
+-- (through insert_run), after checking each argument.
 --
 --     SELECT perdure.start_run('send_invoice', '{"order": 9182}', p_key => 'invoice:9182');
 --
@@ -86,10 +157,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_now     timestamptz := coalesce(p_now, now());
-    v_version integer;
-    v_queue   text;
-    v_id      uuid;
-    v_found   runs%ROWTYPE;
+    v_found   record;
     v_tag     record;
     v_random  text := replace(gen_random_uuid()::text, '-', '');
 BEGIN
@@ -128,52 +196,30 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    SELECT version, queue INTO v_version, v_queue FROM workflows
-    WHERE name = p_workflow AND (p_version IS NULL OR version = p_version)
-    ORDER BY version DESC LIMIT 1;
-    IF v_version IS NULL THEN
+    SELECT * INTO v_found FROM insert_run(
+        -- A time-ordered id (UUID version 7 layout), as perdure.ids.new_run_id.
+        (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+         || '7' || substr(v_random, 14, 3) || substr(v_random, 17))::uuid,
+        p_workflow, coalesce(p_version, 0), NULL, p_key, coalesce(p_input, 'null'), v_now,
+        p_priority, extract(epoch FROM coalesce(p_delay, interval '0')), NULL,
+        extract(epoch FROM p_timeout), p_partition_key, p_dedup_key, p_tags, NULL,
+        p_version IS NULL, true);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'a concurrent start of key % is not visible yet: retry the call', p_key
+            USING ERRCODE = '40001';
+    END IF;
+    IF v_found.id IS NULL THEN
         RAISE EXCEPTION USING
             MESSAGE = format('workflow %s%s is not registered in the database', p_workflow,
                              CASE WHEN p_version IS NULL THEN '' ELSE ' version ' || p_version END),
             ERRCODE = '42704',
-                  HINT = 'a worker or App with its code registers it (app.register())';
+            HINT = 'a worker or App with its code registers it (app.register())';
     END IF;
-    -- A time-ordered id (UUID version 7 layout), as perdure.ids.new_run_id.
-    v_id := (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
-             || '7' || substr(v_random, 14, 3) || substr(v_random, 17))::uuid;
-    INSERT INTO runs (id, workflow, version, queue, key, status, input, created_at, updated_at,
-                      deadline_at, priority, partition_key, dedup_key, tags)
-    VALUES (v_id, p_workflow, v_version, v_queue, p_key, 'queued', coalesce(p_input, 'null'),
-            v_now, v_now, v_now + p_timeout, p_priority, p_partition_key, p_dedup_key, p_tags)
-    ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
-        -- ON CONFLICT waited for a concurrent start: this statement sees its run.
-        SELECT * INTO v_found FROM runs WHERE key = p_key;
-        IF v_found.id IS NULL THEN
-            SELECT * INTO v_found FROM runs
-            WHERE queue = v_queue AND dedup_key = p_dedup_key AND status = 'queued'
-              AND started_at IS NULL
-            LIMIT 1;
-        END IF;
-        IF v_found.id IS NULL THEN
-            RAISE EXCEPTION 'run % could not be started: retry the call', v_id
-                USING ERRCODE = '40001';
-        END IF;
-        IF v_found.workflow <> p_workflow THEN
-            RAISE EXCEPTION 'key % belongs to a run of workflow %, not %',
-                p_key, v_found.workflow, p_workflow USING ERRCODE = '23505';
-        END IF;
-        RETURN v_found.id;
+    IF v_found.workflow <> p_workflow THEN
+        RAISE EXCEPTION 'key % belongs to a run of workflow %, not %',
+            p_key, v_found.workflow, p_workflow USING ERRCODE = '23505';
     END IF;
-    INSERT INTO tasks (run_id, kind, queue, workflow, version, priority, partition_key, status,
-                       available_at, created_at)
-    VALUES (v_id, 'run', v_queue, p_workflow, v_version, p_priority, p_partition_key, 'ready',
-            v_now + coalesce(p_delay, interval '0'), v_now);
-    INSERT INTO history (run_id, at, event, detail)
-    VALUES (v_id, v_now, 'run_created',
-            jsonb_build_object('workflow', p_workflow, 'version', v_version, 'queue', v_queue,
-                               'key', p_key));
-    RETURN v_id;
+    RETURN v_found.id;
 END
 $$;
 

@@ -2,69 +2,23 @@
 -- clock: coalesce(%(now)s, now()), so a test clock can stand in for the server's.
 
 -- name: run_insert
--- Start a run: the run row, its first task and its history entry in one
--- statement. ON CONFLICT makes a repeated key return the existing run, and a
--- dedup_key return the run of its queue that waits to start with that key
--- (runs_dedup_key_idx); the last SELECTs find it. Under a concurrent insert of
--- the same key, this statement's snapshot may predate the winner's commit and
--- return no row: the caller then runs it again, and the fresh snapshot sees
--- the winner. With %(lookup)s (a caller without the workflow's code), the
+-- Start a run: the run row, its first task and its history entry, through
+-- the insert_run function (migration 0011), the one definition of a start
+-- that start_run, the SQL entry point, calls too. A repeated key returns the
+-- existing run, and a dedup_key the run of its queue that waits to start
+-- with that key. Under a concurrent insert of the same key in a
+-- repeatable-read transaction, the answer may be no row: the caller runs it
+-- again. With %(lookup)s (a caller without the workflow's code), the
 -- workflow must be registered in the database: if it is not, nothing is
--- written and the answer is one row whose id is NULL.
-WITH target AS (
-    -- The version the run is pinned to: the caller's. When the caller did not
-    -- pin one (%(newest)s), the newest version registered in the database
-    -- wins if it is newer than the caller's code: a deploy that registered
-    -- version 3 makes unpinned starts run version 3, even from an App that
-    -- has only version 2. Its queue is that version's. A lookup pinned to a
-    -- version takes exactly that one.
-    SELECT coalesce(w.version, %(version)s) AS version, coalesce(w.queue, %(queue)s) AS queue
-    FROM (SELECT) one
-    LEFT JOIN LATERAL (
-        SELECT version, queue FROM {schema}.workflows
-        WHERE name = %(workflow)s
-          AND CASE WHEN %(newest)s THEN version > %(version)s
-                   ELSE %(lookup)s AND version = %(version)s END
-        ORDER BY version DESC LIMIT 1
-    ) w ON true
-    WHERE NOT %(lookup)s OR w.version IS NOT NULL
-), inserted AS (
-    INSERT INTO {schema}.runs (id, workflow, version, queue, key, status, input, parent_run_id,
-                               created_at, updated_at, deadline_at, priority, partition_key,
-                               dedup_key, tags, trace_context)
-    SELECT %(run_id)s, %(workflow)s, target.version, target.queue, %(key)s, 'queued',
-           %(input)s::jsonb, %(parent_run_id)s, {now}, {now},
-           {now} + make_interval(secs => %(timeout_seconds)s::float8), %(priority)s,
-           %(partition_key)s, %(dedup_key)s, %(tags)s::jsonb, %(trace_context)s::jsonb
-    FROM target
-    ON CONFLICT DO NOTHING
-    RETURNING id, workflow, version, queue, priority, partition_key, status, created_at
-), task AS (
-    INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, priority, partition_key,
-                                status, available_at, created_at)
-    SELECT id, 'run', queue, workflow, version, priority, partition_key, 'ready',
-           {now} + make_interval(secs => %(delay_seconds)s), {now}
-    FROM inserted
-), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, detail)
-    SELECT id, {now}, 'run_created', jsonb_build_object('workflow', workflow, 'version', version,
-                                                       'queue', queue, 'key', %(key)s)
-    FROM inserted
-)
-SELECT id, workflow, status, created_at, true AS created FROM inserted
-UNION ALL
-(SELECT id, workflow, status, created_at, false AS created
- FROM {schema}.runs
- WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM inserted))
-UNION ALL
-(SELECT id, workflow, status, created_at, false AS created
- FROM {schema}.runs
- WHERE queue = (SELECT queue FROM target) AND dedup_key = %(dedup_key)s
-   AND status = 'queued' AND started_at IS NULL
-   AND NOT EXISTS (SELECT 1 FROM inserted))
-UNION ALL
-(SELECT NULL, %(workflow)s, NULL, NULL, false WHERE NOT EXISTS (SELECT 1 FROM target))
-LIMIT 1;
+-- written and the answer is one row whose id is NULL. Without a pinned
+-- version (%(newest)s), the newest version registered in the database wins
+-- if it is newer than the caller's code, with its queue.
+SELECT * FROM {schema}.insert_run(
+    %(run_id)s::uuid, %(workflow)s::text, %(version)s::integer, %(queue)s::text,
+    %(key)s::text, %(input)s::jsonb, {now}, %(priority)s::integer,
+    %(delay_seconds)s::float8, %(parent_run_id)s::uuid, %(timeout_seconds)s::float8,
+    %(partition_key)s::text, %(dedup_key)s::text, %(tags)s::jsonb,
+    %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean);
 
 -- name: run_debounce
 -- A debounced start: give the run that has this key (or this dedup_key in
