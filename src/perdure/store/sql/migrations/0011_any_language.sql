@@ -242,13 +242,116 @@ END
 $$;
 
 -- The refusal of an operation on a run in the wrong status (55000).
-CREATE FUNCTION refuse_run_state(p_run runs, p_operation text) RETURNS void
+CREATE FUNCTION refuse_run_state(p_id uuid, p_status text, p_operation text) RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    RAISE EXCEPTION 'cannot % run %: it is %', p_operation, p_run.id, p_run.status
+    RAISE EXCEPTION 'cannot % run %: it is %', p_operation, p_id, p_status
         USING ERRCODE = '55000';
 END
+$$;
+
+-- cancel_runs: cancel the unfinished runs among p_ids: the one definition of
+-- a cancellation, for app.cancel and bulk cancels (the run_cancel named
+-- query calls it) and cancel_run. Their waiting or queued tasks are
+-- deleted; a task a worker holds is left to that worker, which sees the
+-- cancellation at its next ctx call (a step in flight finishes, its
+-- successor never starts). SKIP LOCKED: a task being claimed this instant
+-- is let go by its claimer once this commits. p_statuses, when not NULL,
+-- narrows the statuses cancelled (a bulk cancel's filter, checked again
+-- under the row lock). Rows are locked in id order, so two batches never
+-- deadlock. Returns each run's status before the call, so cancelling twice
+-- is recognised as a no-op.
+CREATE FUNCTION cancel_runs(
+    p_ids uuid[], p_reason text, p_statuses text[], p_now timestamptz
+) RETURNS TABLE (id uuid, previous_status text, changed boolean)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+WITH target AS (
+    SELECT id, status FROM runs WHERE id IN (SELECT unnest(p_ids)) ORDER BY id FOR UPDATE
+), cancelled AS (
+    UPDATE runs r
+    SET status = 'cancelled', completed_at = p_now, updated_at = p_now, waiting_for = NULL,
+        cancel_reason = p_reason,
+        error = jsonb_build_object('type', 'Cancelled', 'message', p_reason)
+    FROM target
+    WHERE r.id = target.id
+      AND target.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
+                                'compensation_failed')
+      AND (p_statuses IS NULL OR target.status = ANY(p_statuses))
+    RETURNING r.id, r.completed_at - r.started_at AS took
+), dropped AS (
+    DELETE FROM tasks
+    WHERE id IN (SELECT t.id FROM tasks t JOIN cancelled c ON t.run_id = c.id
+                 WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
+    RETURNING id
+), event AS (
+    INSERT INTO history (run_id, at, event, detail, duration)
+    SELECT id, p_now, 'run_cancelled', jsonb_build_object('reason', p_reason), took
+    FROM cancelled
+)
+SELECT target.id, target.status, EXISTS (SELECT 1 FROM cancelled c WHERE c.id = target.id)
+FROM target;
+$$;
+
+-- pause_one: pause an unfinished run, the one definition for app.pause (the
+-- run_pause named query) and pause_run: its task is not claimed until it
+-- is resumed; a run being executed now pauses at its next ctx call. Returns
+-- the run's status before the call and whether it changed.
+CREATE FUNCTION pause_one(p_id uuid, p_now timestamptz)
+RETURNS TABLE (previous_status text, changed bigint)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+WITH target AS (
+    SELECT id, status FROM runs WHERE id = p_id FOR UPDATE
+), paused AS (
+    UPDATE runs r SET status = 'paused', updated_at = p_now
+    FROM target
+    WHERE r.id = target.id AND target.status IN ('queued', 'running', 'waiting')
+    RETURNING r.id
+), parked AS (
+    UPDATE tasks SET status = 'paused'
+    WHERE id IN (SELECT t.id FROM tasks t JOIN paused p ON t.run_id = p.id
+                 WHERE t.status = 'ready' FOR UPDATE OF t SKIP LOCKED)
+), event AS (
+    INSERT INTO history (run_id, at, event) SELECT id, p_now, 'run_paused' FROM paused
+)
+SELECT target.status, (SELECT count(*) FROM paused) FROM target;
+$$;
+
+-- resume_one: resume a paused run, or wake a sleeping one early (its task is
+-- due now, and a durable sleep in progress counts as finished): the one
+-- definition for app.resume (the run_resume named query) and resume_run.
+CREATE FUNCTION resume_one(p_id uuid, p_now timestamptz)
+RETURNS TABLE (previous_status text, changed bigint)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+WITH target AS (
+    SELECT id, status, waiting_for FROM runs WHERE id = p_id FOR UPDATE
+), resumed AS (
+    UPDATE runs r
+    SET status = CASE WHEN target.status = 'paused' THEN 'queued' ELSE r.status END,
+        updated_at = p_now
+    FROM target
+    WHERE r.id = target.id
+      AND (target.status = 'paused'
+           OR (target.status = 'waiting' AND target.waiting_for ? 'sleep'))
+    RETURNING r.id
+), woken AS (
+    UPDATE tasks SET status = 'ready', available_at = p_now
+    WHERE id IN (SELECT t.id FROM tasks t JOIN resumed r ON t.run_id = r.id
+                 WHERE t.status IN ('paused', 'ready') FOR UPDATE OF t SKIP LOCKED)
+), slept AS (
+    UPDATE steps s SET status = 'completed', completed_at = p_now
+    FROM resumed
+    WHERE s.run_id = resumed.id AND s.status = 'waiting' AND s.kind = 'sleep'
+), event AS (
+    INSERT INTO history (run_id, at, event) SELECT id, p_now, 'run_resumed' FROM resumed
+)
+SELECT target.status, (SELECT count(*) FROM resumed) FROM target;
 $$;
 
 -- cancel_run: cancel an unfinished run, as app.cancel; its status after the
@@ -260,32 +363,18 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_run    runs%ROWTYPE;
-    v_now    timestamptz := coalesce(p_now, now());
     v_reason text := left(coalesce(p_reason, 'cancelled by request'), 1000);
+    v_run    runs%ROWTYPE;
+    v_row    record;
 BEGIN
     IF v_reason = '' THEN
         RAISE EXCEPTION 'a cancellation needs a reason' USING ERRCODE = '22023';
     END IF;
-    v_run := find_run(p_run, true);
-    IF v_run.status = 'cancelled' THEN
-        RETURN v_run.status;
+    v_run := find_run(p_run);
+    SELECT * INTO v_row FROM cancel_runs(ARRAY[v_run.id], v_reason, NULL, coalesce(p_now, now()));
+    IF NOT v_row.changed AND v_row.previous_status <> 'cancelled' THEN
+        PERFORM refuse_run_state(v_run.id, v_row.previous_status, 'cancel');
     END IF;
-    IF v_run.status IN ('completed', 'failed', 'compensated', 'compensation_failed') THEN
-        PERFORM refuse_run_state(v_run, 'cancel');
-    END IF;
-    UPDATE runs SET status = 'cancelled', completed_at = v_now, updated_at = v_now,
-                    waiting_for = NULL, cancel_reason = v_reason,
-                    error = jsonb_build_object('type', 'Cancelled', 'message', v_reason)
-    WHERE id = v_run.id;
-    -- A task a worker holds is left to it: it sees the cancellation at its
-    -- next ctx call.
-    DELETE FROM tasks WHERE id IN (SELECT id FROM tasks
-                                   WHERE run_id = v_run.id AND status <> 'claimed'
-                                   FOR UPDATE SKIP LOCKED);
-    INSERT INTO history (run_id, at, event, detail, duration)
-    VALUES (v_run.id, v_now, 'run_cancelled', jsonb_build_object('reason', v_reason),
-            v_now - v_run.started_at);
     RETURN 'cancelled';
 END
 $$;
@@ -297,20 +386,13 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_run runs%ROWTYPE := find_run(p_run, true);
-    v_now timestamptz := coalesce(p_now, now());
+    v_run runs%ROWTYPE := find_run(p_run);
+    v_row record;
 BEGIN
-    IF v_run.status = 'paused' THEN
-        RETURN v_run.status;
+    SELECT * INTO v_row FROM pause_one(v_run.id, coalesce(p_now, now()));
+    IF v_row.changed = 0 AND v_row.previous_status <> 'paused' THEN
+        PERFORM refuse_run_state(v_run.id, v_row.previous_status, 'pause');
     END IF;
-    IF v_run.status NOT IN ('queued', 'running', 'waiting') THEN
-        PERFORM refuse_run_state(v_run, 'pause');
-    END IF;
-    UPDATE runs SET status = 'paused', updated_at = v_now WHERE id = v_run.id;
-    UPDATE tasks SET status = 'paused'
-    WHERE id IN (SELECT id FROM tasks WHERE run_id = v_run.id AND status = 'ready'
-                 FOR UPDATE SKIP LOCKED);
-    INSERT INTO history (run_id, at, event) VALUES (v_run.id, v_now, 'run_paused');
     RETURN 'paused';
 END
 $$;
@@ -322,23 +404,14 @@ LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_run    runs%ROWTYPE := find_run(p_run, true);
-    v_now    timestamptz := coalesce(p_now, now());
-    v_status text;
+    v_run runs%ROWTYPE := find_run(p_run);
+    v_row record;
 BEGIN
-    IF NOT (v_run.status = 'paused' OR (v_run.status = 'waiting' AND v_run.waiting_for ? 'sleep'))
-    THEN
-        PERFORM refuse_run_state(v_run, 'resume');
+    SELECT * INTO v_row FROM resume_one(v_run.id, coalesce(p_now, now()));
+    IF v_row.changed = 0 THEN
+        PERFORM refuse_run_state(v_run.id, v_row.previous_status, 'resume');
     END IF;
-    v_status := CASE WHEN v_run.status = 'paused' THEN 'queued' ELSE v_run.status END;
-    UPDATE runs SET status = v_status, updated_at = v_now WHERE id = v_run.id;
-    UPDATE tasks SET status = 'ready', available_at = v_now
-    WHERE id IN (SELECT id FROM tasks WHERE run_id = v_run.id AND status IN ('paused', 'ready')
-                 FOR UPDATE SKIP LOCKED);
-    UPDATE steps SET status = 'completed', completed_at = v_now
-    WHERE run_id = v_run.id AND status = 'waiting' AND kind = 'sleep';
-    INSERT INTO history (run_id, at, event) VALUES (v_run.id, v_now, 'run_resumed');
-    RETURN v_status;
+    RETURN CASE WHEN v_row.previous_status = 'paused' THEN 'queued' ELSE v_row.previous_status END;
 END
 $$;
 

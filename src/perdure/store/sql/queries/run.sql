@@ -224,87 +224,22 @@ SELECT id FROM revived;
 
 -- name: run_cancel
 -- Cancel runs that have not finished (%(run_ids)s; app.cancel passes one, a
--- bulk cancel a batch). Their waiting or queued tasks are deleted; a task a
--- worker holds is left to that worker, which sees the cancellation at its
--- next ctx call (a step in flight finishes, its successor never starts).
--- SKIP LOCKED: a task being claimed this instant is let go by its claimer
--- once this commits. %(statuses)s, when not NULL, narrows the statuses
--- cancelled (a bulk cancel's filter, checked again under the row lock). Rows
--- are locked in id order, so two batches never deadlock. Returns each run's
--- status before the call, so cancelling twice is recognised as a no-op.
-WITH target AS (
-    SELECT id, status FROM {schema}.runs
-    WHERE id IN (SELECT unnest(%(run_ids)s::uuid[])) ORDER BY id FOR UPDATE
-), cancelled AS (
-    UPDATE {schema}.runs r
-    SET status = 'cancelled', completed_at = {now}, updated_at = {now}, waiting_for = NULL,
-        cancel_reason = %(reason)s::text,
-        error = jsonb_build_object('type', 'Cancelled', 'message', %(reason)s::text)
-    FROM target
-    WHERE r.id = target.id
-      AND target.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
-                                'compensation_failed')
-      AND (%(statuses)s::text[] IS NULL OR target.status = ANY(%(statuses)s::text[]))
-    RETURNING r.id, r.completed_at - r.started_at AS took
-), dropped AS (
-    DELETE FROM {schema}.tasks
-    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN cancelled c ON t.run_id = c.id
-                 WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
-    RETURNING id
-), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, detail, duration)
-    SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', %(reason)s::text), took
-    FROM cancelled
-)
-SELECT target.id, target.status AS previous_status,
-       EXISTS (SELECT 1 FROM cancelled c WHERE c.id = target.id) AS changed
-FROM target;
+-- bulk cancel a batch), through the cancel_runs function (migration 0011),
+-- which cancel_run, the SQL entry point, calls too. %(statuses)s, when not
+-- NULL, narrows the statuses cancelled. Returns each run's status before
+-- the call, so cancelling twice is recognised as a no-op.
+SELECT * FROM {schema}.cancel_runs(%(run_ids)s::uuid[], %(reason)s::text,
+                                   %(statuses)s::text[], {now});
 
 -- name: run_pause
--- Pause an unfinished run: its task is not claimed until run_resume. A run
--- being executed now pauses at its next ctx call.
-WITH target AS (
-    SELECT id, status FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE
-), paused AS (
-    UPDATE {schema}.runs r SET status = 'paused', updated_at = {now}
-    FROM target
-    WHERE r.id = target.id AND target.status IN ('queued', 'running', 'waiting')
-    RETURNING r.id
-), parked AS (
-    UPDATE {schema}.tasks SET status = 'paused'
-    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN paused p ON t.run_id = p.id
-                 WHERE t.status = 'ready' FOR UPDATE OF t SKIP LOCKED)
-), event AS (
-    INSERT INTO {schema}.history (run_id, at, event) SELECT id, {now}, 'run_paused' FROM paused
-)
-SELECT target.status AS previous_status, (SELECT count(*) FROM paused) AS changed FROM target;
+-- Pause an unfinished run through the pause_one function (migration 0011),
+-- which pause_run calls too: its task is not claimed until run_resume.
+SELECT * FROM {schema}.pause_one(%(run_id)s::uuid, {now});
 
 -- name: run_resume
--- Resume a paused run, or wake a sleeping one early: its task is due now,
--- and a durable sleep in progress counts as finished.
-WITH target AS (
-    SELECT id, status, waiting_for FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE
-), resumed AS (
-    UPDATE {schema}.runs r
-    SET status = CASE WHEN target.status = 'paused' THEN 'queued' ELSE r.status END,
-        updated_at = {now}
-    FROM target
-    WHERE r.id = target.id
-      AND (target.status = 'paused'
-           OR (target.status = 'waiting' AND target.waiting_for ? 'sleep'))
-    RETURNING r.id
-), woken AS (
-    UPDATE {schema}.tasks SET status = 'ready', available_at = {now}
-    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN resumed r ON t.run_id = r.id
-                 WHERE t.status IN ('paused', 'ready') FOR UPDATE OF t SKIP LOCKED)
-), slept AS (
-    UPDATE {schema}.steps s SET status = 'completed', completed_at = {now}
-    FROM resumed
-    WHERE s.run_id = resumed.id AND s.status = 'waiting' AND s.kind = 'sleep'
-), event AS (
-    INSERT INTO {schema}.history (run_id, at, event) SELECT id, {now}, 'run_resumed' FROM resumed
-)
-SELECT target.status AS previous_status, (SELECT count(*) FROM resumed) AS changed FROM target;
+-- Resume a paused run, or wake a sleeping one early, through the resume_one
+-- function (migration 0011), which resume_run calls too.
+SELECT * FROM {schema}.resume_one(%(run_id)s::uuid, {now});
 
 -- name: run_lock
 -- Lock a run's row for the rest of the transaction: a wait for a signal
