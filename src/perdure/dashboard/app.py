@@ -18,7 +18,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from perdure.api.app import App
-from perdure.dashboard import actions, pages
+from perdure.dashboard import actions, api, pages
 from perdure.dashboard.config import DashboardConfig
 from perdure.dashboard.data import DashboardData
 from perdure.dashboard.security import (
@@ -32,7 +32,8 @@ from perdure.dashboard.security import (
 )
 from perdure.dashboard.site import Dashboard, templates
 
-_PUBLIC = ("/login", "/static/")
+#: The API checks its own token (a Bearer header only, see dashboard/api/gate.py).
+_PUBLIC = ("/login", "/static/", f"{api.PREFIX}/")
 
 
 class TokenGate:
@@ -85,6 +86,7 @@ def create_app(app: App, config: DashboardConfig | None = None) -> Starlette:
         *pages.routes(),
         *actions.routes(),
         Mount("/static", app=static, name="static"),
+        Mount(api.PREFIX, app=api.create_api(app, config, dashboard.guard)),
     ]
     middleware = [Middleware(SecurityHeaders)]
     if config.token is None:

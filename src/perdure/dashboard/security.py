@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection, Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from perdure.dashboard.config import is_loopback
 
@@ -159,7 +159,14 @@ class LoopbackHostOnly:
             host = Headers(scope=scope).get("host", "")
             name = urlsplit(f"//{host}").hostname or ""
             if not is_loopback(name):
-                response = PlainTextResponse("400 Bad Request: invalid Host header", 400)
+                response: Response = PlainTextResponse("400 Bad Request: invalid Host header", 400)
+                if scope["path"].startswith("/api/"):
+                    # The HTTP API answers every refusal as a problem document.
+                    detail = "invalid Host header: without a token only loopback names are served"
+                    body: dict[str, object] = {"type": "urn:perdure:problem:invalid-host"}
+                    body |= {"title": "Bad Request", "status": 400, "code": "invalid-host"}
+                    body["detail"] = detail
+                    response = JSONResponse(body, 400, media_type="application/problem+json")
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

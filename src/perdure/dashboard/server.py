@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import uvicorn
+from starlette.applications import Starlette
 
 from perdure.api.app import App
 from perdure.dashboard.app import create_app
@@ -38,9 +39,13 @@ def _listen(config: DashboardConfig) -> tuple[socket.socket, DashboardConfig]:
     return sock, replace(config, port=int(sock.getsockname()[1]))
 
 
-def _server(app: App, config: DashboardConfig) -> uvicorn.Server:
+#: What builds the ASGI application served: the dashboard, or the API alone.
+Factory = Callable[[App, DashboardConfig], Starlette]
+
+
+def _server(app: App, config: DashboardConfig, factory: Factory = create_app) -> uvicorn.Server:
     settings = uvicorn.Config(
-        create_app(app, config),
+        factory(app, config),
         log_level="warning",
         access_log=False,
         lifespan="off",
@@ -49,7 +54,13 @@ def _server(app: App, config: DashboardConfig) -> uvicorn.Server:
     return uvicorn.Server(settings)
 
 
-def serve(app: App, config: DashboardConfig, *, ready: Callable[[str], None] | None = None) -> None:
+def serve(
+    app: App,
+    config: DashboardConfig,
+    *,
+    ready: Callable[[str], None] | None = None,
+    factory: Factory = create_app,
+) -> None:
     """Serve the dashboard of ``app`` until SIGINT or SIGTERM.
 
     The schema is checked (and migrated, if the App does that) first, so a
@@ -59,7 +70,7 @@ def serve(app: App, config: DashboardConfig, *, ready: Callable[[str], None] | N
     app.ensure_schema()
     sock, config = _listen(config)
     try:
-        server = _server(app, config)
+        server = _server(app, config, factory)
         if ready is not None:
             ready(config.url)
         server.run(sockets=[sock])

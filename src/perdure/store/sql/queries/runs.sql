@@ -24,69 +24,23 @@
   AND (%(ids)s::uuid[] IS NULL OR r.id = ANY(%(ids)s::uuid[]))
 
 -- name: run_insert
--- Start a run: the run row, its first task and its history entry in one
--- statement. ON CONFLICT makes a repeated key return the existing run, and a
--- dedup_key return the run of its queue that waits to start with that key
--- (runs_dedup_key_idx); the last SELECTs find it. Under a concurrent insert of
--- the same key, this statement's snapshot may predate the winner's commit and
--- return no row: the caller then runs it again, and the fresh snapshot sees
--- the winner. With %(lookup)s (a caller without the workflow's code), the
+-- Start a run: the run row, its first task and its history entry, through
+-- the insert_run function (migration 0011), the one definition of a start
+-- that start_run, the SQL entry point, calls too. A repeated key returns the
+-- existing run, and a dedup_key the run of its queue that waits to start
+-- with that key. Under a concurrent insert of the same key in a
+-- repeatable-read transaction, the answer may be no row: the caller runs it
+-- again. With %(lookup)s (a caller without the workflow's code), the
 -- workflow must be registered in the database: if it is not, nothing is
--- written and the answer is one row whose id is NULL.
-WITH target AS (
-    -- The version the run is pinned to: the caller's. When the caller did not
-    -- pin one (%(newest)s), the newest version registered in the database
-    -- wins if it is newer than the caller's code: a deploy that registered
-    -- version 3 makes unpinned starts run version 3, even from an App that
-    -- has only version 2. Its queue is that version's. A lookup pinned to a
-    -- version takes exactly that one.
-    SELECT coalesce(w.version, %(version)s) AS version, coalesce(w.queue, %(queue)s) AS queue
-    FROM (SELECT) one
-    LEFT JOIN LATERAL (
-        SELECT version, queue FROM {schema}.workflows
-        WHERE name = %(workflow)s
-          AND CASE WHEN %(newest)s THEN version > %(version)s
-                   ELSE %(lookup)s AND version = %(version)s END
-        ORDER BY version DESC LIMIT 1
-    ) w ON true
-    WHERE NOT %(lookup)s OR w.version IS NOT NULL
-), inserted AS (
-    INSERT INTO {schema}.runs (id, workflow, version, queue, key, status, input, parent_run_id,
-                               created_at, updated_at, deadline_at, priority, partition_key,
-                               dedup_key, tags, trace_context)
-    SELECT %(run_id)s, %(workflow)s, target.version, target.queue, %(key)s, 'queued',
-           %(input)s::jsonb, %(parent_run_id)s, {now}, {now},
-           {now} + make_interval(secs => %(timeout_seconds)s::float8), %(priority)s,
-           %(partition_key)s, %(dedup_key)s, %(tags)s::jsonb, %(trace_context)s::jsonb
-    FROM target
-    ON CONFLICT DO NOTHING
-    RETURNING id, workflow, version, queue, priority, partition_key, status, created_at
-), task AS (
-    INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, priority, partition_key,
-                                status, available_at, created_at)
-    SELECT id, 'run', queue, workflow, version, priority, partition_key, 'ready',
-           {now} + make_interval(secs => %(delay_seconds)s), {now}
-    FROM inserted
-), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, detail)
-    SELECT id, {now}, 'run_created', jsonb_build_object('workflow', workflow, 'version', version,
-                                                       'queue', queue, 'key', %(key)s)
-    FROM inserted
-)
-SELECT id, workflow, status, created_at, true AS created FROM inserted
-UNION ALL
-(SELECT id, workflow, status, created_at, false AS created
- FROM {schema}.runs
- WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM inserted))
-UNION ALL
-(SELECT id, workflow, status, created_at, false AS created
- FROM {schema}.runs
- WHERE queue = (SELECT queue FROM target) AND dedup_key = %(dedup_key)s
-   AND status = 'queued' AND started_at IS NULL
-   AND NOT EXISTS (SELECT 1 FROM inserted))
-UNION ALL
-(SELECT NULL, %(workflow)s, NULL, NULL, false WHERE NOT EXISTS (SELECT 1 FROM target))
-LIMIT 1;
+-- written and the answer is one row whose id is NULL. Without a pinned
+-- version (%(newest)s), the newest version registered in the database wins
+-- if it is newer than the caller's code, with its queue.
+SELECT * FROM {schema}.insert_run(
+    %(run_id)s::uuid, %(workflow)s::text, %(version)s::integer, %(queue)s::text,
+    %(key)s::text, %(input)s::jsonb, {now}, %(priority)s::integer,
+    %(delay_seconds)s::float8, %(parent_run_id)s::uuid, %(timeout_seconds)s::float8,
+    %(partition_key)s::text, %(dedup_key)s::text, %(tags)s::jsonb,
+    %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean);
 
 -- name: run_debounce
 -- A debounced start: give the run that has this key (or this dedup_key in
@@ -281,87 +235,22 @@ SELECT id FROM revived;
 
 -- name: run_cancel
 -- Cancel runs that have not finished (%(run_ids)s; app.cancel passes one, a
--- bulk cancel a batch). Their waiting or queued tasks are deleted; a task a
--- worker holds is left to that worker, which sees the cancellation at its
--- next ctx call (a step in flight finishes, its successor never starts).
--- SKIP LOCKED: a task being claimed this instant is let go by its claimer
--- once this commits. %(statuses)s, when not NULL, narrows the statuses
--- cancelled (a bulk cancel's filter, checked again under the row lock). Rows
--- are locked in id order, so two batches never deadlock. Returns each run's
--- status before the call, so cancelling twice is recognised as a no-op.
-WITH target AS (
-    SELECT id, status FROM {schema}.runs
-    WHERE id IN (SELECT unnest(%(run_ids)s::uuid[])) ORDER BY id FOR UPDATE
-), cancelled AS (
-    UPDATE {schema}.runs r
-    SET status = 'cancelled', completed_at = {now}, updated_at = {now}, waiting_for = NULL,
-        cancel_reason = %(reason)s::text,
-        error = jsonb_build_object('type', 'Cancelled', 'message', %(reason)s::text)
-    FROM target
-    WHERE r.id = target.id
-      AND target.status NOT IN ('completed', 'failed', 'cancelled', 'compensated',
-                                'compensation_failed')
-      AND (%(statuses)s::text[] IS NULL OR target.status = ANY(%(statuses)s::text[]))
-    RETURNING r.id, r.completed_at - r.started_at AS took
-), dropped AS (
-    DELETE FROM {schema}.tasks
-    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN cancelled c ON t.run_id = c.id
-                 WHERE t.status <> 'claimed' FOR UPDATE OF t SKIP LOCKED)
-    RETURNING id
-), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, detail, duration)
-    SELECT id, {now}, 'run_cancelled', jsonb_build_object('reason', %(reason)s::text), took
-    FROM cancelled
-)
-SELECT target.id, target.status AS previous_status,
-       EXISTS (SELECT 1 FROM cancelled c WHERE c.id = target.id) AS changed
-FROM target;
+-- bulk cancel a batch), through the cancel_runs function (migration 0011),
+-- which cancel_run, the SQL entry point, calls too. %(statuses)s, when not
+-- NULL, narrows the statuses cancelled. Returns each run's status before
+-- the call, so cancelling twice is recognised as a no-op.
+SELECT * FROM {schema}.cancel_runs(%(run_ids)s::uuid[], %(reason)s::text,
+                                   %(statuses)s::text[], {now});
 
 -- name: run_pause
--- Pause an unfinished run: its task is not claimed until run_resume. A run
--- being executed now pauses at its next ctx call.
-WITH target AS (
-    SELECT id, status FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE
-), paused AS (
-    UPDATE {schema}.runs r SET status = 'paused', updated_at = {now}
-    FROM target
-    WHERE r.id = target.id AND target.status IN ('queued', 'running', 'waiting')
-    RETURNING r.id
-), parked AS (
-    UPDATE {schema}.tasks SET status = 'paused'
-    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN paused p ON t.run_id = p.id
-                 WHERE t.status = 'ready' FOR UPDATE OF t SKIP LOCKED)
-), event AS (
-    INSERT INTO {schema}.history (run_id, at, event) SELECT id, {now}, 'run_paused' FROM paused
-)
-SELECT target.status AS previous_status, (SELECT count(*) FROM paused) AS changed FROM target;
+-- Pause an unfinished run through the pause_one function (migration 0011),
+-- which pause_run calls too: its task is not claimed until run_resume.
+SELECT * FROM {schema}.pause_one(%(run_id)s::uuid, {now});
 
 -- name: run_resume
--- Resume a paused run, or wake a sleeping one early: its task is due now,
--- and a durable sleep in progress counts as finished.
-WITH target AS (
-    SELECT id, status, waiting_for FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE
-), resumed AS (
-    UPDATE {schema}.runs r
-    SET status = CASE WHEN target.status = 'paused' THEN 'queued' ELSE r.status END,
-        updated_at = {now}
-    FROM target
-    WHERE r.id = target.id
-      AND (target.status = 'paused'
-           OR (target.status = 'waiting' AND target.waiting_for ? 'sleep'))
-    RETURNING r.id
-), woken AS (
-    UPDATE {schema}.tasks SET status = 'ready', available_at = {now}
-    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN resumed r ON t.run_id = r.id
-                 WHERE t.status IN ('paused', 'ready') FOR UPDATE OF t SKIP LOCKED)
-), slept AS (
-    UPDATE {schema}.steps s SET status = 'completed', completed_at = {now}
-    FROM resumed
-    WHERE s.run_id = resumed.id AND s.status = 'waiting' AND s.kind = 'sleep'
-), event AS (
-    INSERT INTO {schema}.history (run_id, at, event) SELECT id, {now}, 'run_resumed' FROM resumed
-)
-SELECT target.status AS previous_status, (SELECT count(*) FROM resumed) AS changed FROM target;
+-- Resume a paused run, or wake a sleeping one early, through the resume_one
+-- function (migration 0011), which resume_run calls too.
+SELECT * FROM {schema}.resume_one(%(run_id)s::uuid, {now});
 
 -- name: run_lock
 -- Lock a run's row for the rest of the transaction: a wait for a signal

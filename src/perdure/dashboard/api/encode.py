@@ -1,0 +1,114 @@
+"""Reading requests and writing runs as JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from starlette.requests import Request
+
+from perdure.dashboard.api.problems import Problem
+from perdure.types import Run
+
+#: The largest request body accepted, in bytes.
+MAX_BODY = 1024 * 1024
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    """A run as the API shows it."""
+
+    def when(value: datetime | None) -> str | None:
+        return None if value is None else value.isoformat()
+
+    return {
+        "id": run.id,
+        "workflow": run.workflow,
+        "version": run.version,
+        "queue": run.queue,
+        "key": run.key,
+        "status": run.status.value,
+        "input": run.input,
+        "output": run.output,
+        "error": run.error,
+        "created_at": when(run.created_at),
+        "started_at": when(run.started_at),
+        "completed_at": when(run.completed_at),
+        "parent_run_id": run.parent_run_id,
+        "priority": run.priority,
+        "tags": run.tags,
+        "done": run.status.is_final,
+    }
+
+
+async def body_of(request: Request) -> dict[str, Any]:
+    """The request's JSON object body ({} when empty); 415 or 400 otherwise."""
+    raw = await request.body()
+    if not raw:
+        return {}
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise Problem(415, "unsupported-media-type", "send the body as application/json")
+    if len(raw) > MAX_BODY:
+        raise Problem(413, "body-too-large", f"the body is over {MAX_BODY} bytes")
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise Problem(400, "invalid-json", f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise Problem(400, "invalid-json", "the body must be a JSON object")
+    return body
+
+
+def field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+    """``body[name]`` if it has the JSON type ``kind`` (None allowed), else 400."""
+    value = body.get(name, default)
+    if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
+        return value
+    raise Problem(400, "invalid-argument", f"{name!r} has the wrong JSON type: {value!r:.100}")
+
+
+def only_fields(body: dict[str, Any], allowed: set[str]) -> None:
+    """400 when ``body`` has a field the operation does not know."""
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise Problem(400, "invalid-argument", f"unknown fields: {', '.join(unknown)}")
+
+
+def seconds_param(request: Request, name: str, default: float, maximum: float) -> float:
+    """A query parameter in seconds, from 0 to ``maximum``."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= maximum:
+        raise Problem(400, "invalid-argument", f"{name} must be 0 to {maximum:g} seconds")
+    return value
+
+
+def int_param(request: Request, name: str) -> int | None:
+    """An integer query parameter, or None when absent."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise Problem(400, "invalid-argument", f"{name} must be an integer") from None
+
+
+def time_param(request: Request, name: str) -> datetime | None:
+    """An ISO 8601 timestamp with a UTC offset, or None when absent."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None:
+        raise Problem(400, "invalid-argument", f"{name} must be an ISO 8601 time with an offset")
+    return value

@@ -1,0 +1,299 @@
+"""The API's OpenAPI 3.1 document, served at ``/api/v1/openapi.json``.
+
+A test checks it against the routes (each documented, each documented one
+served) and the answers against its schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from perdure.types import RunStatus
+
+_STR = {"type": "string"}
+_NULLABLE_STR = {"type": ["string", "null"]}
+_TIME = {"type": ["string", "null"], "format": "date-time"}
+_ANY: dict[str, Any] = {}
+
+RUN = {
+    "type": "object",
+    "required": ["id", "workflow", "version", "queue", "status", "done", "created_at"],
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "workflow": _STR,
+        "version": {"type": "integer"},
+        "queue": _STR,
+        "key": _NULLABLE_STR,
+        "status": {"type": "string", "enum": [s.value for s in RunStatus]},
+        "input": _ANY,
+        "output": _ANY,
+        "error": {"type": ["object", "null"]},
+        "created_at": {"type": "string", "format": "date-time"},
+        "started_at": _TIME,
+        "completed_at": _TIME,
+        "parent_run_id": _NULLABLE_STR,
+        "priority": {"type": "integer"},
+        "tags": {"type": ["object", "null"], "additionalProperties": _STR},
+        "done": {"type": "boolean", "description": "The run is in a final state."},
+    },
+}
+PROBLEM = {
+    "type": "object",
+    "required": ["type", "title", "status", "code", "detail"],
+    "properties": {
+        "type": _STR,
+        "title": _STR,
+        "status": {"type": "integer"},
+        "code": {"type": "string", "description": "Stable: branch on it."},
+        "detail": _STR,
+    },
+}
+START: dict[str, Any] = {
+    "type": "object",
+    "required": ["workflow"],
+    "additionalProperties": False,
+    "properties": {
+        "workflow": _STR,
+        "input": _ANY,
+        "key": {"type": "string", "description": "Idempotency key (or the header)."},
+        "version": {"type": "integer", "minimum": 1},
+        "delay": {"type": "number", "description": "Seconds before the run is due."},
+        "priority": {"type": "integer"},
+        "timeout": {"type": "number", "description": "Cancel if unfinished after this."},
+        "partition_key": _STR,
+        "dedup_key": _STR,
+        "tags": {"type": "object", "additionalProperties": _STR},
+    },
+}
+SIGNAL = {
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {"name": _STR, "payload": _ANY, "key": _STR},
+}
+SIGNAL_SENT = {
+    "type": "object",
+    "required": ["signal_id", "run", "name"],
+    "properties": {"signal_id": {"type": "integer"}, "run": _STR, "name": _STR},
+}
+PAGE = {
+    "type": "object",
+    "required": ["runs", "next_cursor"],
+    "properties": {
+        "runs": {"type": "array", "items": {"$ref": "#/components/schemas/Run"}},
+        "next_cursor": _NULLABLE_STR,
+    },
+}
+EVENT = {
+    "type": "object",
+    "required": ["key", "value"],
+    "properties": {"key": _STR, "value": _ANY},
+}
+
+
+def _json(schema: str, description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+    }
+
+
+def _problems(*statuses: int) -> dict[str, Any]:
+    content = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    return {str(s): {"description": "Refused.", "content": content} for s in statuses}
+
+
+def _param(name: str, where: str, description: str, schema: Any = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": where,
+        "required": where == "path",
+        "description": description,
+        "schema": schema or _STR,
+    }
+
+
+_REF = _param("ref", "path", "The run's id or key.")
+_TIMEOUT = _param("timeout", "query", "Seconds to wait (0-300, default 30).", {"type": "number"})
+_FILTERS = [
+    _param("status", "query", "One run status."),
+    _param("workflow", "query", "A workflow name."),
+    _param("version", "query", "A workflow version.", {"type": "integer"}),
+    _param("queue", "query", "A queue."),
+    _param("worker", "query", "The worker that last claimed the run."),
+    _param("key_prefix", "query", "Keys starting with this."),
+    _param("since", "query", "Created at or after (ISO 8601).", {"type": "string"}),
+    _param("before", "query", "Created before (ISO 8601).", {"type": "string"}),
+    _param("parent", "query", "Children of this run id."),
+    _param("tag", "query", "name=value; repeat for several.", {"type": "array", "items": _STR}),
+    _param("run", "query", "Only these run ids; repeat.", {"type": "array", "items": _STR}),
+    _param("archived", "query", "true: list archived runs.", {"type": "boolean"}),
+    _param("cursor", "query", "next_cursor of the previous page."),
+    _param("limit", "query", "Page size.", {"type": "integer"}),
+]
+
+
+def _steer(operation: str, summary: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "operationId": f"{operation}Run",
+        "summary": summary,
+        "parameters": [_REF],
+        "responses": {"200": _json("Run", "The run after the operation."), **_problems(404, 409)},
+    }
+    if body is not None:
+        op["requestBody"] = {"required": False, "content": {"application/json": {"schema": body}}}
+    return {"post": op}
+
+
+PATHS: dict[str, Any] = {
+    "/runs": {
+        "post": {
+            "operationId": "startRun",
+            "summary": "Start a run (idempotent with the Idempotency-Key header).",
+            "parameters": [_param("Idempotency-Key", "header", "The run's key.")],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Start"}}},
+            },
+            "responses": {
+                "201": _json("Run", "A new run."),
+                "200": _json("Run", "The run that already had this key."),
+                **_problems(400, 409, 415, 422),
+            },
+        },
+        "get": {
+            "operationId": "listRuns",
+            "summary": "A page of runs, newest first, filtered.",
+            "parameters": _FILTERS,
+            "responses": {"200": _json("RunPage", "One page."), **_problems(400)},
+        },
+    },
+    "/runs/{ref}": {
+        "get": {
+            "operationId": "getRun",
+            "summary": "One run.",
+            "parameters": [_REF],
+            "responses": {"200": _json("Run", "The run."), **_problems(404)},
+        }
+    },
+    "/runs/{ref}/signals": {
+        "post": {
+            "operationId": "signalRun",
+            "summary": "Send a signal to a run.",
+            "parameters": [_REF],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/Signal"}}
+                },
+            },
+            "responses": {
+                "202": _json("SignalSent", "Recorded."),
+                **_problems(400, 404, 409),
+            },
+        }
+    },
+    "/runs/{ref}/cancel": _steer(
+        "cancel",
+        "Cancel an unfinished run.",
+        {"type": "object", "properties": {"reason": _STR}, "additionalProperties": False},
+    ),
+    "/runs/{ref}/pause": _steer("pause", "Pause an unfinished run."),
+    "/runs/{ref}/resume": _steer("resume", "Resume a paused (or sleeping) run."),
+    "/runs/{ref}/result": {
+        "get": {
+            "operationId": "awaitRun",
+            "summary": "Long poll: the run once finished, or as it is when the timeout passes.",
+            "parameters": [_REF, _TIMEOUT],
+            "responses": {
+                "200": _json("Run", "Finished (see status, output, error)."),
+                "202": _json("Run", "Not finished within the timeout."),
+                **_problems(400, 404),
+            },
+        }
+    },
+    "/runs/{ref}/events/{key}": {
+        "get": {
+            "operationId": "awaitEvent",
+            "summary": "Long poll: the value the run published under an event key.",
+            "parameters": [_REF, _param("key", "path", "The event key."), _TIMEOUT],
+            "responses": {
+                "200": _json("Event", "Published."),
+                **_problems(400, 404),
+            },
+        }
+    },
+    "/runs/{ref}/streams/{key}": {
+        "get": {
+            "operationId": "streamRun",
+            "summary": "A run's stream as Server-Sent Events (entry events, then end).",
+            "parameters": [
+                _REF,
+                _param("key", "path", "The stream key."),
+                _param("after", "query", "Skip entries up to this id.", {"type": "integer"}),
+                _param("Last-Event-ID", "header", "Resume after this id.", {"type": "integer"}),
+            ],
+            "responses": {
+                "200": {
+                    "description": "id: position, event: entry, data: the JSON value.",
+                    "content": {"text/event-stream": {"schema": _STR}},
+                },
+                **_problems(400, 404),
+            },
+        }
+    },
+    "/openapi.json": {
+        "get": {
+            "operationId": "openapi",
+            "summary": "This document.",
+            "responses": {
+                "200": {"description": "OpenAPI 3.1.", "content": {"application/json": {}}}
+            },
+        }
+    },
+}
+
+# Every call may meet the guards: no token (401); a POST, read-only mode or
+# another site's Origin (403); a non-loopback Host without a token (400).
+for _item in PATHS.values():
+    for _method, _op in _item.items():
+        _guards = (400, 401, 403) if _method == "post" else (400, 401)
+        _op["responses"] = {**_problems(*_guards), **_op["responses"]}
+
+DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "perdure",
+        "version": "1",
+        "description": "Start, steer and await durable workflow runs from any language.",
+    },
+    "servers": [{"url": "/api/v1"}],
+    "security": [{"bearer": []}],
+    "paths": PATHS,
+    "components": {
+        "securitySchemes": {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "Required when the server has a token (always beyond loopback).",
+            }
+        },
+        "schemas": {
+            "Run": RUN,
+            "RunPage": PAGE,
+            "Start": START,
+            "Signal": SIGNAL,
+            "SignalSent": SIGNAL_SENT,
+            "Event": EVENT,
+            "Problem": PROBLEM,
+        },
+    },
+}
+
+
+async def document(request: Request) -> Response:
+    """GET /openapi.json: this document."""
+    return JSONResponse(DOCUMENT)
