@@ -19,9 +19,15 @@ from typing import Any, Generic
 
 from pydantic import TypeAdapter
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import AgentRunError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
-from pydantic_ai.tools import AgentDepsT, DeferredToolRequests, DeferredToolResults, ToolApproved
-from pydantic_ai.tools import ToolDenied
+from pydantic_ai.tools import (
+    AgentDepsT,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ToolApproved,
+    ToolDenied,
+)
 from pydantic_core import to_jsonable_python
 
 import perdure
@@ -91,6 +97,10 @@ class DurableAgent(Generic[AgentDepsT]):
         token = current_scope.set(RunScope(ctx))
         try:
             return await self._converse(ctx, params)
+        except (AgentRunError, perdure.StepFailed) as exc:
+            # The agent's run failed after its own retries; a replay would only
+            # fail the same way from the recorded steps, so fail the run now.
+            raise perdure.PermanentError(f"{type(exc).__name__}: {exc}") from exc
         finally:
             current_scope.reset(token)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
