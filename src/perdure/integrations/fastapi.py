@@ -21,7 +21,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -179,7 +179,7 @@ def router(app: perdure.App, *, prefix: str = "/runs") -> APIRouter:
 
     @routes.post("/{run_id}/signals/{name}", name="perdure_signal", status_code=202)
     async def signal(
-        run_id: str, name: str, payload: Any = Body(None), key: str | None = None
+        run_id: str, name: str, payload: Annotated[Any, Body()] = None, key: str | None = None
     ) -> dict[str, Any]:
         signal_id = await app.signal_async(run_id, name, payload, key=key)
         return {"run": run_id, "signal": name, "id": signal_id}
