@@ -85,7 +85,7 @@ def test_the_settings_name_the_app(django_schema: str) -> None:
         get_app()
     with (
         override_settings(PERDURE_APP="proj.workflows:mark_paid"),
-        pytest.raises(perdure.ConfigurationError, match="not a perdure.App"),
+        pytest.raises(perdure.ConfigurationError, match=r"not a perdure\.App"),
     ):
         get_app()
 
@@ -123,9 +123,8 @@ def test_manage_py_perdure_worker_runs_workflows_that_use_the_orm_in_a_transacti
     from django.db import transaction
     from shop.models import Order
 
-    from perdure.integrations.django import get_app, start
+    from perdure.integrations.django import start
 
-    app = get_app()
     with transaction.atomic():
         good = Order.objects.create(item="pen")
         paid = start("pay", {"order": good.id})

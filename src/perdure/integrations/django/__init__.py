@@ -113,7 +113,7 @@ def orm(conn: psycopg.Connection[Any], using: str = "default") -> Iterator[None]
     # and expect its time zone's loader for timestamptz on the connection.
     conn.cursor_factory = _django_cursor_class()
     _register_tzloader(wrapper.timezone, conn)
-    conn.row_factory = psycopg.rows.tuple_row  # type: ignore[assignment]
+    conn.row_factory = psycopg.rows.tuple_row
     wrapper.connection = conn
     wrapper.autocommit = False
     wrapper.in_atomic_block = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.apps import AppConfig
 
 
-class PerdureConfig(AppConfig):
+class PerdureConfig(AppConfig):  # type: ignore[misc]  # Django is untyped
     """perdure's Django app (label ``perdure``)."""
 
     name = "perdure.integrations.django"

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from perdure.integrations.django import get_app
 
 
-class Command(BaseCommand):
+class Command(BaseCommand):  # type: ignore[misc]  # Django is untyped
     """Run a perdure worker until SIGINT or SIGTERM (a second one stops at once)."""
 
     help = "Run a perdure worker for the App that settings.PERDURE_APP names."
