@@ -18,8 +18,6 @@ from pathlib import Path
 import psycopg
 import pytest
 
-pytest.importorskip("django")
-
 import perdure
 
 PROJECT = Path(__file__).resolve().parent / "django_project"

@@ -7,9 +7,6 @@ import json
 from typing import Any
 
 import pytest
-
-pytest.importorskip("pydantic_ai")
-
 from click.testing import CliRunner
 from pydantic_ai import Agent, DeferredToolRequests, ModelRetry
 from pydantic_ai.messages import (

@@ -10,12 +10,9 @@ from collections import Counter
 from typing import Any
 
 import psycopg
-import pytest
 
 import perdure
 from helpers import wait_until
-
-pytest.importorskip("pydantic_ai")
 
 TARGET = "apps.agent_app:app"
 SHORT_LEASE = ["--lease-seconds", "2", "--poll-seconds", "0.2"]

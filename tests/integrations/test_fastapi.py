@@ -16,12 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-pytest.importorskip("fastapi")
-pytest.importorskip("pydantic_ai")
-
 import httpx
+import pytest
 
 from helpers import wait_until
 
