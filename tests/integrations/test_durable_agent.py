@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from typing import Any
@@ -83,7 +84,7 @@ def test_each_model_request_and_tool_call_is_a_step_replayed_from_its_record(
     # The conversation comes back whole, in Pydantic AI's JSON form.
     assert [m["kind"] for m in result["messages"]] == ["request", "response", "request", "response"]
     # Outside a run the same agent is an ordinary agent.
-    assert agent.run_sync("Double 21").output == "the answer is 42"
+    assert asyncio.run(agent.run("Double 21")).output == "the answer is 42"
 
 
 def test_a_tool_needing_approval_waits_for_the_signal_then_runs_once(

@@ -114,7 +114,8 @@ def test_an_agent_waits_for_approval_sent_over_http(server: httpx.Client) -> Non
     assert events[-1]["approvals"] == [
         {"id": "transfer-1", "tool": "transfer", "args": {"amount": 40}}
     ]
-    assert server.get(url).json()["status"] == "waiting"
+    # It waits for the signal without holding a worker.
+    wait_until(lambda: server.get(url).json()["status"] == "waiting", 30, what="the wait")
 
     signal = server.post(
         f"{url}/signals/approval", json={"approvals": {"transfer-1": True}}, params={"key": "ok-1"}
