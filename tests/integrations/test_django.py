@@ -112,7 +112,12 @@ def test_a_run_started_in_an_atomic_block_exists_iff_the_block_commits(
     with pytest.raises(perdure.RunNotFound):
         app.get_run(rolled_back.id)
     assert not Order.objects.filter(item="lamp").exists()
-    app.cancel(committed.id)  # leave nothing for the worker test to run
+
+    # Outside an atomic block Django autocommits: the run is there at once.
+    at_once = start("pay", {"order": 0})
+    assert app.get_run(at_once.id).status == perdure.RunStatus.QUEUED
+    for handle in (committed, at_once):
+        app.cancel(handle.id)  # leave nothing for the worker test to run
 
 
 def test_manage_py_perdure_worker_runs_workflows_that_use_the_orm_in_a_transaction(

@@ -19,9 +19,11 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from starlette.testclient import TestClient
 
 import perdure
 from perdure.cli.main import cli
+from perdure.dashboard import DashboardConfig, create_app
 from perdure.integrations.pydantic_ai import DurableAgent
 
 
@@ -140,6 +142,30 @@ def test_a_denied_tool_call_does_not_run_and_the_model_is_told(app: perdure.App)
     durable.approve(handle.id, {"call-1": "over the limit"})
     assert app.run_until_complete(handle)["output"] == "done: over the limit"
     assert "transfer" not in calls
+
+
+def test_the_approval_can_come_from_the_dashboards_signal_form(app: perdure.App) -> None:
+    calls: list[str] = []
+    durable = DurableAgent(app, _transfer_agent(calls))
+    handle = durable.start("Send 40")
+    with pytest.raises(perdure.ResultTimeout):
+        app.run_until_complete(handle)
+    with TestClient(create_app(app, DashboardConfig()), base_url="http://127.0.0.1") as client:
+        page = client.get(f"/runs/{handle.id}")
+        assert "approval" in page.text  # the page says which signal the run waits for
+        csrf = client.cookies.get("perdure_csrf")
+        sent = client.post(
+            f"/runs/{handle.id}/signal",
+            data={
+                "csrf": csrf,
+                "name": "approval",
+                "payload": json.dumps({"approvals": {"call-1": True}}),
+            },
+            follow_redirects=False,
+        )
+        assert sent.status_code == 303, sent.text
+    assert app.run_until_complete(handle)["output"] == "done: sent 40"
+    assert calls == ["model", "transfer", "model"]
 
 
 def test_cancelling_a_run_that_waits_for_approval_ends_it_without_running_the_tool(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any, Generic
 
-from pydantic import TypeAdapter
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import AgentRunError
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
@@ -38,8 +37,6 @@ from ._durability import PerdureDurability, RunScope, StepSettings, current_scop
 EVENTS_STREAM = "events"
 #: The signal that carries decisions on deferred tool calls.
 APPROVAL_SIGNAL = "approval"
-
-_JSON: TypeAdapter[Any] = TypeAdapter(Any)
 
 
 class DurableAgent(Generic[AgentDepsT]):
