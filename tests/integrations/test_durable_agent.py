@@ -229,3 +229,30 @@ def test_a_tool_asking_the_model_to_retry_uses_the_agents_own_retry_settings(
 def test_an_agent_without_a_name_is_refused(app: perdure.App) -> None:
     with pytest.raises(perdure.ConfigurationError, match="stable name"):
         DurableAgent(app, Agent(FunctionModel(lambda m, i: ModelResponse(parts=[]))))
+
+
+def test_cancelling_mid_run_stops_the_agent_before_its_next_model_request(
+    app: perdure.App,
+) -> None:
+    calls: list[str] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append("model")
+        if not _tool_results(messages):
+            return ModelResponse(parts=[ToolCallPart("hang_up", {}, "call-1")])
+        return ModelResponse(parts=[TextPart("still here")])
+
+    agent = Agent(FunctionModel(model), name="caller")
+    durable = DurableAgent(app, agent)
+
+    @agent.tool_plain
+    def hang_up() -> str:
+        calls.append("hang_up")
+        app.cancel(handle.id, reason="the caller hung up")  # while the tool runs
+        return "bye"
+
+    handle = durable.start("Call")
+    with pytest.raises(perdure.RunCancelled):
+        app.run_until_complete(handle)
+    assert app.get_run(handle.id).status == perdure.RunStatus.CANCELLED
+    assert calls == ["model", "hang_up"]
