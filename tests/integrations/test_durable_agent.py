@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from pydantic_ai import Agent, DeferredToolRequests, ModelRetry
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelResponse,
     RetryPromptPart,
     TextPart,
@@ -85,6 +86,10 @@ def test_each_model_request_and_tool_call_is_a_step_replayed_from_its_record(
     ]
     # The conversation comes back whole, in Pydantic AI's JSON form.
     assert [m["kind"] for m in result["messages"]] == ["request", "response", "request", "response"]
+    # A later run goes on from the conversation so far.
+    history = ModelMessagesTypeAdapter.validate_python(result["messages"])
+    again = app.run_until_complete(durable.start("And again?", message_history=history))
+    assert len(again["messages"]) == len(result["messages"]) + 2
     # Outside a run the same agent is an ordinary agent.
     assert asyncio.run(agent.run("Double 21")).output == "the answer is 42"
 

@@ -138,15 +138,33 @@ class DurableAgent(Generic[AgentDepsT]):
             decisions = decisions_from(answer, output)
             prompt = None
 
-    def start(self, prompt: str, *, key: str | None = None, **options: Any) -> perdure.RunHandle:
-        """Start a run of the agent on ``prompt``; ``options`` are those of ``App.start``."""
-        return self.app.start(self.workflow, {"prompt": prompt}, key=key, **options)
+    def start(
+        self,
+        prompt: str,
+        *,
+        message_history: list[ModelMessage] | None = None,
+        key: str | None = None,
+        **options: Any,
+    ) -> perdure.RunHandle:
+        """Start a run of the agent on ``prompt``, after ``message_history`` if given.
+
+        ``options`` are those of ``App.start`` (``conn=`` starts it in the
+        caller's transaction).
+        """
+        return self.app.start(self.workflow, _input(prompt, message_history), key=key, **options)
 
     async def start_async(
-        self, prompt: str, *, key: str | None = None, **options: Any
+        self,
+        prompt: str,
+        *,
+        message_history: list[ModelMessage] | None = None,
+        key: str | None = None,
+        **options: Any,
     ) -> perdure.RunHandle:
         """Start a run from async code; see :meth:`start`."""
-        return await self.app.start_async(self.workflow, {"prompt": prompt}, key=key, **options)
+        return await self.app.start_async(
+            self.workflow, _input(prompt, message_history), key=key, **options
+        )
 
     def approve(
         self,
@@ -209,6 +227,11 @@ async def _publish(ctx: perdure.Context, node: Any) -> None:
 
 def _dump_parts(message: ModelMessage) -> Any:
     return to_jsonable_python(message.parts)
+
+
+def _input(prompt: str, history: list[ModelMessage] | None) -> dict[str, Any]:
+    """The run's input: the prompt, and the conversation so far in JSON form."""
+    return {"prompt": prompt, "message_history": _dump(history or [])}
 
 
 def _dump(messages: list[ModelMessage]) -> Any:
