@@ -178,11 +178,27 @@ class DurableAgent(Generic[AgentDepsT]):
 
         ``approvals`` maps a call id to True (run the tool), False or a reason
         (deny it; the model is told). ``calls`` maps an external call's id to
-        its result. The same as ``perdure signal RUN approval '{"approvals": ...}'``.
+        its result. The same as ``perdure runs signal RUN approval --data '{"approvals": ...}'``.
         """
-        return self.app.signal(
-            run, APPROVAL_SIGNAL, {"approvals": approvals or {}, "calls": calls or {}}, key=key
+        return self.app.signal(run, APPROVAL_SIGNAL, _decision(approvals, calls), key=key)
+
+    async def approve_async(
+        self,
+        run: str,
+        approvals: dict[str, bool | str] | None = None,
+        calls: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+    ) -> int:
+        """Decide a waiting run's deferred tool calls from async code; see :meth:`approve`."""
+        return await self.app.signal_async(
+            run, APPROVAL_SIGNAL, _decision(approvals, calls), key=key
         )
+
+
+def _decision(approvals: dict[str, bool | str] | None, calls: dict[str, Any] | None) -> Any:
+    """The payload of an approval signal."""
+    return {"approvals": approvals or {}, "calls": calls or {}}
 
 
 def decisions_from(answer: Any, requests: DeferredToolRequests) -> DeferredToolResults:
