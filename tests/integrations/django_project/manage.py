@@ -1,0 +1,12 @@
+"""The minimal Django project perdure's Django integration is tested with."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proj.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
