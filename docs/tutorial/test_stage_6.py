@@ -34,11 +34,15 @@ def test_an_order_never_packed_is_refunded_after_two_days(
     }
 
 
-def test_a_flaky_payment_is_retried_and_charged_once(perdure_app: perdure.App) -> None:
+def test_a_flaky_payment_is_retried_and_charged_once(
+    perdure_app: perdure.App, perdure_clock: perdure.VirtualClock
+) -> None:
     define(perdure_app)
     run = perdure_app.start("order", ORDER)
     with testing.fail_step("charge_card", times=2):  # two timeouts, then it works
-        testing.drain(perdure_app)
+        for _ in range(3):
+            testing.drain(perdure_app)
+            perdure_clock.advance(seconds=10)  # past each retry's backoff
     perdure_app.signal(run.id, "packed", {"parcel": "P-6", "kg": 1.0})
     perdure_app.run_until_complete(run)
     testing.assert_step_ran(perdure_app, run, "charge_card", times=3)
