@@ -1,4 +1,4 @@
-"""Reports how the documentation's code blocks were run (tests/documentation/test_code_blocks.py)."""
+"""Reports how the documentation's code blocks were run (see test_code_blocks.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the count of code blocks run, checked and marked not-run."""
-    module = sys.modules.get("documentation.test_code_blocks") or sys.modules.get("test_code_blocks")
+    module = sys.modules.get("documentation.test_code_blocks") or sys.modules.get(
+        "test_code_blocks"
+    )
     if module is None or not module.COUNTS:
         return
     terminalreporter.section("documentation code blocks")
