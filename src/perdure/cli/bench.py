@@ -152,7 +152,8 @@ def bench(
     if plot_dir is not None:
         try:
             plots = importlib.import_module("plots")
-            source = plots.source_of(Path(from_json or json_path)) if from_json or json_path else ""
+            report_file = from_json or json_path
+            source = plots.source_of(Path(report_file)) if report_file else ""
             written = plots.plot(report, Path(plot_dir), source)
         except ImportError as exc:
             raise click.ClickException(
