@@ -20,6 +20,12 @@ lint: install ## ruff lint and format check
 typecheck: install ## mypy --strict over the package
 	$(BIN)/mypy
 
+docs: install ## Serve the documentation site on http://127.0.0.1:8000/ (live reload)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+docs-build: install ## Build the site into site/ with --strict (what CI checks)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 demo: install ## Run the demo on the embedded PostgreSQL
 	$(BIN)/perdure demo
 
@@ -39,4 +45,4 @@ $(BIN)/dbos:
 bench: install $(BIN)/dbos ## Benchmark against pgbench, DBOS, pgqrs, Absurd (docs/benchmarks.md)
 	$(BIN)/perdure bench --json bench.json
 
-.PHONY: help install test lint typecheck demo dashboard chaos soak bench
+.PHONY: help install test lint typecheck docs docs-build demo dashboard chaos soak bench

@@ -48,6 +48,7 @@ class Options:
     preload: int = 100_000
     pgbench_seconds: int = 5
     json_path: str | None = None
+    sweep: tuple[int, ...] = ()
 
 
 @dataclass
@@ -126,6 +127,14 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
                     else:
                         keep(f"{peer}.", result)
                         found[f"{peer}.runs_per_s"] = result["runs_per_s"]
+            for level in options.sweep:
+                say(f"repetition {rep}/{options.repeat}: concurrency {level}")
+                figures = throughput.measure(server.url, probe, options.runs, level)
+                keep(f"sweep.perdure.c{level}.", {"runs_per_s": figures["runs_per_s"]})
+                for peer in PEERS if options.peers else ():
+                    result = _peer(peer, server.url, probe, options, level)
+                    if "error" not in result:
+                        keep(f"sweep.{peer}.c{level}.", {"runs_per_s": result["runs_per_s"]})
             keep("ratio.", {k: v for k, v in _ratios(found).items() if v is not None})
     finally:
         if options.preload:
@@ -138,12 +147,15 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
     return report
 
 
-def _peer(name: str, url: str, probe: Probe, options: Options) -> dict[str, Any]:
+def _peer(
+    name: str, url: str, probe: Probe, options: Options, concurrency: int | None = None
+) -> dict[str, Any]:
     """Run one peer script through its handshake; its figures, or {"error": why}."""
     schema = f"bench_{name}_{uuid.uuid4().hex[:6]}"
     script = BENCH_DIR / "peers" / f"{name}_peer.py"
     command = [sys.executable, str(script), "--database-url", url, "--schema", schema]
-    command += ["--runs", str(options.runs), "--concurrency", str(options.concurrency)]
+    level = concurrency or options.concurrency
+    command += ["--runs", str(options.runs), "--concurrency", str(level)]
     env = dict(os.environ, PYTHONPATH=str(BENCH_DIR / "peers"))
     process = subprocess.Popen(
         command,
@@ -235,6 +247,11 @@ def _report(
         rows[-1].note = notes.get(peer, "")
         rows.append(row(f"{peer}.commits_per_step", f"{label}: commits per step", ""))
         rows.append(row(f"{peer}.statements_per_step", f"{label}: statements per step", ""))
+    for level in options.sweep:
+        for system, label in {"perdure": "perdure", **PEERS}.items():
+            key = f"sweep.{system}.c{level}.runs_per_s"
+            if key in values:
+                rows.append(row(key, f"{label}: 3-step runs, concurrency {level}", "runs/s"))
     if options.preload:
         rows.append(
             row("preloaded.runs_per_s", f"perdure with {options.preload} finished runs", "runs/s")

@@ -9,6 +9,7 @@ report as a table (``--json`` also writes it to a file).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -89,6 +90,26 @@ def bench_dir() -> Path:
     help="Duration of each pgbench measurement.",
 )
 @click.option(
+    "--sweep",
+    default="",
+    metavar="C1,C2,...",
+    help="Also measure perdure and each peer at these concurrencies (throughput curve).",
+)
+@click.option(
+    "--plot",
+    "plot_dir",
+    type=click.Path(file_okay=False, writable=True),
+    default=None,
+    help="Draw the report's pictures (PNG, matplotlib) into this folder.",
+)
+@click.option(
+    "--from",
+    "from_json",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Measure nothing: read this report (a --json file) and print or plot it.",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, writable=True),
@@ -97,25 +118,62 @@ def bench_dir() -> Path:
 )
 @click.pass_obj
 def bench(
-    state: CliState, /, database_url: str | None, json_path: str | None, **options: Any
+    state: CliState,
+    /,
+    database_url: str | None,
+    json_path: str | None,
+    sweep: str,
+    plot_dir: str | None,
+    from_json: str | None,
+    **options: Any,
 ) -> None:
     """Measure perdure against pgbench and its peers on one PostgreSQL server.
 
     Without --database-url the bench starts a private embedded PostgreSQL in a
     temporary folder (with pg_stat_statements, to count statements) and
     removes it afterwards. Takes a few minutes with the defaults.
+    With --from FILE nothing is measured: the report in FILE is printed and,
+    with --plot DIR, drawn, so that pictures and tables come from one file.
     """
     folder = bench_dir()
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
     suite = importlib.import_module("suite")
-    url = database_url or state.url
-    err = render.err_console()
-    report = suite.run(
-        suite.Options(url=url, json_path=json_path, **options),
-        say=lambda line: err.print(Text(line, style="dim")),
-    )
+    if from_json is not None:
+        report = json.loads(Path(from_json).read_text())
+    else:
+        url = database_url or state.url
+        err = render.err_console()
+        report = suite.run(
+            suite.Options(url=url, json_path=json_path, sweep=_levels(sweep), **options),
+            say=lambda line: err.print(Text(line, style="dim")),
+        )
     render.console().print(report_table(report, suite.number))
+    if plot_dir is not None:
+        try:
+            plots = importlib.import_module("plots")
+            report_file = from_json or json_path
+            source = plots.source_of(Path(report_file)) if report_file else ""
+            written = plots.plot(report, Path(plot_dir), source)
+        except ImportError as exc:
+            raise click.ClickException(
+                f"--plot needs matplotlib ({exc}): pip install -e '.[bench]'"
+            ) from exc
+        for path in written:
+            click.echo(f"wrote {path}")
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    """``8,32,128`` as concurrencies; a bad list is a usage error."""
+    try:
+        levels = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a list of integers", param_hint="--sweep"
+        ) from None
+    if any(level < 1 for level in levels):
+        raise click.BadParameter("every concurrency must be at least 1", param_hint="--sweep")
+    return levels
 
 
 def report_table(report: dict[str, Any], number: Callable[[float | None], str]) -> Any:
