@@ -43,6 +43,7 @@ from perdure.errors import (
 )
 from perdure.observability import tracing as _tracing
 from perdure.store import migrate as migrations
+from perdure.store.connect import direct_url_from_env
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements, validate_schema
 from perdure.store.store import AsyncStore
@@ -79,16 +80,25 @@ class App(
         auto_migrate: bool = True,
         max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES,
         pool_size: int = 10,
+        direct_url: str | None = None,
     ) -> None:
         """Create an App; nothing connects until the first call that needs the database.
 
         ``max_payload_bytes`` (1 KiB to 128 MiB) caps every encoded input, step
         output, signal payload and result; a larger one is refused with
-        SerializationError where it enters.
+        SerializationError where it enters. ``direct_url`` (else
+        ``PERDURE_DIRECT_DATABASE_URL``) is a direct connection to the primary
+        when ``url`` goes through a transaction-mode pooler: migrations and
+        worker LISTEN and session locks use it (see docs/deploying.md).
         """
         if url is not None and not isinstance(url, str):
             raise ConfigurationError(f"url must be a PostgreSQL URL string, not {url!r}")
         self._url = url
+        if direct_url is not None and not isinstance(direct_url, str):
+            raise ConfigurationError(
+                f"direct_url must be a PostgreSQL URL string, not {direct_url!r}"
+            )
+        self._direct_url = direct_url
         if schema is None:
             schema = os.environ.get("PERDURE_SCHEMA") or "perdure"
         self.schema = validate_schema(schema)
@@ -115,7 +125,9 @@ class App(
 
     # Configuration ---------------------------------------------------------------
 
-    def configure(self, *, url: str | None = None, schema: str | None = None) -> None:
+    def configure(
+        self, *, url: str | None = None, schema: str | None = None, direct_url: str | None = None
+    ) -> None:
         """Point the App at another database or schema (before first use; the CLI uses this)."""
         if self._store is not None or self._schema_ready:
             raise ConfigurationError("configure() must be called before the App is used")
@@ -123,6 +135,8 @@ class App(
             if not isinstance(url, str):
                 raise ConfigurationError(f"url must be a PostgreSQL URL string, not {url!r}")
             self._url = url
+        if direct_url is not None:
+            self._direct_url = direct_url
         if schema is not None:
             self.schema = validate_schema(schema)
             self.q = Statements(self.schema, self.clock)
@@ -134,6 +148,16 @@ class App(
             if self._url is None:
                 self._url = os.environ.get("PERDURE_DATABASE_URL") or self._embedded_url()
             return self._url
+
+    @property
+    def direct_url(self) -> str | None:
+        """The direct (unpooled) URL, when the main URL goes through a pooler."""
+        return direct_url_from_env(self._direct_url)
+
+    @property
+    def session_url(self) -> str:
+        """The URL for migrations and session work: the direct URL, else the main one."""
+        return self.direct_url or self.url
 
     @staticmethod
     def _embedded_url() -> str:
@@ -147,7 +171,7 @@ class App(
         """Migrate the schema (or check it is current when auto_migrate is off), once."""
         if self._schema_ready:
             return
-        url = self.url
+        url = self.session_url
         with self._lock:
             if self._schema_ready:
                 return
@@ -169,7 +193,12 @@ class App(
             if self._store is None:
                 await asyncio.to_thread(self.ensure_schema)
                 store = AsyncStore(
-                    self.url, self.q, min_size=1, max_size=self.pool_size, name="perdure-app"
+                    self.url,
+                    self.q,
+                    min_size=1,
+                    max_size=self.pool_size,
+                    name="perdure-app",
+                    direct_url=self.direct_url,
                 )
                 await store.open()
                 self._store = store
@@ -352,6 +381,7 @@ class App(
             max_payload_bytes=self.max_payload_bytes,
             before_start=self._register,
             observers=watching,
+            direct_url=self.direct_url,
         )
 
     def run_worker(self, **options: Any) -> Worker:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg.errors
 
+from perdure.api.patience import patiently
 from perdure.api.portal import Portal
 from perdure.engine import arguments, serialization
 from perdure.engine.arguments import validate_name
@@ -113,14 +114,14 @@ class MessagingMixin:
     async def _get_event(self, ref: str, key: str, timeout: float) -> Any:
         arguments.label("event key", key)
         timeout = arguments.seconds("timeout", timeout)
-        run = await self._find(ref)
         deadline = time.monotonic() + timeout
+        run = await patiently(lambda: self._find(ref), deadline)
         interval = 0.005
         while True:
-            row = await self._run(self.q.event_get(run.id, key))
+            row = await patiently(lambda: self._run(self.q.event_get(run.id, key)), deadline)
             if row is not None:
                 return row["value"]
-            finished = (await self._find(run.id)).status.is_final
+            finished = (await patiently(lambda: self._find(run.id), deadline)).status.is_final
             if finished or time.monotonic() >= deadline:
                 raise EventTimeout(run.id, key, timeout)
             await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
@@ -159,18 +160,22 @@ class MessagingMixin:
     ) -> tuple[list[tuple[int, Any]], bool]:
         arguments.label("stream key", key)
         timeout = arguments.optional_seconds("timeout", timeout)
-        run = await self._find(ref)
         deadline = None if timeout is None else time.monotonic() + timeout
+        run = await patiently(lambda: self._find(ref), deadline)
         interval = 0.005
         while True:
-            rows = await self._run(self.q.stream_read(run.id, key, after))
+            rows = await patiently(
+                lambda: self._run(self.q.stream_read(run.id, key, after)), deadline
+            )
             values = [(r["seq"], r["value"]) for r in rows if not r["closed"]]
             closed = any(r["closed"] for r in rows)
             if values or closed:
                 return values, closed
-            if RunStatus((await self._find(run.id)).status).is_final:
+            if RunStatus((await patiently(lambda: self._find(run.id), deadline)).status).is_final:
                 # The run may have written its last values just before finishing.
-                rows = await self._run(self.q.stream_read(run.id, key, after))
+                rows = await patiently(
+                    lambda: self._run(self.q.stream_read(run.id, key, after)), deadline
+                )
                 return [(r["seq"], r["value"]) for r in rows if not r["closed"]], True
             if deadline is not None and time.monotonic() >= deadline:
                 raise EventTimeout(run.id, key, timeout or 0.0)

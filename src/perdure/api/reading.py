@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from perdure.api import listing
 from perdure.api.filters import RunFilter
+from perdure.api.patience import patiently
 from perdure.api.portal import Portal
 from perdure.engine import arguments
 from perdure.errors import ConfigurationError, ResultTimeout, RunCancelled, RunFailed, RunNotFound
@@ -240,7 +241,7 @@ class ReadingMixin:
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = 0.005
         while True:
-            row = await self._run(self.q.run_status(run_id))
+            row = await patiently(lambda: self._run(self.q.run_status(run_id)), deadline)
             if row is None:
                 raise RunNotFound(run_id)
             status = RunStatus(row["status"])

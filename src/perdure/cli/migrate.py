@@ -54,7 +54,7 @@ def migrate(
         return
     with state.app(target) as app:
         names = {m.version: m.name for m in migrations.available()}
-        applied = migrations.migrate(app.url, app.schema)
+        applied = migrations.migrate(app.session_url, app.schema)
         for version in applied:
             click.echo(f"schema {app.schema}: applied migration {version:04d}_{names[version]}")
         if not applied:
@@ -64,5 +64,5 @@ def migrate(
             defined = ", ".join(f"{n}@{v}" for n, v in sorted(app.registry.all()))
             click.echo(f"registered the workflows of {target}: {defined or 'none'}")
         for role in roles:
-            privileges.grant_worker(app.url, app.schema, role)
+            privileges.grant_worker(app.session_url, app.schema, role)
             click.echo(f"schema {app.schema}: granted worker privileges to role {role}")

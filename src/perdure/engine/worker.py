@@ -68,6 +68,8 @@ class WorkerOptions:
     prune_batch: int = 1000
     #: Seconds between maintenance passes (one worker at a time runs each).
     maintenance_seconds: float = 3600.0
+    #: Seconds to wait at start for the database to accept connections.
+    connect_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         arguments.integer("concurrency", self.concurrency, minimum=1, maximum=10_000)
@@ -80,6 +82,7 @@ class WorkerOptions:
         arguments.seconds("lease_seconds", self.lease_seconds, positive=True)
         arguments.seconds("poll_seconds", self.poll_seconds, positive=True)
         arguments.seconds("shutdown_seconds", self.shutdown_seconds)
+        arguments.seconds("connect_seconds", self.connect_seconds)
         arguments.optional_seconds("heartbeat_seconds", self.heartbeat_seconds, positive=True)
         arguments.optional_seconds("reap_seconds", self.reap_seconds, positive=True)
         arguments.integer("max_lapses", self.max_lapses, minimum=1)
@@ -124,8 +127,13 @@ class Worker:
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
         before_start: Callable[[AsyncStore], Any] | None = None,
         observers: Sequence[Observer] = (),
+        direct_url: str | None = None,
     ) -> None:
         """Serve ``specs`` (keyed by name and version) from the database at ``url``.
+
+        With ``direct_url``, ``url`` may go through a transaction-mode pooler:
+        LISTEN and the maintenance lock use ``direct_url`` (see
+        :mod:`perdure.store.connect`).
 
         ``observers`` are told of claims, executions, steps and how runs end,
         after the worker's own :class:`LoggingObserver` (see
@@ -134,6 +142,7 @@ class Worker:
         if not specs:
             raise ConfigurationError("a worker needs at least one workflow to serve")
         self.url = url
+        self.direct_url = direct_url
         self.q = statements
         self.specs = dict(specs)
         self.options = options or WorkerOptions()
@@ -185,8 +194,9 @@ class Worker:
             max_size=opts.concurrency + 4,
             name=name,
             unavailable=Disconnected,
+            direct_url=self.direct_url,
         )
-        await store.open()
+        await store.open(timeout=opts.connect_seconds)
         threads = ThreadPoolExecutor(
             max_workers=opts.concurrency * 2 + 4, thread_name_prefix="perdure-step"
         )
@@ -202,7 +212,7 @@ class Worker:
             committer=committer,
         )
         self._env = env
-        wakeup = Wakeup(self.url, self.q.channel, f"{name}-listen")
+        wakeup = Wakeup(store.endpoints.session_url, self.q.channel, f"{name}-listen")
         background: list[asyncio.Task[None]] = []
         try:
             if self.before_start is not None:
