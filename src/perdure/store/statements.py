@@ -19,7 +19,7 @@ from psycopg import sql
 
 from perdure.clock import Clock
 from perdure.errors import ConfigurationError
-from perdure.store import rows
+from perdure.store import rows, versions
 from perdure.store.batch_statements import BatchStatements
 from perdure.store.manage_statements import ManageStatements
 from perdure.store.parallel_statements import ParallelStatements
@@ -496,7 +496,7 @@ class Statements(
         workflows: Sequence[str],
         concurrency: int,
     ) -> Statement[None]:
-        """Announce a worker."""
+        """Announce a worker, with the schema version and release of its code."""
         return self._stmt(
             "worker_register",
             lambda found: None,
@@ -506,6 +506,8 @@ class Statements(
             queues=list(queues),
             workflows=list(workflows),
             concurrency=concurrency,
+            schema_version=versions.code_schema_version(),
+            release=versions.release(),
         )
 
     def worker_stop(self, worker_id: str) -> Statement[None]:
