@@ -30,6 +30,15 @@ from helpers import TESTS_DIR, WorkerProcess, wait_until
 from perdure.store import migrate
 
 REPO = TESTS_DIR.parent
+#: The previous release's client: starts one run per key (the key names its workflow).
+OLD_CLIENT = """
+import sys
+import perdure
+app = perdure.App(sys.argv[1], schema=sys.argv[2], auto_migrate=False)
+for key in sys.argv[3:]:
+    app.start(key.rsplit("-", 1)[0], {"work": 0.02, "sleep": 0.2}, key=key)
+app.close()
+"""
 MIGRATIONS = "src/perdure/store/sql/migrations"
 
 
@@ -78,15 +87,21 @@ def test_the_previous_release_serves_while_the_schema_migrates(
     args = ["--concurrency", "6", "--lease-seconds", "10", "--shutdown-seconds", "1"]
     workers = [_worker(pg_url, schema, args, old) for _ in range(2)]
     client = perdure.App(pg_url, schema=schema, auto_migrate=False, pool_size=2)
-    keys: list[str] = []
+    keys = [_key(n) for n in range(40)]
     try:
         wait_until(
             lambda: len(_rows(pg_url, f"SELECT id FROM {schema}.workers")) == 2,
             60,
             what="the previous release's workers to register",
         )
-        _start(client, keys, 40)
+        # The previous release's clients start runs before the migration.
+        subprocess.run(
+            [sys.executable, "-c", OLD_CLIENT, pg_url, schema, *keys],
+            env={**os.environ, **old},
+            check=True,
+        )
         plan = _cli(pg_url, schema, "migrate", "--plan")
+        print(plan)
         assert f"version {target - 1} -> {target}" in plan, plan
         assert f"{target:04d}_" in plan and "ACCESS EXCLUSIVE" in plan, plan
         assert "live workers: 2 (0 compatible" in plan and "2 unknown" in plan, plan
@@ -138,12 +153,14 @@ def _worker(url: str, schema: str, args: list[str], env: dict[str, str]) -> Work
     return WorkerProcess.start("apps.chaos_app:app", url, schema, args, env)
 
 
+def _key(n: int) -> str:
+    return f"{list(chaos_app.STEPS)[n % len(chaos_app.STEPS)]}-{n}"
+
+
 def _start(client: perdure.App, keys: list[str], count: int) -> None:
     for _ in range(count):
-        n = len(keys)
-        workflow = list(chaos_app.STEPS)[n % len(chaos_app.STEPS)]
-        key = f"{workflow}-{n}"
-        client.start(workflow, {"work": 0.02, "sleep": 0.2}, key=key)
+        key = _key(len(keys))
+        client.start(key.rsplit("-", 1)[0], {"work": 0.02, "sleep": 0.2}, key=key)
         keys.append(key)
 
 
