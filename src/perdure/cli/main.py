@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import click
 
 from perdure.api.app import App
+from perdure.cli.render import safe_url
 from perdure.errors import PerdureError
 
 
@@ -43,6 +44,19 @@ class CliState:
         if self.read_url is None:
             return self.app()
         return App(self.read_url, schema=self.schema, auto_migrate=False)
+
+    def note_lag(self) -> None:
+        """With ``--read-url``, say on stderr how far the standby lags behind the primary."""
+        if self.read_url is None:
+            return
+        from perdure.cli import render
+        from perdure.store import replica
+
+        lag = replica.replication_lag(self.read_url)
+        where = "not a standby" if lag is None else f"{lag:.1f} s behind the primary"
+        render.err_console().print(
+            f"read from {safe_url(self.read_url)}: {where}", style="dim", soft_wrap=True
+        )
 
 
 def load_app(target: str) -> App:

@@ -38,9 +38,9 @@ def _listen(config: DashboardConfig) -> tuple[socket.socket, DashboardConfig]:
     return sock, replace(config, port=int(sock.getsockname()[1]))
 
 
-def _server(app: App, config: DashboardConfig) -> uvicorn.Server:
+def _server(app: App, config: DashboardConfig, reader: App | None = None) -> uvicorn.Server:
     settings = uvicorn.Config(
-        create_app(app, config),
+        create_app(app, config, reader),
         log_level="warning",
         access_log=False,
         lifespan="off",
@@ -49,17 +49,24 @@ def _server(app: App, config: DashboardConfig) -> uvicorn.Server:
     return uvicorn.Server(settings)
 
 
-def serve(app: App, config: DashboardConfig, *, ready: Callable[[str], None] | None = None) -> None:
+def serve(
+    app: App,
+    config: DashboardConfig,
+    *,
+    ready: Callable[[str], None] | None = None,
+    reader: App | None = None,
+) -> None:
     """Serve the dashboard of ``app`` until SIGINT or SIGTERM.
 
     The schema is checked (and migrated, if the App does that) first, so a
     database problem shows before anything listens; ``ready`` is then called
-    with the dashboard's URL, already reachable.
+    with the dashboard's URL, already reachable. With ``reader`` (an App on
+    a hot standby) pages read from it; actions go through ``app``.
     """
     app.ensure_schema()
     sock, config = _listen(config)
     try:
-        server = _server(app, config)
+        server = _server(app, config, reader)
         if ready is not None:
             ready(config.url)
         server.run(sockets=[sock])
@@ -76,12 +83,12 @@ class BackgroundServer:
     Port 0 picks a free port; :attr:`url` tells which.
     """
 
-    def __init__(self, app: App, config: DashboardConfig) -> None:
-        """Listen now (so the URL is known) and start serving on a thread."""
+    def __init__(self, app: App, config: DashboardConfig, reader: App | None = None) -> None:
+        """Listen now (so the URL is known) and start serving on a thread (see :func:`serve`)."""
         app.ensure_schema()
         self._sock, config = _listen(config)
         self.url = config.url
-        self._server = _server(app, config)
+        self._server = _server(app, config, reader)
         self._thread = threading.Thread(
             target=lambda: asyncio.run(self._server.serve(sockets=[self._sock])),
             name="perdure-dashboard",
