@@ -16,7 +16,6 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -26,26 +25,13 @@ import perdure
 from apps import chaos_app
 from chaos import checker
 from chaos.faults import Fault
-from deploy.replicated import ReplicatedPair, missing_reason
+from deploy.replicated import ReplicatedPair
 from helpers import WorkerProcess, wait_until
 
 SCHEMA = "failover"
 RUNS_BEFORE = 60
 RUNS_AFTER = 20
 LEASE = 5.0
-
-
-@pytest.fixture
-def pair() -> Iterator[ReplicatedPair]:
-    """A primary and a synchronous standby of PostgreSQL 15 (root only)."""
-    reason = missing_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    started = ReplicatedPair()
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 @pytest.mark.timeout(300)

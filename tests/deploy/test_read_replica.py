@@ -6,31 +6,16 @@ import json
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 
 import perdure
-from deploy.replicated import ReplicatedPair, missing_reason
+from deploy.replicated import ReplicatedPair
 from helpers import wait_until
 from perdure.dashboard.config import DashboardConfig
 from perdure.dashboard.server import BackgroundServer
 
 SCHEMA = "replica"
-
-
-@pytest.fixture
-def pair() -> Iterator[ReplicatedPair]:
-    """A primary and a synchronous hot standby of PostgreSQL 15 (root only)."""
-    reason = missing_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    started = ReplicatedPair()
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def test_reads_from_the_standby_and_actions_on_the_primary(pair: ReplicatedPair) -> None:
