@@ -11,7 +11,7 @@ import pytest
 
 import perdure
 from chaos.server import OwnServer
-from helpers import BackgroundWorker
+from helpers import BackgroundWorker, WorkerProcess, wait_until
 
 
 @pytest.fixture
@@ -82,4 +82,24 @@ def test_a_wait_raises_database_unavailable_when_its_timeout_ends(server: OwnSer
         assert waited >= 3.0
     finally:
         server.start()
+        app.close()
+
+
+def test_a_worker_started_while_the_database_is_down_waits_for_it(server: OwnServer) -> None:
+    app = perdure.App(server.url, schema="waits", pool_size=2)
+    app.ensure_schema()
+    server.stop()
+    worker = WorkerProcess.start(
+        "apps.cli_app:app", server.url, "waits", ["--connect-timeout", "120"], {}
+    )
+    try:
+        time.sleep(3.0)  # the outage the worker must wait out
+        assert worker.proc.poll() is None, worker.output()
+        server.start()
+        wait_until(
+            lambda: app.workers(), 60, what="the worker to register once the database is back"
+        )
+        assert worker.proc.poll() is None
+    finally:
+        worker.kill()
         app.close()
