@@ -8,7 +8,11 @@ and every ``ctx.transaction`` effect must be committed exactly once.
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -19,6 +23,8 @@ from apps import chaos_app
 from chaos import checker
 from deploy.pooler import Pooler, missing_reason
 from helpers import WorkerProcess, wait_until
+from perdure.dashboard.config import DashboardConfig
+from perdure.dashboard.server import BackgroundServer
 
 RUNS = 220
 WORKERS = 3
@@ -89,6 +95,40 @@ def test_a_mixed_workload_runs_through_a_transaction_pooler(
         print("\n".join(report.lines()))
         broken = [(inv.name, inv.violations[:5]) for inv in report.invariants if not inv.ok]
         assert not broken, broken
+        # The CLI and the dashboard on the pooled URL too.
+        listed_cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "perdure",
+                "--database-url",
+                pooler.url,
+                "--direct-url",
+                pg_url,
+                "--schema",
+                schema,
+                "runs",
+                "list",
+                "--json",
+                "--limit",
+                "5",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert listed_cli.returncode == 0, listed_cli.stderr
+        assert len(json.loads(listed_cli.stdout)) == 5
+        server = BackgroundServer(app, DashboardConfig(port=0))
+        try:
+            server.wait_started()
+            base = server.url.rstrip("/")
+            for page in ("/", "/runs", f"/runs/{handles[0][1].id}", "/workflows"):
+                with urllib.request.urlopen(base + page, timeout=30) as response:
+                    assert response.status == 200
+        finally:
+            server.stop()
         # The statements went through the pooler: it served transactions.
         with psycopg.connect(pooler.admin_url, autocommit=True) as admin:
             cur = admin.cursor()
