@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from perdure.api import replica
 from perdure.api.app import App
 from perdure.api.filters import RunFilter
 from perdure.errors import ConfigurationError, DatabaseUnavailable
-from perdure.store import replica
 from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, WorkflowInfo
 
 #: Counts of runs per status stop here (see App.count_runs): "10,000+".
@@ -120,7 +120,7 @@ class DashboardData:
         now = time.monotonic()
         if self._lag is None or now - self._lag[0] > 2.0:
             try:
-                self._lag = (now, replica.replication_lag(self.reads.url))
+                self._lag = (now, replica.replication_lag(self.reads))
             except DatabaseUnavailable:
                 self._lag = (now, None)
         return self._lag[1]

@@ -193,10 +193,16 @@ def _live_workers(conn: psycopg.Connection[Any], schema: str, target: int) -> li
         " WHERE table_schema = %s AND table_name = 'workers' AND column_name = 'schema_version'",
         (schema,),
     ).fetchone()
-    columns = "schema_version, release" if versioned and versioned[0] else "NULL, NULL"
-    query = sql.SQL(
-        "SELECT id, host, " + columns + " FROM {}.workers WHERE status = 'running' ORDER BY id"
-    ).format(sql.Identifier(schema))
+    if versioned and versioned[0]:
+        template = sql.SQL(
+            "SELECT id, host, schema_version, release FROM {}.workers"
+            " WHERE status = 'running' ORDER BY id"
+        )
+    else:
+        template = sql.SQL(
+            "SELECT id, host, NULL, NULL FROM {}.workers WHERE status = 'running' ORDER BY id"
+        )
+    query = template.format(sql.Identifier(schema))
     live = []
     for worker_id, host, version, release in conn.execute(query).fetchall():
         compatible = None if version is None else versions.runs_on(int(version), target)
