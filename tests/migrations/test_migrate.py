@@ -71,6 +71,22 @@ def test_a_schema_newer_than_the_code_is_refused(
         migrate.ensure_current(conn, schema)
 
 
+def test_the_code_runs_on_the_next_schema_version_and_no_further(
+    pg_url: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    migrate.migrate(pg_url, schema)
+    ahead = migrate.latest(migrate.available()) + 1
+    db.execute(f"INSERT INTO {schema}.schema_migrations (version, name) VALUES ({ahead}, 'next')")
+    assert migrate.migrate(pg_url, schema) == []
+    with psycopg.connect(pg_url) as conn:
+        migrate.ensure_current(conn, schema)
+    db.execute(
+        f"INSERT INTO {schema}.schema_migrations (version, name) VALUES ({ahead + 1}, 'later')"
+    )
+    with pytest.raises(SchemaError, match="newer than this code"):
+        migrate.migrate(pg_url, schema)
+
+
 def test_an_unmigrated_schema_is_refused_when_auto_migrate_is_off(pg_url: str, schema: str) -> None:
     import perdure
 

@@ -57,15 +57,23 @@ class App:
         auto_migrate: bool = True,
         max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES,
         pool_size: int = 10,
+        direct_url: str | None = None,
     ) -> None:
         """Create an App; nothing connects until the first call that needs the database.
 
         ``max_payload_bytes`` (1 KiB to 128 MiB) caps every encoded input, step
         output, signal payload and result; a larger one is refused with
-        SerializationError where it enters.
+        SerializationError where it enters. ``direct_url`` (else
+        ``PERDURE_DIRECT_DATABASE_URL``) is a direct connection to the primary
+        when ``url`` goes through a transaction-mode pooler: migrations and
+        worker LISTEN and session locks use it (see docs/deploying.md).
         """
         if url is not None and not isinstance(url, str):
             raise ConfigurationError(f"url must be a PostgreSQL URL string, not {url!r}")
+        if direct_url is not None and not isinstance(direct_url, str):
+            raise ConfigurationError(
+                f"direct_url must be a PostgreSQL URL string, not {direct_url!r}"
+            )
         if clock is not None and not isinstance(clock, Clock):
             raise ConfigurationError(f"clock must be a perdure Clock, not {clock!r}")
         self._core = Core(
@@ -81,6 +89,7 @@ class App:
                 maximum=serialization.MAX_PAYLOAD_LIMIT,
             ),
             arguments.integer("pool_size", pool_size, minimum=1, maximum=1000),
+            direct_url,
         )
 
     # Configuration ---------------------------------------------------------------
@@ -129,9 +138,21 @@ class App:
         """The database URL in use, resolving (and starting the embedded server) if needed."""
         return self._core.url
 
-    def configure(self, *, url: str | None = None, schema: str | None = None) -> None:
+    @property
+    def direct_url(self) -> str | None:
+        """The direct (unpooled) URL, when the main URL goes through a pooler."""
+        return self._core.direct_url
+
+    @property
+    def session_url(self) -> str:
+        """The URL for migrations and session work: the direct URL, else the main one."""
+        return self._core.session_url
+
+    def configure(
+        self, *, url: str | None = None, schema: str | None = None, direct_url: str | None = None
+    ) -> None:
         """Point the App at another database or schema (before first use; the CLI uses this)."""
-        self._core.configure(url, schema)
+        self._core.configure(url, schema, direct_url)
 
     ensure_schema = forms.blocking(core.ensure_schema)
     ensure_schema_async = forms.awaiting(core.ensure_schema)

@@ -24,6 +24,7 @@ from perdure.engine import arguments
 from perdure.errors import ConfigurationError, RunNotFound
 from perdure.store import caller
 from perdure.store import migrate as migrations
+from perdure.store.connect import direct_url_from_env
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements, validate_schema
 from perdure.store.store import AsyncStore
@@ -51,10 +52,12 @@ class Core:
         auto_migrate: bool,
         max_payload_bytes: int,
         pool_size: int,
+        direct_url: str | None = None,
     ) -> None:
         """A core for ``owner`` (the App); nothing connects until first used."""
         self.owner = owner
         self.url_given = url
+        self.direct_url_given = direct_url
         self.schema = validate_schema(schema)
         self.clock = clock
         self.auto_migrate = auto_migrate
@@ -71,7 +74,7 @@ class Core:
         self.schema_ready = False
         self.lock = threading.Lock()
 
-    def configure(self, url: str | None, schema: str | None) -> None:
+    def configure(self, url: str | None, schema: str | None, direct_url: str | None = None) -> None:
         """Point at another database or schema; only before first use."""
         if self.store is not None or self.schema_ready:
             raise ConfigurationError("configure() must be called before the App is used")
@@ -79,6 +82,12 @@ class Core:
             if not isinstance(url, str):
                 raise ConfigurationError(f"url must be a PostgreSQL URL string, not {url!r}")
             self.url_given = url
+        if direct_url is not None:
+            if not isinstance(direct_url, str):
+                raise ConfigurationError(
+                    f"direct_url must be a PostgreSQL URL string, not {direct_url!r}"
+                )
+            self.direct_url_given = direct_url
         if schema is not None:
             self.schema = validate_schema(schema)
             self.statements = Statements(self.schema, self.clock)
@@ -91,11 +100,21 @@ class Core:
                 self.url_given = os.environ.get("PERDURE_DATABASE_URL") or _embedded_url()
             return self.url_given
 
+    @property
+    def direct_url(self) -> str | None:
+        """The direct (unpooled) URL, when the main URL goes through a pooler."""
+        return direct_url_from_env(self.direct_url_given)
+
+    @property
+    def session_url(self) -> str:
+        """The URL for migrations and session work: the direct URL, else the main one."""
+        return self.direct_url or self.url
+
     def ensure_schema(self) -> None:
         """Migrate the schema (or check it is current without auto_migrate), once."""
         if self.schema_ready:
             return
-        url = self.url
+        url = self.session_url
         with self.lock:
             if self.schema_ready:
                 return
@@ -127,6 +146,7 @@ class Core:
                     min_size=1,
                     max_size=self.pool_size,
                     name="perdure-app",
+                    direct_url=self.direct_url,
                 )
                 await store.open()
                 self.store = store

@@ -8,6 +8,7 @@ from typing import Any
 
 from perdure.api import forms
 from perdure.api.core import Core, HasCore
+from perdure.api.patience import patiently
 from perdure.engine import arguments
 from perdure.errors import ResultTimeout, RunCancelled, RunFailed, RunNotFound
 from perdure.types import Run, RunStatus
@@ -64,7 +65,7 @@ async def wait_result(core: Core, run_id: str, timeout: float | None) -> Any:
     deadline = None if timeout is None else time.monotonic() + timeout
     interval = 0.005
     while True:
-        row = await core.run(core.statements.runs.status(run_id))
+        row = await patiently(lambda: core.run(core.statements.runs.status(run_id)), deadline)
         if row is None:
             raise RunNotFound(run_id)
         status = RunStatus(row["status"])

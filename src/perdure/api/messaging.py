@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from perdure.api.core import Core
+from perdure.api.patience import patiently
 from perdure.engine import arguments, serialization
 from perdure.engine.arguments import validate_name
 from perdure.errors import EventTimeout, InvalidRunState, RunNotFound
@@ -80,14 +81,14 @@ async def get_event(core: Core, run: str, key: str, timeout: float = 0.0) -> Any
     """
     arguments.label("event key", key)
     timeout = arguments.seconds("timeout", timeout)
-    found = await core.find(run)
     deadline = time.monotonic() + timeout
+    found = await patiently(lambda: core.find(run), deadline)
     interval = 0.005
     while True:
-        row = await core.run(core.statements.events.get(found.id, key))
+        row = await patiently(lambda: core.run(core.statements.events.get(found.id, key)), deadline)
         if row is not None:
             return row["value"]
-        finished = (await core.find(found.id)).status.is_final
+        finished = (await patiently(lambda: core.find(found.id), deadline)).status.is_final
         if finished or time.monotonic() >= deadline:
             raise EventTimeout(found.id, key, timeout)
         await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
@@ -117,18 +118,22 @@ async def _stream_batch(
 ) -> tuple[list[tuple[int, Any]], bool]:
     arguments.label("stream key", key)
     timeout = arguments.optional_seconds("timeout", timeout)
-    run = await core.find(ref)
     deadline = None if timeout is None else time.monotonic() + timeout
+    run = await patiently(lambda: core.find(ref), deadline)
     interval = 0.005
     while True:
-        rows = await core.run(core.statements.streams.read(run.id, key, after))
+        rows = await patiently(
+            lambda: core.run(core.statements.streams.read(run.id, key, after)), deadline
+        )
         values = [(r["seq"], r["value"]) for r in rows if not r["closed"]]
         closed = any(r["closed"] for r in rows)
         if values or closed:
             return values, closed
-        if RunStatus((await core.find(run.id)).status).is_final:
+        if RunStatus((await patiently(lambda: core.find(run.id), deadline)).status).is_final:
             # The run may have written its last values just before finishing.
-            rows = await core.run(core.statements.streams.read(run.id, key, after))
+            rows = await patiently(
+                lambda: core.run(core.statements.streams.read(run.id, key, after)), deadline
+            )
             return [(r["seq"], r["value"]) for r in rows if not r["closed"]], True
         if deadline is not None and time.monotonic() >= deadline:
             raise EventTimeout(run.id, key, timeout or 0.0)

@@ -67,6 +67,7 @@ async def worker(
         max_payload_bytes=core.max_payload_bytes,
         before_start=partial(registering.record, core),
         observers=watching,
+        direct_url=core.direct_url,
     )
 
 

@@ -67,6 +67,12 @@ def announce(app: App, config: DashboardConfig) -> None:
 @dashboard_options
 @click.option("--database-url", default=None, help="PostgreSQL URL (overrides the global option).")
 @click.option("--schema", default=None, help="perdure's schema (overrides the global option).")
+@click.option(
+    "--read-url",
+    default=None,
+    help="Read pages from this hot standby (overrides the global option); actions go to the "
+    "primary, and the header shows the standby's lag.",
+)
 @click.pass_obj
 def dashboard(
     state: CliState,
@@ -76,6 +82,7 @@ def dashboard(
     read_only: bool,
     database_url: str | None,
     schema: str | None,
+    read_url: str | None,
 ) -> None:
     """Serve the web dashboard: runs, steps, timelines, queues, workers, actions.
 
@@ -83,5 +90,11 @@ def dashboard(
     unless a token is given (--token or PERDURE_DASHBOARD_TOKEN).
     """
     config = make_config(host, port, token, read_only)
-    with App(database_url or state.url, schema=schema or state.schema) as app:
-        serve(app, config, ready=lambda url: announce(app, config))
+    read_url = read_url or state.read_url
+    schema = schema or state.schema
+    with App(database_url or state.url, schema=schema, direct_url=state.direct_url) as app:
+        if read_url is None:
+            serve(app, config, ready=lambda url: announce(app, config))
+            return
+        with App(read_url, schema=schema, auto_migrate=False) as reader:
+            serve(app, config, ready=lambda url: announce(app, config), reader=reader)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import click
 
 from perdure.api.app import App
+from perdure.cli.render import safe_url
 from perdure.errors import PerdureError
 
 
@@ -25,14 +26,37 @@ class CliState:
 
     url: str | None
     schema: str | None
+    #: A direct URL to the primary when ``url`` goes through a pooler.
+    direct_url: str | None = None
+    #: A hot standby's URL for read-only commands.
+    read_url: str | None = None
 
     def app(self, target: str | None = None) -> App:
         """The App named by ``target`` (``module:attr``), or a bare App, configured."""
         if target is None:
-            return App(self.url, schema=self.schema)
+            return App(self.url, schema=self.schema, direct_url=self.direct_url)
         app = load_app(target)
-        app.configure(url=self.url, schema=self.schema)
+        app.configure(url=self.url, schema=self.schema, direct_url=self.direct_url)
         return app
+
+    def reader(self) -> App:
+        """An App for read-only commands: on ``--read-url`` when given, else as :meth:`app`."""
+        if self.read_url is None:
+            return self.app()
+        return App(self.read_url, schema=self.schema, auto_migrate=False)
+
+    def note_lag(self) -> None:
+        """With ``--read-url``, say on stderr how far the standby lags behind the primary."""
+        if self.read_url is None:
+            return
+        from perdure.cli import render
+        from perdure.store import replica
+
+        lag = replica.replication_lag(self.read_url)
+        where = "not a standby" if lag is None else f"{lag:.1f} s behind the primary"
+        render.err_console().print(
+            f"read from {safe_url(self.read_url)}: {where}", style="dim", soft_wrap=True
+        )
 
 
 def load_app(target: str) -> App:
@@ -79,11 +103,30 @@ class PerdureGroup(click.Group):
     default=None,
     help="Schema holding perdure's tables (default: perdure).",
 )
+@click.option(
+    "--direct-url",
+    envvar="PERDURE_DIRECT_DATABASE_URL",
+    default=None,
+    help="Direct URL to the primary when --database-url goes through a transaction-mode "
+    "pooler (migrations, LISTEN, session locks).",
+)
+@click.option(
+    "--read-url",
+    envvar="PERDURE_READ_DATABASE_URL",
+    default=None,
+    help="A hot standby for read-only commands (runs list, status, the dashboard's pages).",
+)
 @click.version_option(package_name="perdure")
 @click.pass_context
-def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> None:
+def cli(
+    ctx: click.Context,
+    database_url: str | None,
+    schema: str | None,
+    direct_url: str | None,
+    read_url: str | None,
+) -> None:
     """perdure: durable workflows on PostgreSQL."""
-    ctx.obj = CliState(database_url, schema)
+    ctx.obj = CliState(database_url, schema, direct_url, read_url)
 
 
 def _register() -> None:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from perdure.cli.migrate_plan import show_plan
 from perdure.store import migrate as migrations
 from perdure.store import privileges
 
@@ -33,9 +34,15 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Print the SQL that --grant-to runs, and do nothing else.",
 )
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="Print what each pending migration locks and for how long, and whether the live "
+    "workers run on the new schema; apply nothing.",
+)
 @click.pass_obj
 def migrate(
-    state: CliState, target: str | None, roles: tuple[str, ...], print_grants: bool
+    state: CliState, target: str | None, roles: tuple[str, ...], print_grants: bool, plan: bool
 ) -> None:
     """Apply the schema migrations this version of perdure ships (applying twice is a no-op).
 
@@ -44,7 +51,12 @@ def migrate(
     With --grant-to ROLE, ROLE (an existing role) gets exactly what a worker
     needs: it can run workers (`perdure worker --no-migrate`), start and signal
     runs, but not create, alter or drop anything. Run this as the schema's owner.
+    With --plan, nothing is applied (docs/deploying.md: rolling deploys).
     """
+    if plan:
+        app = state.app()
+        show_plan(app.session_url, app.schema)
+        return
     if print_grants:
         if not roles:
             raise click.UsageError("--print-grants needs --grant-to ROLE")
@@ -54,7 +66,7 @@ def migrate(
         return
     with state.app(target) as app:
         names = {m.version: m.name for m in migrations.available()}
-        applied = migrations.migrate(app.url, app.schema)
+        applied = migrations.migrate(app.session_url, app.schema)
         for version in applied:
             click.echo(f"schema {app.schema}: applied migration {version:04d}_{names[version]}")
         if not applied:
@@ -64,5 +76,5 @@ def migrate(
             defined = ", ".join(f"{n}@{v}" for n, v in sorted(app.registry.all()))
             click.echo(f"registered the workflows of {target}: {defined or 'none'}")
         for role in roles:
-            privileges.grant_worker(app.url, app.schema, role)
+            privileges.grant_worker(app.session_url, app.schema, role)
             click.echo(f"schema {app.schema}: granted worker privileges to role {role}")

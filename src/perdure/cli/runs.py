@@ -50,9 +50,10 @@ def list_runs(
     A queued run of a version no live worker has is marked: it waits for a
     worker with that version (``perdure workflows list`` shows who serves what).
     """
-    with state.app() as app:
+    with state.reader() as app:
         found = app.list_runs(**filters, cursor=cursor, limit=limit)
         unserved = unserved_versions(app, found)
+    state.note_lag()
     render.listing(found, as_json, "no runs match", lambda runs: runs_table(runs, unserved))
     if found.next_cursor is not None:
         # On stderr, so that --json output stays one JSON array.
@@ -110,7 +111,8 @@ def run_duration(run: Run, now: datetime | None = None) -> float | None:
 @click.pass_obj
 def show(state: CliState, ref: str, with_history: bool, as_json: bool) -> None:
     """Show one run: its record, its steps and, with --history, what happened to it."""
-    with state.app() as app:
+    state.note_lag()
+    with state.reader() as app:
         run = app.get_run(ref)
         steps = app.steps(run.id)
         children = app.list_runs(parent=run.id, archived=run.archived, limit=1000)

@@ -20,6 +20,7 @@ from perdure.api.app import App
 from perdure.cli import times
 from perdure.cli.render import safe_url
 from perdure.observability.logs import LOG_FORMATS, configure_logging
+from perdure.store.connect import wait_until_reachable
 
 if TYPE_CHECKING:
     from perdure.cli.main import CliState
@@ -129,6 +130,20 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     help="Address the metrics endpoint listens on (0.0.0.0: every interface).",
 )
 @click.option(
+    "--direct-url",
+    default=None,
+    help="Direct URL to the primary when the database URL goes through a transaction-mode "
+    "pooler: LISTEN, the maintenance lock and migrations use it (default: "
+    "PERDURE_DIRECT_DATABASE_URL).",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for the database at start before giving up.",
+)
+@click.option(
     "--stats-file",
     type=click.Path(dir_okay=False, writable=True),
     default=None,
@@ -151,6 +166,8 @@ def worker(
     log_format: str,
     metrics_port: int | None,
     metrics_host: str,
+    direct_url: str | None,
+    connect_timeout: float,
     stats_file: str | None,
 ) -> None:
     """Run a worker for the workflows of APP (module:attr, e.g. myapp:app).
@@ -170,6 +187,8 @@ def worker(
         )
     configure_logging(log_level, log_format.lower())
     app = load(state, target)
+    if direct_url is not None:
+        app.configure(direct_url=direct_url)
     if no_migrate:
         app.auto_migrate = False
     with app:
@@ -177,6 +196,8 @@ def worker(
         served = sorted(set(queues) or {d.queue for d in app.registry.all().values()})
         # Resolving the URL starts the embedded server when no database was given.
         embedded_server = state.url is None
+        if not embedded_server:
+            wait_until_reachable(app.session_url, connect_timeout)
         line = startup_line(app, worker_id, served, embedded_server)
         if log_format.lower() == "json":
             # Every line of a JSON log is JSON, the first one too.
@@ -194,6 +215,7 @@ def worker(
             metrics_host=metrics_host,
             prune_after=prune_after,
             prune_archive=prune_archive,
+            connect_seconds=connect_timeout,
         )
     logging.getLogger("perdure.worker").info("worker %s stopped", worker_id)
     if stats_file is not None:

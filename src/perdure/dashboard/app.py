@@ -67,15 +67,20 @@ class TokenGate:
         await response(scope, receive, send)
 
 
-def create_app(app: App, config: DashboardConfig | None = None) -> Starlette:
+def create_app(
+    app: App, config: DashboardConfig | None = None, reader: App | None = None
+) -> Starlette:
     """The dashboard of ``app`` as an ASGI application (serve it with uvicorn).
+
+    With ``reader`` (an App on a hot standby) pages read from it, the header
+    shows its replication lag, and actions still go through ``app``.
 
     ``config`` defaults to loopback without a token (DashboardConfig refuses
     any other host without one).
     """
     config = config or DashboardConfig()
     dashboard = Dashboard(
-        data=DashboardData(app),
+        data=DashboardData(app, reader),
         guard=Guard(config.token),
         config=config,
         templates=templates(),

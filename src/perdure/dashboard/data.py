@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from perdure.api import replica
 from perdure.api.app import App
 from perdure.api.filters import RunFilter
-from perdure.errors import ConfigurationError
+from perdure.errors import ConfigurationError, DatabaseUnavailable
 from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, WorkflowInfo
 
 #: Counts of runs per status stop here (see App.count_runs): "10,000+".
@@ -102,9 +104,26 @@ class RunView:
 class DashboardData:
     """The dashboard's view of one perdure App."""
 
-    def __init__(self, app: App) -> None:
-        """Read and act through ``app``."""
+    def __init__(self, app: App, reader: App | None = None) -> None:
+        """Act through ``app``; read through ``reader`` (a hot standby) if given, else ``app``."""
         self.app = app
+        self.reads = reader or app
+        self._lag: tuple[float, float | None] | None = None
+
+    def replication_lag(self) -> float | None:
+        """Seconds the standby read from lags behind the primary (None: reading the primary).
+
+        Read at most once every two seconds.
+        """
+        if self.reads is self.app:
+            return None
+        now = time.monotonic()
+        if self._lag is None or now - self._lag[0] > 2.0:
+            try:
+                self._lag = (now, replica.replication_lag(self.reads))
+            except DatabaseUnavailable:
+                self._lag = (now, None)
+        return self._lag[1]
 
     @property
     def capabilities(self) -> Capabilities:
@@ -122,30 +141,30 @@ class DashboardData:
         ``cursor`` is the ``next_cursor`` of the page before (``app.list_runs``).
         """
         criteria = {f.name: getattr(filter, f.name) for f in dataclasses.fields(filter)}
-        found = self.app.list_runs(**criteria, cursor=cursor, limit=limit)
-        counts = self.app.count_runs(filter, cap=COUNT_CAP)
+        found = self.reads.list_runs(**criteria, cursor=cursor, limit=limit)
+        counts = self.reads.count_runs(filter, cap=COUNT_CAP)
         return RunsPage(list(found), counts, found.next_cursor)
 
     def filter_options(self) -> FilterOptions:
         """Workflow names, versions, queues and workers known to the database."""
-        flows = self.app.registered_workflows()
+        flows = self.reads.registered_workflows()
         return FilterOptions(
             workflows=sorted({w.name for w in flows}),
             versions=sorted({w.version for w in flows}),
-            queues=[q.name for q in self.app.queues()],
-            workers=[w.id for w in self.app.workers()],
+            queues=[q.name for q in self.reads.queues()],
+            workers=[w.id for w in self.reads.workers()],
         )
 
     def overview(self, since: datetime, bucket_seconds: float) -> Overview:
         """Activity since ``since`` in buckets, counts, queues, workers and schedules."""
         held: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for task in self.app.held_tasks():
+        for task in self.reads.held_tasks():
             held[task["worker_id"]].append(task)
         return Overview(
-            activity=self.app.run_activity(since=since, bucket_seconds=bucket_seconds),
-            counts=self.app.count_runs(RunFilter(since=since), cap=COUNT_CAP),
-            queues=self.app.queues(),
-            workers=[WorkerRow(w, held.get(w.id, [])) for w in self.app.workers()],
+            activity=self.reads.run_activity(since=since, bucket_seconds=bucket_seconds),
+            counts=self.reads.count_runs(RunFilter(since=since), cap=COUNT_CAP),
+            queues=self.reads.queues(),
+            workers=[WorkerRow(w, held.get(w.id, [])) for w in self.reads.workers()],
             schedules=self.schedules(),
         )
 
@@ -159,21 +178,21 @@ class DashboardData:
 
     def run_view(self, ref: str) -> RunView:
         """Run ``ref`` (id or key) with its steps, history, signals, events and relatives."""
-        run = self.app.get_run(ref)
+        run = self.reads.get_run(ref)
         parent = None
         if run.parent_run_id is not None:
-            parent = self.app.get_run(run.parent_run_id)
+            parent = self.reads.get_run(run.parent_run_id)
         definition: dict[str, Any] = {}
-        for info in self.app.registered_workflows():
+        for info in self.reads.registered_workflows():
             if info.name == run.workflow and info.version == run.version:
                 definition = info.definition if info.kind == "graph" else {}
         return RunView(
             run=run,
-            steps=self.app.steps(run.id),
-            history=self.app.history(run.id),
-            signals=self.app.signals(run.id),
-            events=self.app.events(run.id),
-            children=self.app.list_runs(parent=run.id, limit=200),
+            steps=self.reads.steps(run.id),
+            history=self.reads.history(run.id),
+            signals=self.reads.signals(run.id),
+            events=self.reads.events(run.id),
+            children=self.reads.list_runs(parent=run.id, limit=200),
             parent=parent,
             definition=definition,
         )
@@ -189,13 +208,13 @@ class DashboardData:
                 info,
                 counts={
                     status: n
-                    for status, n in self.app.count_runs(
+                    for status, n in self.reads.count_runs(
                         RunFilter(workflow=info.name, version=info.version), cap=RECENT_RUNS
                     ).items()
                     if n
                 },
             )
-            for info in self.app.registered_workflows()
+            for info in self.reads.registered_workflows()
         ]
 
     # Actions: the same App methods the CLI calls ------------------------------------

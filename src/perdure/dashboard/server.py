@@ -39,13 +39,15 @@ def _listen(config: DashboardConfig) -> tuple[socket.socket, DashboardConfig]:
     return sock, replace(config, port=int(sock.getsockname()[1]))
 
 
-#: What builds the ASGI application served: the dashboard, or the API alone.
+#: What builds an ASGI application other than the dashboard (the API alone).
 Factory = Callable[[App, DashboardConfig], Starlette]
 
 
-def _server(app: App, config: DashboardConfig, factory: Factory = create_app) -> uvicorn.Server:
+def _server(
+    app: App, config: DashboardConfig, factory: Factory | None, reader: App | None
+) -> uvicorn.Server:
     settings = uvicorn.Config(
-        factory(app, config),
+        factory(app, config) if factory is not None else create_app(app, config, reader),
         log_level="warning",
         access_log=False,
         lifespan="off",
@@ -59,18 +61,21 @@ def serve(
     config: DashboardConfig,
     *,
     ready: Callable[[str], None] | None = None,
-    factory: Factory = create_app,
+    factory: Factory | None = None,
+    reader: App | None = None,
 ) -> None:
     """Serve the dashboard of ``app`` until SIGINT or SIGTERM.
 
     The schema is checked (and migrated, if the App does that) first, so a
     database problem shows before anything listens; ``ready`` is then called
-    with the dashboard's URL, already reachable.
+    with the dashboard's URL, already reachable. With ``reader`` (an App on
+    a hot standby) pages read from it; actions go through ``app``. With
+    ``factory``, that application (the API alone) is served instead.
     """
     app.ensure_schema()
     sock, config = _listen(config)
     try:
-        server = _server(app, config, factory)
+        server = _server(app, config, factory, reader)
         if ready is not None:
             ready(config.url)
         server.run(sockets=[sock])
@@ -87,12 +92,12 @@ class BackgroundServer:
     Port 0 picks a free port; :attr:`url` tells which.
     """
 
-    def __init__(self, app: App, config: DashboardConfig) -> None:
-        """Listen now (so the URL is known) and start serving on a thread."""
+    def __init__(self, app: App, config: DashboardConfig, reader: App | None = None) -> None:
+        """Listen now (so the URL is known) and start serving on a thread (see :func:`serve`)."""
         app.ensure_schema()
         self._sock, config = _listen(config)
         self.url = config.url
-        self._server = _server(app, config)
+        self._server = _server(app, config, None, reader)
         self._thread = threading.Thread(
             target=lambda: asyncio.run(self._server.serve(sockets=[self._sock])),
             name="perdure-dashboard",

@@ -52,6 +52,7 @@ class Dashboard:
             "can": self.data.capabilities,
             "actions_allowed": not self.config.read_only,
             "schema": self.schema,
+            "lag": self.data.replication_lag(),
             "now": fmt.now(),
             "signed_in": self.guard.token is not None,
             "page": "",

@@ -85,6 +85,14 @@ class WorkerView(Protocol):
     def running(self) -> Sized:
         """The tasks executing now."""
 
+    @property
+    def stopping(self) -> bool:
+        """Whether the worker was asked to stop."""
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        """Seconds between two heartbeats."""
+
 
 class Observer:
     """Hooks the engine calls; each does nothing here. Subclass and override some."""

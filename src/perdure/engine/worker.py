@@ -69,6 +69,8 @@ class WorkerOptions:
     prune_batch: int = 1000
     #: Seconds between maintenance passes (one worker at a time runs each).
     maintenance_seconds: float = 3600.0
+    #: Seconds to wait at start for the database to accept connections.
+    connect_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         arguments.integer("concurrency", self.concurrency, minimum=1, maximum=10_000)
@@ -81,6 +83,7 @@ class WorkerOptions:
         arguments.seconds("lease_seconds", self.lease_seconds, positive=True)
         arguments.seconds("poll_seconds", self.poll_seconds, positive=True)
         arguments.seconds("shutdown_seconds", self.shutdown_seconds)
+        arguments.seconds("connect_seconds", self.connect_seconds)
         arguments.optional_seconds("heartbeat_seconds", self.heartbeat_seconds, positive=True)
         arguments.optional_seconds("reap_seconds", self.reap_seconds, positive=True)
         arguments.integer("max_lapses", self.max_lapses, minimum=1)
@@ -125,8 +128,13 @@ class Worker:
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
         before_start: Callable[[AsyncStore], Any] | None = None,
         observers: Sequence[Observer] = (),
+        direct_url: str | None = None,
     ) -> None:
         """Serve ``specs`` (keyed by name and version) from the database at ``url``.
+
+        With ``direct_url``, ``url`` may go through a transaction-mode pooler:
+        LISTEN and the maintenance lock use ``direct_url`` (see
+        :mod:`perdure.store.connect`).
 
         ``observers`` are told of claims, executions, steps and how runs end,
         after the worker's own :class:`LoggingObserver` (see
@@ -135,6 +143,7 @@ class Worker:
         if not specs:
             raise ConfigurationError("a worker needs at least one workflow to serve")
         self.url = url
+        self.direct_url = direct_url
         self.statements = statements
         self.specs = dict(specs)
         self.options = options or WorkerOptions()
@@ -168,6 +177,16 @@ class Worker:
         """Stop claiming; finish in-flight work within ``shutdown_seconds``, release the rest."""
         self.stop_requested.set()
 
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop was requested."""
+        return self.stop_requested.is_set()
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        """Seconds between two heartbeats."""
+        return self.options.heartbeat_interval
+
     def _emit(self, event: str, fields: dict[str, Any]) -> None:
         self.counts[event] = self.counts.get(event, 0) + 1
         if self.on_event is not None:
@@ -186,8 +205,9 @@ class Worker:
             max_size=opts.concurrency + 4,
             name=name,
             unavailable=Disconnected,
+            direct_url=self.direct_url,
         )
-        await store.open()
+        await store.open(timeout=opts.connect_seconds)
         threads = ThreadPoolExecutor(
             max_workers=opts.concurrency * 2 + 4, thread_name_prefix="perdure-step"
         )
@@ -202,7 +222,7 @@ class Worker:
             observer=self.observer,
             committer=committer,
         )
-        wakeup = Wakeup(self.url, self.statements.channel, f"{name}-listen")
+        wakeup = Wakeup(store.endpoints.session_url, self.statements.channel, f"{name}-listen")
         services = Services([wakeup, *self._loops(store), committer])
         try:
             await self._register(store)

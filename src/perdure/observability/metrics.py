@@ -20,12 +20,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from perdure.engine.observer import Observer, StepAttempt, WorkerView
 from perdure.errors import ConfigurationError
+from perdure.observability import health
 from perdure.store.rows import ClaimedTask
 from perdure.types import QueueInfo
 
@@ -160,6 +161,8 @@ class WorkerMetrics(Observer):
         self._worker: WorkerView | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_beat = time.monotonic()
+        #: What /healthz and /readyz report.
+        self.health = health.Health()
         self.tasks_running.set_function(self._running)
         self.heartbeat_age.set_function(lambda: time.monotonic() - self._last_beat)
         self.queues = _QueueDepth(self)
@@ -177,9 +180,12 @@ class WorkerMetrics(Observer):
     # Serving -----------------------------------------------------------------
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        """Serve ``/metrics`` on ``host:port`` (port 0: any free one) on a thread; the port."""
+        """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` on a thread; the port.
+
+        Port 0 takes any free one. See :mod:`perdure.observability.health`.
+        """
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+            self._server, self._thread = health.serve(host, port, self.registry, self.health)
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
@@ -204,6 +210,7 @@ class WorkerMetrics(Observer):
         """Remember the worker: its running tasks and its pool feed the gauges."""
         self._worker = worker
         self._loop = asyncio.get_running_loop()
+        self.health.started(worker)
         if self.serve_on is not None and self._server is None:
             self.serve(self.serve_on[1], self.serve_on[0])
         self._last_beat = time.monotonic()
@@ -211,12 +218,14 @@ class WorkerMetrics(Observer):
     def worker_stopped(self, worker: WorkerView) -> None:
         """Stop serving if the worker started it; forget the worker (counters keep their values)."""
         self._worker = None
+        self.health.stopped()
         if self.serve_on is not None:
             self.close()
 
     def heartbeat(self) -> None:
         """Reset the heartbeat age."""
         self._last_beat = time.monotonic()
+        self.health.beat()
 
     def claimed(self, tasks: Sequence[ClaimedTask], seconds: float) -> None:
         """Observe the claim's time; count the tasks, and the runs started."""

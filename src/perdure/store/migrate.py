@@ -2,8 +2,9 @@
 
 Migrations are taken in order under a session advisory lock, each in its own
 transaction that also records its version, so two processes migrating at once
-serialise and applying twice is a no-op. A database whose schema is newer than
-this code is refused rather than used.
+serialise and applying twice is a no-op. A schema one version newer than this
+code is used (the rolling-deploy rule, see :mod:`perdure.store.versions`); a
+newer one is refused.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import psycopg
 from psycopg import sql
 
 from perdure.errors import SchemaError
+from perdure.store.versions import SCHEMA_AHEAD
 
 log = logging.getLogger("perdure.migrate")
 
@@ -138,9 +140,9 @@ def migrate(url: str, schema: str, upto: int | None = None) -> list[int]:
 
 
 def _check_newer(conn: psycopg.Connection[tuple[object, ...]], schema: str, known: int) -> int:
-    """The schema's version, refused if it is newer than this code."""
+    """The schema's version, refused if it is newer than this code runs on."""
     have = current_version(conn, schema)
-    if have > known:
+    if have > known + SCHEMA_AHEAD:
         raise SchemaError(
             f"schema {schema!r} is at version {have}, newer than this code knows "
             f"({known}): upgrade perdure before running it on this database"
@@ -202,7 +204,10 @@ def drop_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> No
 
 
 def ensure_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
-    """Raise SchemaError unless the server is supported and ``schema`` is at this code's version."""
+    """Raise SchemaError unless the server is supported and this code runs on ``schema``.
+
+    That is the code's own version or the next one (see :mod:`perdure.store.versions`).
+    """
     check_server(conn)
     have = current_version(conn, schema)
     want = latest(available())
@@ -211,7 +216,7 @@ def ensure_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) ->
             f"schema {schema!r} is at version {have} but this code needs {want}: "
             "run `perdure migrate` (or use App(..., auto_migrate=True))"
         )
-    if have > want:
+    if have > want + SCHEMA_AHEAD:
         raise SchemaError(
             f"schema {schema!r} is at version {have}, newer than this code knows ({want}): "
             "upgrade perdure"

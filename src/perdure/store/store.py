@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from perdure.errors import DatabaseUnavailable
 from perdure.store.batch_statements import combine
+from perdure.store.connect import Endpoints
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 
@@ -94,15 +95,19 @@ class AsyncStore:
         name: str = "perdure",
         reconnect_seconds: float = 5.0,
         unavailable: type[BaseException] = DatabaseUnavailable,
+        direct_url: str | None = None,
     ) -> None:
         """Prepare a pool of up to ``max_size`` connections to ``url`` (opened by :meth:`open`).
 
         While the server is away the pool retries connecting with backoff;
         ``reconnect_seconds`` caps the wait between two attempts, so that the
         pool is back within a few seconds of the server, however long it was
-        gone, without trying more than a few times a second.
+        gone, without trying more than a few times a second. With
+        ``direct_url``, ``url`` is taken to go through a transaction-mode
+        pooler (see :mod:`perdure.store.connect`).
         """
         self.url = url
+        self.endpoints = Endpoints(url, direct_url)
         self.statements = statements
         self.unavailable = unavailable
         #: Statements executed and round trips made through this store (for
@@ -114,7 +119,7 @@ class AsyncStore:
             url,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True, "application_name": name},
+            kwargs=self.endpoints.kwargs(name),
             open=False,
             name=name,
             # A connection that died with the server is noticed at checkout
@@ -210,8 +215,20 @@ class AsyncStore:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled autocommit connection held for a block (session locks live on one)."""
+        """An autocommit connection held for a block (session locks live on one).
+
+        Behind a pooler it is a connection of its own on the direct URL, not a
+        pooled one: a session lock must stay on one server connection.
+        """
         with self.reachable():
+            if self.endpoints.pooled:
+                async with await psycopg.AsyncConnection.connect(
+                    self.endpoints.session_url,
+                    autocommit=True,
+                    application_name=f"{self.pool.name}-session",
+                ) as conn:
+                    yield conn
+                return
             async with self.pool.connection() as conn:
                 yield conn
 
@@ -225,7 +242,7 @@ class AsyncStore:
             self.url,
             min_size=0,
             max_size=max_size,
-            kwargs={"autocommit": True, "application_name": name},
+            kwargs=self.endpoints.kwargs(name),
             open=True,
             name=name,
             check=ConnectionPool.check_connection,

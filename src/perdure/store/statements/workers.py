@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from perdure.store import rows
+from perdure.store import rows, versions
 from perdure.store.statement import Namespace, Statement
 from perdure.types import WorkerInfo
 
@@ -22,7 +22,7 @@ class WorkerStatements(Namespace):
         workflows: Sequence[str],
         concurrency: int,
     ) -> Statement[None]:
-        """Announce a worker."""
+        """Announce a worker, with the schema version and release of its code."""
         return self._build(
             "worker_register",
             lambda found: None,
@@ -32,6 +32,8 @@ class WorkerStatements(Namespace):
             queues=list(queues),
             workflows=list(workflows),
             concurrency=concurrency,
+            schema_version=versions.code_schema_version(),
+            release=versions.release(),
         )
 
     def stop(self, worker_id: str) -> Statement[None]:

@@ -4,13 +4,14 @@
 -- name: worker_register
 -- Announce a worker: what it serves and how much it can hold.
 INSERT INTO {schema}.workers (id, host, pid, queues, workflows, concurrency, status, started_at,
-                              heartbeat_at)
+                              heartbeat_at, schema_version, release)
 VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s, %(workflows)s, %(concurrency)s, 'running',
-        {now}, {now})
+        {now}, {now}, %(schema_version)s, %(release)s)
 ON CONFLICT (id) DO UPDATE
 SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
     workflows = EXCLUDED.workflows, concurrency = EXCLUDED.concurrency, status = 'running',
-    heartbeat_at = EXCLUDED.heartbeat_at, stopped_at = NULL;
+    heartbeat_at = EXCLUDED.heartbeat_at, stopped_at = NULL,
+    schema_version = EXCLUDED.schema_version, release = EXCLUDED.release;
 
 -- name: worker_stop
 -- Mark a worker stopped after a graceful shutdown.

@@ -1,0 +1,87 @@
+"""How to connect: the pooled URL for statements, a direct URL for what needs a session.
+
+Behind a transaction-mode pooler (PgBouncer, Supavisor, RDS Proxy) each
+transaction may run on a different server connection, so nothing may outlive
+one transaction on a pooled connection: no server-side prepared statements, no
+session advisory lock, no LISTEN, no SET. perdure treats the main URL as pooled
+as soon as a direct URL is given (``App(direct_url=...)``,
+``PERDURE_DIRECT_DATABASE_URL``, ``perdure --direct-url``). Then:
+
+- pooled connections never prepare statements (``prepare_threshold=None``);
+- LISTEN, the maintenance lock, migrations and the migration lock use the
+  direct URL, one connection at a time.
+
+Without a direct URL the main URL is taken to be a direct connection to the
+server (or a session-mode pooler) and used for everything.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from perdure.errors import DatabaseUnavailable
+
+#: The environment variable naming the direct (unpooled) URL.
+DIRECT_URL_ENV = "PERDURE_DIRECT_DATABASE_URL"
+
+#: The environment variable naming a read-only URL (a hot standby) for reads.
+READ_URL_ENV = "PERDURE_READ_DATABASE_URL"
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """The URLs one process uses: statements, session work and optional reads."""
+
+    #: Where every statement goes (possibly through a transaction-mode pooler).
+    url: str
+    #: A direct connection to the primary, when ``url`` goes through a pooler.
+    direct_url: str | None = None
+
+    @property
+    def pooled(self) -> bool:
+        """Whether ``url`` goes through a transaction-mode pooler."""
+        return self.direct_url is not None and self.direct_url != self.url
+
+    @property
+    def session_url(self) -> str:
+        """The URL for LISTEN, session advisory locks and migrations."""
+        return self.direct_url or self.url
+
+    def kwargs(self, name: str) -> dict[str, Any]:
+        """psycopg connection arguments for a pooled-URL connection named ``name``."""
+        found: dict[str, Any] = {"autocommit": True, "application_name": name}
+        if self.pooled:
+            # A prepared statement lives on one server connection; the next
+            # transaction may run on another one.
+            found["prepare_threshold"] = None
+        return found
+
+
+def direct_url_from_env(direct_url: str | None) -> str | None:
+    """``direct_url`` if given, else ``PERDURE_DIRECT_DATABASE_URL`` (None when unset or empty)."""
+    return direct_url or os.environ.get(DIRECT_URL_ENV) or None
+
+
+def wait_until_reachable(url: str, seconds: float, *, interval: float = 1.0) -> None:
+    """Return once ``url`` accepts a connection; DatabaseUnavailable after ``seconds``.
+
+    A worker started while its database is down (a cluster starting, a
+    failover under way) waits instead of exiting at once.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with psycopg.connect(url, connect_timeout=max(1, int(interval * 5))):
+                return
+        except psycopg.OperationalError as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DatabaseUnavailable(
+                    f"PostgreSQL still unreachable after {seconds:g} s: {exc}"
+                ) from exc
+            time.sleep(min(interval, left))
