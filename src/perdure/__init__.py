@@ -12,8 +12,9 @@ from perdure.api.filters import RunFilter
 from perdure.api.graph import Graph, GraphStep
 from perdure.api.handle import RunHandle
 from perdure.clock import Clock, VirtualClock
+from perdure.engine.options import WorkerOptions
 from perdure.engine.retry import RetryPolicy
-from perdure.engine.worker import Worker, WorkerOptions
+from perdure.engine.worker import Worker
 from perdure.errors import (
     Cancelled,
     ChildFailed,

@@ -47,7 +47,10 @@ def previous_release() -> Iterator[Path]:
     """The code (src and tests) as it was before the newest migration was added."""
     newest = migrate.available()[-1]
     path = f"{MIGRATIONS}/{newest.version:04d}_{newest.name}.sql"
-    added = _git("log", "--diff-filter=A", "--format=%H", "--", path).split()
+    # Along main: a migration that came with a merge was added by the merge.
+    added = _git(
+        "log", "--first-parent", "-m", "--diff-filter=A", "--format=%H", "--", path
+    ).split()
     assert added, f"{path} is not in git history: the rolling-deploy test needs the repository"
     archive = subprocess.run(
         ["git", "-C", str(REPO), "archive", f"{added[-1]}^", "src", "tests"],

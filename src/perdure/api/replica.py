@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from perdure.store import replica
 
-if TYPE_CHECKING:
-    from perdure.api.app import App
+
+class Located(Protocol):
+    """Anything with a database URL (an App)."""
+
+    @property
+    def url(self) -> str:
+        """The database URL."""
+        ...
 
 
-def replication_lag(app: App) -> float | None:
+def replication_lag(app: Located) -> float | None:
     """Seconds ``app``'s database lags behind its primary; None when it is not a standby.
 
     DatabaseUnavailable when it cannot be asked.

@@ -12,7 +12,8 @@ from typing import Any
 from perdure.api import registering
 from perdure.api.core import Core
 from perdure.engine.observer import Observer
-from perdure.engine.worker import Worker, WorkerOptions
+from perdure.engine.options import WorkerOptions
+from perdure.engine.worker import Worker
 from perdure.errors import ConfigurationError
 from perdure.observability import tracing as _tracing
 

@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import arguments, graph, maintenance, outcome, retention, schedules
-from perdure.engine.arguments import validate_name
+from perdure.engine import graph, maintenance, outcome, retention, schedules
 from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.observer import LoggingObserver, Observer, Observers, task_fields
+from perdure.engine.options import WorkerOptions
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.services import Loop, Service, Services
 from perdure.engine.wakeup import Wakeup
@@ -37,75 +37,6 @@ from perdure.store.statements import Statements
 from perdure.store.store import AsyncStore
 
 log = logging.getLogger("perdure.worker")
-
-
-@dataclass
-class WorkerOptions:
-    """How a worker claims and holds work. Every duration is in seconds."""
-
-    concurrency: int = 10
-    queues: list[str] | None = None
-    lease_seconds: float = 30.0
-    heartbeat_seconds: float | None = None
-    poll_seconds: float = 1.0
-    reap_seconds: float | None = None
-    max_lapses: int = 5
-    #: Tasks one claim takes at most. Runs claimed together advance together
-    #: and share their checkpoints' commits, so a claim takes every free slot
-    #: up to this.
-    claim_batch: int = 64
-    shutdown_seconds: float = 30.0
-    worker_id: str | None = None
-    #: Stop once nothing is running and nothing is due now: the inline mode of
-    #: perdure.testing.drain and App.run_until_complete (same code path).
-    exit_when_idle: bool = False
-    #: Retention (engine/retention.py): delete runs that finished longer ago
-    #: than this (seconds or a timedelta); None keeps them. Whatever the
-    #: setting, the maintenance pass creates history's day partitions ahead.
-    prune_after: float | None = None
-    #: Move pruned runs to the archive tables instead of deleting them.
-    prune_archive: bool = False
-    #: Runs per retention batch (one short transaction each).
-    prune_batch: int = 1000
-    #: Seconds between maintenance passes (one worker at a time runs each).
-    maintenance_seconds: float = 3600.0
-    #: Seconds to wait at start for the database to accept connections.
-    connect_seconds: float = 30.0
-
-    def __post_init__(self) -> None:
-        arguments.integer("concurrency", self.concurrency, minimum=1, maximum=10_000)
-        if self.queues is not None:
-            if isinstance(self.queues, str) or not isinstance(self.queues, list | tuple | set):
-                raise ConfigurationError(
-                    f"queues must be a list of queue names, not {self.queues!r}"
-                )
-            self.queues = [validate_name("queue", queue) for queue in self.queues]
-        arguments.seconds("lease_seconds", self.lease_seconds, positive=True)
-        arguments.seconds("poll_seconds", self.poll_seconds, positive=True)
-        arguments.seconds("shutdown_seconds", self.shutdown_seconds)
-        arguments.seconds("connect_seconds", self.connect_seconds)
-        arguments.optional_seconds("heartbeat_seconds", self.heartbeat_seconds, positive=True)
-        arguments.optional_seconds("reap_seconds", self.reap_seconds, positive=True)
-        arguments.integer("max_lapses", self.max_lapses, minimum=1)
-        arguments.integer("claim_batch", self.claim_batch, minimum=1, maximum=10_000)
-        arguments.optional_text("worker_id", self.worker_id, max_length=200)
-        arguments.flag("exit_when_idle", self.exit_when_idle)
-        self.prune_after = arguments.optional_seconds(
-            "prune_after", self.prune_after, positive=True
-        )
-        arguments.flag("prune_archive", self.prune_archive)
-        arguments.integer("prune_batch", self.prune_batch, minimum=1, maximum=100_000)
-        arguments.seconds("maintenance_seconds", self.maintenance_seconds, positive=True)
-
-    @property
-    def heartbeat_interval(self) -> float:
-        """A third of the lease unless set: two heartbeats may fail before it lapses."""
-        return self.heartbeat_seconds or self.lease_seconds / 3
-
-    @property
-    def reap_interval(self) -> float:
-        """Half the lease unless set, at most 10 s."""
-        return self.reap_seconds or min(self.lease_seconds / 2, 10.0)
 
 
 @dataclass

@@ -20,9 +20,12 @@ import psycopg
 from psycopg import sql
 
 from perdure.errors import SchemaError
-from perdure.store.versions import SCHEMA_AHEAD
 
 log = logging.getLogger("perdure.migrate")
+
+#: How many schema versions ahead of its own this code accepts (the rolling-deploy
+#: rule of :mod:`perdure.store.versions`).
+SCHEMA_AHEAD = 1
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 MIN_SERVER_VERSION = 140000

@@ -14,15 +14,13 @@ from __future__ import annotations
 from functools import cache
 from importlib import metadata
 
-#: How many schema versions ahead of its own this code accepts.
-SCHEMA_AHEAD = 1
+from perdure.store import migrate
+from perdure.store.migrate import SCHEMA_AHEAD
 
 
 @cache
 def code_schema_version() -> int:
     """The newest migration this code ships: the schema version it was written for."""
-    from perdure.store import migrate
-
     return migrate.latest(migrate.available())
 
 
