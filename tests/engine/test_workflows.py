@@ -10,6 +10,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker
+from perdure import testing
 
 FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -61,17 +62,28 @@ def test_async_and_sync_workflows_complete_and_record_every_step(app: perdure.Ap
 
 def test_a_step_output_is_the_json_value_on_first_run_and_on_replay(app: perdure.App) -> None:
     seen: list[Any] = []
+    calls: list[int] = []
+
+    def pair() -> tuple[int, int]:
+        calls.append(1)
+        return (1, 2)
 
     @app.workflow("tuples")
     async def tuples(ctx: perdure.Context) -> Any:
-        value = await ctx.step("pair", lambda: (1, 2))
+        value = await ctx.step("pair", pair)
         seen.append(value)
+        await ctx.wait_for_signal("go")
         return value
 
     handle = app.start("tuples")
-    with BackgroundWorker(app, **FAST):
-        assert handle.result(timeout=20) == [1, 2]
-    assert seen == [[1, 2]]
+    testing.drain(app)
+    assert handle.status() == perdure.RunStatus.WAITING
+    # The signal wakes the run: a second execution replays "pair" from history.
+    app.signal(handle.id, "go")
+    testing.drain(app)
+    assert handle.result(timeout=20) == [1, 2]
+    assert seen == [[1, 2], [1, 2]]
+    assert calls == [1]
 
 
 def test_transient_step_failure_is_retried_with_backoff_then_succeeds(app: perdure.App) -> None:

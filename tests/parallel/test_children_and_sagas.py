@@ -172,16 +172,21 @@ def test_cancel_during_a_gather_drops_queued_steps_and_lets_running_ones_finish(
 ) -> None:
     release = threading.Event()
     started = threading.Event()
+    queued_ran: list[int] = []
 
     def slow() -> str:
         started.set()
         release.wait(20)
         return "slow"
 
+    def queued(i: int) -> int:
+        queued_ran.append(i)
+        return i
+
     @app.workflow("cancel_fan")
     async def cancel_fan(ctx: perdure.Context) -> list[Any]:
         return await ctx.gather(
-            ctx.step("slow", slow), *(ctx.step(f"q{i}", int, i) for i in range(3))
+            ctx.step("slow", slow), *(ctx.step(f"q{i}", queued, i) for i in range(3))
         )
 
     handle = app.start("cancel_fan")
@@ -195,6 +200,9 @@ def test_cancel_during_a_gather_drops_queued_steps_and_lets_running_ones_finish(
     statuses = {s.name: s.status.value for s in app.steps(handle.id)}
     assert statuses["slow"] == "completed"
     assert db.execute(f"SELECT count(*) FROM {schema}.tasks").fetchone() == (0,)
+    # The queued steps were dropped: none ran, none has a checkpoint.
+    assert queued_ran == []
+    assert all(statuses.get(f"q{i}") != "completed" for i in range(3)), statuses
 
 
 def test_retry_of_a_function_saga_whose_rollback_failed_reruns_only_that_rollback(

@@ -78,8 +78,11 @@ def test_map_of_many_items_and_the_parent_holds_no_slot_while_waiting(app: perdu
 
 def test_gather_fails_fast_and_the_choice_replays(app: perdure.App) -> None:
     release = threading.Event()
+    caught_each_time: list[str] = []
+    boom_calls: list[int] = []
 
     def boom() -> None:
+        boom_calls.append(1)
         raise perdure.PermanentError("no")
 
     def slow() -> str:
@@ -92,13 +95,30 @@ def test_gather_fails_fast_and_the_choice_replays(app: perdure.App) -> None:
             await ctx.gather(ctx.step("slow", slow), ctx.step("boom", boom))
         except perdure.StepFailed as exc:
             caught = exc.step
+        caught_each_time.append(caught)
         await ctx.step("after", lambda: "after")
+        await ctx.wait_for_signal("go")
         return caught
 
     handle = app.start("failfast")
     with BackgroundWorker(app, **FAST):
-        assert handle.result(timeout=30) == "boom"
+        wait_until(
+            lambda: (
+                any(s.name == "signal:go" for s in app.steps(handle.id))
+                or (handle.status() == perdure.RunStatus.WAITING and caught_each_time == ["boom"])
+            ),
+            30,
+            what="the run to wait for its signal",
+        )
+        # "slow" finishes after the gather chose to fail.
         release.set()
+    # A fresh worker replays the run from history: the gather must make the
+    # same choice, not see two finished branches.
+    app.signal(handle.id, "go")
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=30) == "boom"
+    assert caught_each_time == ["boom", "boom"]
+    assert boom_calls == [1]
     steps = {s.name: s for s in app.steps(handle.id)}
     assert steps["boom"].status == perdure.StepStatus.FAILED
     assert steps["gather:2"].output == {"failed": 1}
