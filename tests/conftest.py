@@ -31,7 +31,7 @@ _FIGURES: list[Figure] = []
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
-    """After pytest-cov has combined the run's data: hold the engine and the store to their floors."""
+    """Once pytest-cov has combined the run's data, hold the engine and the store to floors."""
     result = yield
     if session.config.option.collectonly:
         return result

@@ -187,7 +187,7 @@ def queue_settings_locked(url: str, schema: str) -> Iterator[None]:
 def claimed_while_queue_settings_locked(
     url: str, schema: str, start: Callable[[], Any], attempts: int = 10
 ) -> None:
-    """Show that a worker claims without locking: a run finishes while the queue settings are locked.
+    """Show that a worker claims without locking: a run ends while the queue settings are locked.
 
     ``start`` starts one run and returns its handle. A claim that looks under
     the queue locks (a worker's first, or one after work was left behind)

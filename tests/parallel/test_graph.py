@@ -121,7 +121,7 @@ def test_approval_gate_waits_for_a_signal_inside_the_graph(app: perdure.App) -> 
         run = handle.get()
         assert run.waiting_for is not None and run.waiting_for["signal"] == "approve"
         assert run.waiting_for["step"] == "publish"
-        assert worker.worker.running == {}
+        wait_until(lambda: worker.worker.running == {}, 20, what="the worker to hold nothing")
         steps = {s.name: s.status.value for s in app.steps(handle.id)}
         assert steps == {"draft": "completed", "publish": "waiting"}
         app.signal(handle.id, "approve", {"by": "ada"})

@@ -21,7 +21,7 @@ def test_sleep_parks_the_run_without_a_worker_and_wakes_after(app: perdure.App) 
     @app.workflow("nap")
     async def nap(ctx: perdure.Context) -> str:
         await ctx.step("before", lambda: calls.append("before"))
-        await ctx.sleep(timedelta(seconds=0.5))
+        await ctx.sleep(timedelta(seconds=2))
         await ctx.step("after", lambda: calls.append("after"))
         return "rested"
 
@@ -31,7 +31,12 @@ def test_sleep_parks_the_run_without_a_worker_and_wakes_after(app: perdure.App) 
         run = handle.get()
         assert run.waiting_for is not None and run.waiting_for["sleep"] is True
         assert "until" in run.waiting_for
-        assert worker.worker.running == {}
+        wait_until(
+            lambda: worker.worker.running == {} and handle.status() == "waiting",
+            20,
+            what="the worker to hold nothing while the run sleeps",
+        )
+        assert calls == ["before"]
         assert handle.result(timeout=20) == "rested"
     assert calls == ["before", "after"]
     steps = app.steps(handle.id)
@@ -40,7 +45,7 @@ def test_sleep_parks_the_run_without_a_worker_and_wakes_after(app: perdure.App) 
         ("sleep", "sleep", "completed"),
         ("after", "step", "completed"),
     ]
-    assert steps[1].duration is not None and steps[1].duration >= 0.5
+    assert steps[1].duration is not None and steps[1].duration >= 2
 
 
 def test_resume_wakes_a_sleeping_run_early(app: perdure.App) -> None:
