@@ -1,4 +1,4 @@
-"""`perdure worker` as a real process: its stop signals and its logging, metrics and stats options."""
+"""`perdure worker` as a real process: its stop signals, logging, metrics and stats options."""
 
 from __future__ import annotations
 
