@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -300,3 +300,19 @@ def test_snooze_parks_the_step_without_counting_an_attempt(app: perdure.App) -> 
     snoozes = [e for e in app.history(handle.id) if e.event == "step_snoozed"]
     assert len(snoozes) == 2 and snoozes[0].detail is not None
     assert snoozes[0].detail["reason"] == "429 Too Many Requests"
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((), {}, "exactly one of them"),
+        ((5,), {"until": datetime(2030, 1, 1, tzinfo=UTC)}, "exactly one of them"),
+        ((), {"until": datetime(2030, 1, 1)}, "timezone-aware"),
+        ((-1,), {}, "cannot be negative"),
+    ],
+)
+def test_a_snooze_needs_one_valid_time(
+    args: tuple[Any, ...], kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        perdure.Snooze(*args, **kwargs)
