@@ -6,6 +6,7 @@ that each part ran and reported, and that the report keeps its shape.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -121,6 +122,12 @@ def test_bench_with_its_peers_measures_each_peer_and_the_ratios(
     pg_url: str, tmp_path: Path
 ) -> None:
     """DBOS, pgqrs and Absurd run the same workload and the README's ratios come out of it."""
+    missing = [m for m in ("dbos", "pgqrs", "absurd_sdk") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.fail(
+            f"the bench extra is not installed (no {', '.join(missing)}): "
+            "pip install -e '.[dev,bench]', as the README's test command and .ci/run do"
+        )
     out = tmp_path / "bench.json"
     command = [sys.executable, "-m", "perdure", "bench", "--database-url", pg_url]
     command += ["--runs", "20", "--repeat", "1", "--peers", "--samples", "3", "--concurrency", "8"]
