@@ -9,6 +9,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure import testing
 
 FAST = {"concurrency": 8, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -239,3 +240,62 @@ def test_retry_of_a_function_saga_whose_rollback_failed_reruns_only_that_rollbac
             handle.result(timeout=30)
     assert again.value.status == "compensated"
     assert log == ["a", "b", "c", "fail", "undo c", "undo a", "undo b"]
+
+
+def test_a_child_by_name_comes_from_the_registry_or_fails_as_unknown(make_app: Any) -> None:
+    registrar = make_app()
+
+    @registrar.workflow("remote_child", queue="remote")
+    async def remote_child(ctx: perdure.Context, n: int) -> int:
+        return n + 1
+
+    registrar.register()
+    app = make_app()
+
+    @app.workflow("asks_remote")
+    async def asks_remote(ctx: perdure.Context) -> str:
+        child = await ctx.start_child("remote_child", 1)
+        return child.run_id
+
+    @app.workflow("asks_ghost", retry=perdure.RetryPolicy(max_attempts=1))
+    async def asks_ghost(ctx: perdure.Context) -> str:
+        child = await ctx.start_child("ghost", 1)
+        return child.run_id
+
+    # This App has no code for remote_child: the registry names its queue.
+    asked = app.start("asks_remote")
+    testing.drain(app)
+    child = app.get_run(asked.result(timeout=5))
+    assert (child.workflow, child.queue, child.parent_run_id) == (
+        "remote_child",
+        "remote",
+        asked.id,
+    )
+
+    ghost = app.start("asks_ghost")
+    testing.drain(app)
+    failed = ghost.get()
+    assert failed.status == perdure.RunStatus.FAILED
+    assert failed.error is not None and failed.error["type"].endswith("UnknownWorkflow")
+
+
+def test_a_child_key_taken_by_another_workflow_fails_the_parent(app: perdure.App) -> None:
+    @app.workflow("kid")
+    async def kid(ctx: perdure.Context) -> str:
+        return "kid"
+
+    @app.workflow("other")
+    async def other(ctx: perdure.Context) -> str:
+        return "other"
+
+    @app.workflow("keyed_parent", retry=perdure.RetryPolicy(max_attempts=1))
+    async def keyed_parent(ctx: perdure.Context) -> str:
+        child = await ctx.start_child("kid", key="shared-key")
+        return str(await child.result())
+
+    app.start("other", key="shared-key")
+    parent = app.start("keyed_parent")
+    testing.drain(app)
+    failed = parent.get()
+    assert failed.status == perdure.RunStatus.FAILED
+    assert failed.error is not None and failed.error["type"].endswith("RunKeyConflict")
