@@ -10,6 +10,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure import testing
 
 FAST = {"concurrency": 8, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -102,6 +103,25 @@ def test_condition_false_skips_the_step_and_its_dependents(app: perdure.App) -> 
     reasons = {s.name: (s.error or {}).get("reason") for s in app.steps(empty.id)}
     assert reasons["load"] == "its condition was false"
     assert reasons["report"] == "a dependency was skipped"
+
+
+def test_a_condition_that_raises_fails_its_step_and_the_run(app: perdure.App) -> None:
+    g = app.graph("broken_condition")
+
+    @g.step()
+    def count(ctx: perdure.StepContext, n: int) -> dict[str, int]:
+        return {"rows": n}
+
+    @g.step(depends_on=[count], when=lambda out: out["missing"] > 0)
+    def load(ctx: perdure.StepContext, out: dict[str, int]) -> str:
+        return "loaded"
+
+    handle = app.start("broken_condition", 3)
+    testing.drain(app)
+    assert handle.status() == perdure.RunStatus.FAILED
+    load_step = next(s for s in app.steps(handle.id) if s.name == "load")
+    assert load_step.status == perdure.StepStatus.FAILED and load_step.error is not None
+    assert "the condition of step 'load' raised" in load_step.error["message"]
 
 
 def test_approval_gate_waits_for_a_signal_inside_the_graph(app: perdure.App) -> None:
