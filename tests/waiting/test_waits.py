@@ -11,6 +11,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure import testing
 
 FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -316,3 +317,30 @@ def test_a_snooze_needs_one_valid_time(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         perdure.Snooze(*args, **kwargs)
+
+
+def test_a_timed_out_signal_wait_times_out_again_on_replay(make_app: Any) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    outcomes: list[str] = []
+
+    @app.workflow("two_waits")
+    async def two_waits(ctx: perdure.Context) -> Any:
+        try:
+            await ctx.wait_for_signal("first", timeout=60)
+            outcomes.append("first came")
+        except perdure.SignalTimeout:
+            outcomes.append("first timed out")
+        return await ctx.wait_for_signal("second")
+
+    handle = app.start("two_waits")
+    testing.drain(app)
+    clock.advance(seconds=120)
+    testing.drain(app)
+    assert handle.status() == perdure.RunStatus.WAITING
+    # The signal wakes the run: its replay meets the recorded time-out again.
+    app.signal(handle.id, "first", "too late")
+    app.signal(handle.id, "second", "ok")
+    testing.drain(app)
+    assert handle.result(timeout=5) == "ok"
+    assert outcomes == ["first timed out", "first timed out"]
