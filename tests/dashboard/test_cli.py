@@ -147,6 +147,7 @@ def test_a_read_only_dashboard_shows_no_action_and_refuses_them(
     )
     with pytest.raises(urllib.error.HTTPError) as answer:
         urllib.request.urlopen(refused, timeout=10)
+    answer.value.close()
     assert answer.value.code == 403
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 0

@@ -8,6 +8,7 @@ of runs, steps or history. Invariant 8: cost independent of history.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -57,6 +58,13 @@ def test_dashboard_queries_and_the_claim_read_their_indexes(
     def used(name: str) -> set[str]:
         return history_scale.indexes(plans[name])
 
+    def few_rows(line: str) -> bool:
+        # The oldest day partition holds only that day's last hours of the
+        # generated month: late in the UTC day, a handful of rows, which
+        # the planner rightly reads whole.
+        found = re.search(r"Seq Scan on history_p\S+ .*rows=(\d+) ", line)
+        return found is not None and int(found.group(1)) <= 10
+
     def whole_tables(name: str) -> list[str]:
         # The tables that grow with history. (The claim may read the small
         # tasks table whole to count claimed tasks; an empty partition, a day
@@ -66,6 +74,7 @@ def test_dashboard_queries_and_the_claim_read_their_indexes(
             for line in plans[name]
             if any(f"Seq Scan on {table}" in line for table in ("runs", "steps", "history"))
             and "cost=0.00..0.00" not in line
+            and not few_rows(line)
         ]
 
     assert "runs_status_created_at_idx" in used("failed in the last hour")
