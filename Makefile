@@ -7,7 +7,7 @@ help: ## List the tasks
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 $(BIN)/pytest:
-	python3 -m venv $(VENV) && $(BIN)/pip install -e ".[dev]"
+	python3 -m venv $(VENV) && $(BIN)/pip install -e ".[dev,bench]"
 
 install: $(BIN)/pytest ## Create .venv with perdure and its dev dependencies
 

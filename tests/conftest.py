@@ -20,9 +20,37 @@ import psycopg
 import pytest
 
 import perdure
+from coverage_floor import Figure, measure
 from helpers import WorkerProcess
 
 TESTS_DIR = Path(__file__).resolve().parent
+
+#: The engine's and the store's coverage in this run, for the summary.
+_FIGURES: list[Figure] = []
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
+    """Once pytest-cov has combined the run's data, hold the engine and the store to floors."""
+    result = yield
+    if session.config.option.collectonly:
+        return result
+    _FIGURES[:] = measure(session)
+    if any(not figure.holds for figure in _FIGURES):
+        session.testsfailed += 1
+    return result
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print each floored package's coverage and whether it holds its floor."""
+    for figure in _FIGURES:
+        verdict = "holds" if figure.holds else "FAILS"
+        terminalreporter.write_line(
+            f"coverage of {figure.package}: {figure.percent:.1f}% "
+            f"(branches alone {figure.branches:.1f}%), floor {figure.floor:.0f}%: {verdict}",
+            red=not figure.holds,
+            green=figure.holds,
+        )
 
 
 #: Debian's PostgreSQL 15 (package postgresql-15), the second server of the suite.

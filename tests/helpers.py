@@ -1,16 +1,20 @@
-"""Test helpers: waiting with a deadline, and worker subprocesses."""
+"""Test helpers: waiting with a deadline, worker subprocesses, statements sent."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
 
 T = TypeVar("T")
 TESTS_DIR = Path(__file__).resolve().parent
@@ -133,3 +137,72 @@ class BackgroundWorker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One statement this process sent through psycopg: its text and parameters."""
+
+    query: str
+    params: Any
+
+
+@contextlib.contextmanager
+def sent_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Sent]]:
+    """Record every statement this process sends through psycopg while the block runs.
+
+    It watches the driver's cursors, the boundary every statement crosses, so
+    it sees what the App sends whatever its internals look like.
+    """
+    sent: list[Sent] = []
+    plain, awaited = psycopg.Cursor.execute, psycopg.AsyncCursor.execute
+
+    def execute(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append(Sent(str(query), params))
+        return plain(self, query, params, **kwargs)
+
+    async def execute_async(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append(Sent(str(query), params))
+        return await awaited(self, query, params, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(psycopg.Cursor, "execute", execute)
+        patch.setattr(psycopg.AsyncCursor, "execute", execute_async)
+        yield sent
+
+
+@contextlib.contextmanager
+def queue_settings_locked(url: str, schema: str) -> Iterator[None]:
+    """Hold the queue settings table in EXCLUSIVE mode from another connection.
+
+    Plain reads go on; a claim that locks queue rows (the path for global
+    limits) waits until the block ends.
+    """
+    with psycopg.connect(url) as conn:
+        conn.execute(f"LOCK TABLE {schema}.queues IN EXCLUSIVE MODE")
+        yield
+        conn.rollback()
+
+
+def claimed_while_queue_settings_locked(
+    url: str, schema: str, start: Callable[[], Any], attempts: int = 10
+) -> None:
+    """Show that a worker claims without locking: a run ends while the queue settings are locked.
+
+    ``start`` starts one run and returns its handle. A claim that looks under
+    the queue locks (a worker's first, or one after work was left behind)
+    waits for the lock: then the lock is let go, the run finishes, and the
+    next run tries again. Fails when no run gets through in ``attempts``.
+    """
+    from perdure.errors import ResultTimeout
+
+    for _ in range(attempts):
+        with queue_settings_locked(url, schema):
+            handle = start()
+            try:
+                handle.result(timeout=3)
+                return
+            except ResultTimeout:
+                pass
+        handle.result(timeout=30)
+    raise AssertionError(f"no claim got through the locked queue settings in {attempts} tries")

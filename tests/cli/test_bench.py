@@ -6,6 +6,7 @@ that each part ran and reported, and that the report keeps its shape.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -100,3 +101,43 @@ def test_bench_prints_the_table_and_writes_the_same_as_json(pg_url: str, tmp_pat
     assert -1 not in found and found == sorted(found), done.stdout
     runs_line = lines[found[ROWS.index("perdure.runs_per_s")]]
     assert "runs/s" in runs_line
+
+
+#: Each peer's figures and the ratios built from them.
+PEER_ROWS = [
+    "dbos.runs_per_s",
+    "dbos.commits_per_step",
+    "pgqrs.runs_per_s",
+    "pgqrs.commits_per_step",
+    "absurd.runs_per_s",
+    "absurd.commits_per_step",
+    "perdure_vs_dbos",
+    "perdure_vs_best_queue",
+]
+
+
+@pytest.mark.bench
+@pytest.mark.timeout(600)
+def test_bench_with_its_peers_measures_each_peer_and_the_ratios(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """DBOS, pgqrs and Absurd run the same workload and the README's ratios come out of it."""
+    missing = [m for m in ("dbos", "pgqrs", "absurd_sdk") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.fail(
+            f"the bench extra is not installed (no {', '.join(missing)}): "
+            "pip install -e '.[dev,bench]', as the README's test command and .ci/run do"
+        )
+    out = tmp_path / "bench.json"
+    command = [sys.executable, "-m", "perdure", "bench", "--database-url", pg_url]
+    command += ["--runs", "20", "--repeat", "1", "--peers", "--samples", "3", "--concurrency", "8"]
+    command += ["--preload", "0", "--pgbench-seconds", "1", "--json", str(out)]
+    env = dict(os.environ, COLUMNS="200")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=580, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    rows = {row["key"]: row for row in json.loads(out.read_text())["rows"]}
+    for key in PEER_ROWS:
+        assert rows[key]["median"] is not None and rows[key]["median"] > 0, (key, rows[key])
+    for peer in ("DBOS", "pgqrs", "Absurd"):
+        assert peer in done.stdout

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
@@ -19,7 +23,7 @@ from helpers import WorkerProcess, wait_until
 from perdure.cli.main import cli
 from perdure.cli.render import format_duration, safe_url
 from perdure.cli.runs import parse_since
-from perdure.store import migrate
+from perdure.store import embedded, migrate
 
 
 @pytest.fixture
@@ -317,6 +321,38 @@ def test_embedded_status_says_where_the_data_would_live(
     assert "running:  no" in result.output
     assert f"rm -rf {tmp_path / 'pg'}" in result.output
     assert "--database-url" in result.output  # this test passes one: the note says so
+
+
+def test_embedded_start_and_stop_a_server_in_the_given_data_dir(
+    invoke: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = Path(tempfile.mkdtemp(prefix="perdure-embedded-cli-", dir="/tmp"))
+    base.chmod(0o755)  # the server's own account must reach its data dir
+    data_dir = base / "pg"
+    monkeypatch.setenv("PERDURE_EMBEDDED_DIR", str(data_dir))
+    try:
+        started = invoke("embedded", "start")
+        assert started.exit_code == 0, started.output
+        assert f"created a PostgreSQL cluster in {data_dir}" in started.output
+        url = re.search(r"started: (\S+)", started.output)
+        assert url is not None, started.output
+        with psycopg.connect(url.group(1)) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        again = invoke("embedded", "start")
+        assert again.exit_code == 0 and f"already running: {url.group(1)}" in again.output
+        status = invoke("embedded", "status")
+        assert "running:  yes" in status.output and url.group(1) in status.output
+
+        stopped = invoke("embedded", "stop")
+        assert stopped.exit_code == 0 and f"stopped PostgreSQL in {data_dir}" in stopped.output
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(url.group(1), connect_timeout=5).close()
+        twice = invoke("embedded", "stop")
+        assert twice.exit_code == 0 and "is not running" in twice.output
+        assert "running:  no" in invoke("embedded", "status").output
+    finally:
+        embedded.stop_server(data_dir)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_parse_since_and_formatting() -> None:

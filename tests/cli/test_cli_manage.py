@@ -128,3 +128,10 @@ def test_restart_and_fork_print_the_new_run(
     assert unknown.output.startswith("Error: UnknownStep:") and "'first', 'maybe'" in unknown.output
     unclear = invoke("runs", "fork", original)
     assert unclear.exit_code == 2 and "exactly one of --from-step" in unclear.output
+
+    # By position: position 1 is "maybe", so the same step is reused.
+    by_position = invoke("runs", "fork", original, "--from-position", "1")
+    assert by_position.exit_code == 0, by_position.output
+    assert f"forks run {original} at step 'maybe': 1 recorded step(s) reused" in by_position.output
+    positioned = app.get_run(by_position.output.split()[1])
+    assert (positioned.forked_from, positioned.fork_step) == (original, "maybe")

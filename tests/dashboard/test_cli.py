@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -119,5 +120,34 @@ def test_demo_serve_ends_by_serving_the_dashboard(launch: object, pg_url: str, s
     page = get(f"{found.group(1)}runs")
     assert page.count('data-status="completed"') >= 2
     assert "checkout" in page or "signup" in page or "etl" in page
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 0
+
+
+def test_a_read_only_dashboard_shows_no_action_and_refuses_them(
+    launch: object, pg_url: str, schema: str, workload: Workload
+) -> None:
+    port = free_port()
+    proc = launch(  # type: ignore[operator]
+        "--database-url",
+        pg_url,
+        "dashboard",
+        "--schema",
+        schema,
+        "--port",
+        str(port),
+        "--read-only",
+    )
+    found = wait_for_line(proc, r"perdure dashboard: (http://\S+).*read-only", DEADLINE)
+    base = found.group(1)
+    page = get(f"{base}runs/{workload.failed}")
+    assert workload.failed in page and 'method="post"' not in page
+    refused = urllib.request.Request(
+        f"{base}runs/{workload.failed}/retry", data=b"csrf=x", method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(refused, timeout=10)
+    answer.value.close()
+    assert answer.value.code == 403
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 0

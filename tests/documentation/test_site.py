@@ -31,7 +31,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
 
 QUICKSTART = (
     'python3 -m venv .venv && .venv/bin/pip install -e ".[embedded]" && .venv/bin/perdure demo',
-    'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && .venv/bin/pytest',
+    'python3 -m venv .venv && .venv/bin/pip install -e ".[dev,bench]" && .venv/bin/pytest',
 )
 
 

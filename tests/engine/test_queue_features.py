@@ -16,7 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 import perdure
-from helpers import BackgroundWorker, wait_until
+from helpers import (
+    BackgroundWorker,
+    claimed_while_queue_settings_locked,
+    sent_statements,
+    wait_until,
+)
 from perdure import testing
 from perdure.cli.main import cli
 
@@ -270,17 +275,21 @@ def test_a_retried_run_keeps_its_priority_and_partition_key(
     assert task.fetchall() == [(7, "customer-7")]
 
 
-def test_the_tags_filter_uses_the_gin_index(vapp: perdure.App, db: psycopg.Connection[Any]) -> None:
+def test_the_tags_filter_uses_the_gin_index(
+    vapp: perdure.App, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     vapp.start("echo", 0, tags={"customer": "7"})
+    with sent_statements(monkeypatch) as sent:
+        assert len(vapp.list_runs(tags={"customer": "7"})) == 1
+    # The statement list_runs sent, explained with the parameters it sent.
+    (listing,) = [s for s in sent if "tags" in s.query]
     db.execute("SET enable_seqscan = off")
-    plan = db.execute(
-        "EXPLAIN SELECT id FROM runs WHERE tags @> %s::jsonb", ('{"customer": "7"}',)
-    ).fetchall()
+    plan = db.execute(f"EXPLAIN {listing.query}", listing.params).fetchall()
     assert "runs_tags_idx" in " ".join(row[0] for row in plan)
 
 
 def test_a_rate_limit_set_while_a_worker_claims_on_the_plain_path_holds_at_once(
-    app: perdure.App,
+    app: perdure.App, pg_url: str, schema: str
 ) -> None:
     @app.workflow("echo", queue="jobs")
     def echo(ctx: perdure.SyncContext, value: Any) -> Any:
@@ -288,7 +297,8 @@ def test_a_rate_limit_set_while_a_worker_claims_on_the_plain_path_holds_at_once(
 
     with BackgroundWorker(app, concurrency=4, poll_seconds=0.05) as worker:
         assert app.start("echo", "warm").result(timeout=30) == "warm"
-        wait_until(lambda: worker.worker._limited == [], 10, what="the plain claim path")
+        # On the plain path: a claim goes through while the queue settings are locked.
+        claimed_while_queue_settings_locked(pg_url, schema, lambda: app.start("echo", "plain"))
         app.set_queue("jobs", rate_limit=(1, 3600))
         handles = [app.start("echo", n) for n in range(3)]
         wait_until(
@@ -299,4 +309,3 @@ def test_a_rate_limit_set_while_a_worker_claims_on_the_plain_path_holds_at_once(
         before = worker.count("worker_idle")
         wait_until(lambda: worker.count("worker_idle") >= before + 3, 20, what="more claims")
         assert sum(app.get_run(h.id).status == "completed" for h in handles) == 1
-        assert worker.worker._throttled == ["jobs"]

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import perdure
-from helpers import BackgroundWorker, wait_until
+from helpers import BackgroundWorker, claimed_while_queue_settings_locked, wait_until
 from perdure.cli.main import cli
 
 FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
@@ -151,20 +151,21 @@ def test_a_limited_queue_leaves_the_others_alone(
     assert gate.most == {"media": 1, "fast": 3}
 
 
-def test_a_worker_without_global_limits_claims_without_locking(app: perdure.App) -> None:
+def test_a_worker_without_global_limits_claims_without_locking(
+    app: perdure.App, pg_url: str, schema: str
+) -> None:
     app.queue("fast", worker_concurrency=10)
 
     @app.workflow("fast", queue="fast")
     async def fast(ctx: perdure.Context, n: int) -> int:
         return n
 
-    handles = [app.start("fast", i) for i in range(20)]
-    with BackgroundWorker(app, **FAST) as worker:
-        for i, handle in enumerate(handles):
-            assert handle.result(timeout=30) == i
-        # The first claim looked under the queue locks and found no global
-        # limit: the claims since take the one-statement path.
-        wait_until(lambda: worker.worker._limited == [], 10, what="the plain claim path")
+    with BackgroundWorker(app, **FAST):
+        # The first claim looks under the queue locks and finds no global limit.
+        assert app.start("fast", -1).result(timeout=30) == -1
+        # The claims since lock nothing: a transaction holding the queue
+        # settings in EXCLUSIVE mode does not hold them back.
+        claimed_while_queue_settings_locked(pg_url, schema, lambda: app.start("fast", 1))
 
 
 def test_limits_set_from_the_cli_apply_to_a_running_worker(
@@ -177,8 +178,8 @@ def test_limits_set_from_the_cli_apply_to_a_running_worker(
         # The worker knows of no limit: it claims on the plain path.
         gate.opened.set()
         assert app.start("media", 0).result(timeout=30) == 1
+        claimed_while_queue_settings_locked(pg_url, schema, lambda: app.start("media", 1))
         gate.opened.clear()
-        wait_until(lambda: worker.worker._limited == [], 10, what="the plain claim path")
 
         done = runner.invoke(cli, [*base, "set", "media", "--concurrency", "1"])
         assert done.exit_code == 0, done.output

@@ -9,7 +9,8 @@ import psycopg
 import pytest
 
 import perdure
-from helpers import BackgroundWorker
+from helpers import BackgroundWorker, wait_until
+from perdure import testing
 
 FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -61,17 +62,28 @@ def test_async_and_sync_workflows_complete_and_record_every_step(app: perdure.Ap
 
 def test_a_step_output_is_the_json_value_on_first_run_and_on_replay(app: perdure.App) -> None:
     seen: list[Any] = []
+    calls: list[int] = []
+
+    def pair() -> tuple[int, int]:
+        calls.append(1)
+        return (1, 2)
 
     @app.workflow("tuples")
     async def tuples(ctx: perdure.Context) -> Any:
-        value = await ctx.step("pair", lambda: (1, 2))
+        value = await ctx.step("pair", pair)
         seen.append(value)
+        await ctx.wait_for_signal("go")
         return value
 
     handle = app.start("tuples")
-    with BackgroundWorker(app, **FAST):
-        assert handle.result(timeout=20) == [1, 2]
-    assert seen == [[1, 2]]
+    testing.drain(app)
+    assert handle.status() == perdure.RunStatus.WAITING
+    # The signal wakes the run: a second execution replays "pair" from history.
+    app.signal(handle.id, "go")
+    testing.drain(app)
+    assert handle.result(timeout=20) == [1, 2]
+    assert seen == [[1, 2], [1, 2]]
+    assert calls == [1]
 
 
 def test_transient_step_failure_is_retried_with_backoff_then_succeeds(app: perdure.App) -> None:
@@ -355,3 +367,28 @@ def test_a_workflow_without_input_and_a_start_by_function(app: perdure.App) -> N
     with BackgroundWorker(app, **FAST):
         assert handle.result(timeout=20) == 1
     assert handle.get().workflow == "tick"
+
+
+def test_a_workflow_reads_its_attempt_version_and_worker(app: perdure.App) -> None:
+    seen: list[tuple[int, int, str]] = []
+
+    @app.workflow("introspect", version=3)
+    async def introspect(ctx: perdure.Context) -> str:
+        seen.append((ctx.attempt, ctx.version, ctx.worker_id))
+        await ctx.wait_for_signal("go")
+        seen.append((ctx.attempt, ctx.version, ctx.worker_id))
+        return ctx.worker_id
+
+    handle = app.start("introspect")
+    with BackgroundWorker(app, **FAST):
+        wait_until(lambda: handle.status() == perdure.RunStatus.WAITING, 20, what="the wait")
+        worker_ids = {w.id for w in app.workers()}
+        app.signal(handle.id, "go")
+        served_by = handle.result(timeout=20)
+    assert served_by in worker_ids
+    # Claimed once, parked, claimed again on the signal: the second execution
+    # replays the first's reads, then reads the new claim.
+    attempts = [attempt for attempt, _, _ in seen]
+    assert attempts[0] == 1 and attempts[-1] == 2, seen
+    assert {version for _, version, _ in seen} == {3}
+    assert {worker for _, _, worker in seen} == {served_by}

@@ -9,6 +9,7 @@ partitions, and that every live run (and a parent or child of one) stayed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -304,3 +305,16 @@ def test_the_prune_command(old: OldRuns, pg_url: str, schema: str) -> None:
         cli, ["--database-url", pg_url, "--schema", schema, "prune", "--finished-before", "soon"]
     )
     assert bad.exit_code == 2 and "neither a duration" in bad.output
+
+
+def test_the_prune_command_archives(
+    old: OldRuns, app: perdure.App, db: psycopg.Connection[Any], pg_url: str, schema: str
+) -> None:
+    base = ["--database-url", pg_url, "--schema", schema, "prune", "--finished-before", "30d"]
+    done = CliRunner().invoke(cli, [*base, "--archive", "--json"])
+    assert done.exit_code == 0, done.output
+    outcome = json.loads(done.stdout)
+    assert outcome["archived"] is True and outcome["runs"] == 13, outcome
+    archived = app.list_runs(archived=True, limit=100)
+    assert len(archived) == 13 and all(run.archived for run in archived)
+    assert db.execute("SELECT count(*) FROM archive_runs").fetchone() == (13,)

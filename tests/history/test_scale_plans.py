@@ -58,17 +58,23 @@ def test_dashboard_queries_and_the_claim_read_their_indexes(
     def used(name: str) -> set[str]:
         return history_scale.indexes(plans[name])
 
+    def few_rows(line: str) -> bool:
+        # The oldest day partition holds only that day's last hours of the
+        # generated month: late in the UTC day, a handful of rows, which
+        # the planner rightly reads whole.
+        found = re.search(r"Seq Scan on history_p\S+ .*rows=(\d+) ", line)
+        return found is not None and int(found.group(1)) <= 10
+
     def whole_tables(name: str) -> list[str]:
         # The tables that grow with history. (The claim may read the small
         # tasks table whole to count claimed tasks; an empty partition, a day
-        # ahead or the default one, costs nothing to read, and neither does
-        # the oldest day's partition when the generated span covers only its
-        # last minutes: the planner rightly reads a few pages whole.)
+        # ahead or the default one, costs nothing to read.)
         return [
             line
             for line in plans[name]
             if any(f"Seq Scan on {table}" in line for table in ("runs", "steps", "history"))
-            and _estimated_cost(line) >= 20
+            and "cost=0.00..0.00" not in line
+            and not few_rows(line)
         ]
 
     assert "runs_status_created_at_idx" in used("failed in the last hour")
@@ -99,10 +105,3 @@ def test_the_generated_history_is_spread_over_day_partitions(
     assert sum(counts.values()) > 20_000 * 5
     assert counts.get(f"{dataset.schema}.history_default", 0) == 0
     assert len(counts) >= 30
-
-
-def _estimated_cost(plan_line: str) -> float:
-    """The planner's total cost of one plan node (``cost=start..total``)."""
-    match = re.search(r"cost=[0-9.]+\.\.([0-9.]+)", plan_line)
-    assert match, plan_line
-    return float(match.group(1))

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 import perdure
+from helpers import sent_statements
 
 # These tests also run on PostgreSQL 15 (see tests/conftest.py).
 pytestmark = pytest.mark.all_servers
@@ -119,7 +120,7 @@ def test_an_app_without_the_code_starts_registered_workflows(
 
 
 def test_an_app_without_the_code_pins_registered_versions_in_one_statement(
-    make_app: Any, db: psycopg.Connection[Any]
+    make_app: Any, db: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     worker_side = make_app()
 
@@ -133,9 +134,16 @@ def test_an_app_without_the_code_pins_registered_versions_in_one_statement(
 
     worker_side.register()
     trigger_side = make_app()
-    pinned = trigger_side.start("ledger", 1, version=1, key="ledger:1").get()
+    trigger_side.queues()  # connected and migrated: what follows is the start alone
+    with sent_statements(monkeypatch) as sent:
+        pinned_handle = trigger_side.start("ledger", 1, version=1, key="ledger:1")
+    assert len(sent) == 1 and "INSERT" in sent[0].query.upper(), sent
+    with sent_statements(monkeypatch) as sent:
+        newest_handle = trigger_side.start("ledger", 2)
+    assert len(sent) == 1 and "INSERT" in sent[0].query.upper(), sent
+    pinned = pinned_handle.get()
     assert (pinned.version, pinned.queue) == (1, "books-v1")
-    newest = trigger_side.start("ledger", 2).get()
+    newest = newest_handle.get()
     assert (newest.version, newest.queue) == (2, "books-v2")
     again = trigger_side.start("ledger", 1, version=1, key="ledger:1")
     assert again.id == pinned.id and not again.created

@@ -76,8 +76,12 @@ def test_rate_limit_and_priority_hold_under_three_worker_processes(
     # At most 3 claims in any one-second window, across all workers...
     for first, last in zip(times, times[count:], strict=False):
         assert last - first >= timedelta(seconds=period), (first, last)
-    # ...and the budget is used: 12 claims take 3 windows, not many more.
-    assert times[-1] - times[0] < timedelta(seconds=period * (len(times) / count + 3))
+    # ...and the budget is used: some window holds a full budget of claims
+    # (a limit read as "less than 3" would never fill one).
+    assert any(
+        last - first < timedelta(seconds=period)
+        for first, last in zip(times, times[count - 1 :], strict=False)
+    ), times
     # Higher priority is claimed first, first started first within a priority.
     # Tasks claimed in one batch share their claim's moment: only claims at
     # different moments are ordered.
@@ -115,8 +119,9 @@ SELECT key, max(inside) FROM (
 def test_partition_keys_run_one_at_a_time_and_a_backlog_starves_no_key(
     local: perdure.App, db: psycopg.Connection[Any], spawn_worker: Any
 ) -> None:
-    # Customer a's backlog is queued first; b and c come after it.
-    jobs = [("a", 0.3)] * 8 + [("b", 0.3), ("c", 0.3)] * 2
+    # Customer a's backlog (8 runs of 1 s, one at a time) is queued first; b
+    # and c (0.3 s runs) come after it.
+    jobs = [("a", 1.0)] * 8 + [("b", 0.3), ("c", 0.3)] * 2
     handles = [
         local.start("parted", {"key": key, "seconds": s}, partition_key=key) for key, s in jobs
     ]
@@ -129,8 +134,9 @@ def test_partition_keys_run_one_at_a_time_and_a_backlog_starves_no_key(
         "SELECT key, array_agg(id ORDER BY id) FROM ledger WHERE event = 'enter' GROUP BY key"
     ).fetchall()
     first = {key: ids for key, ids in entered}
-    # b and c ran alongside a's backlog: both were done before a's third run began.
-    assert max(first["b"] + first["c"]) < first["a"][2]
+    # b and c ran alongside a's backlog, not after it: all four had begun
+    # before a's sixth run did (about 1.2 s of their work against 5 s of a's).
+    assert max(first["b"] + first["c"]) < first["a"][5]
     overall = db.execute(
         "SELECT max(inside) FROM (SELECT sum(CASE event WHEN 'enter' THEN 1 ELSE -1 END) "
         "OVER (ORDER BY id) AS inside FROM ledger) replay"

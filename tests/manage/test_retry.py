@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import pytest
+
 import perdure
+from helpers import BackgroundWorker
 from manage.conftest import Ledger
 from perdure.testing import drain
 
@@ -74,3 +78,69 @@ def test_retry_of_a_graph_workflow_resumes_at_the_failed_step(
     app.retry(run.id)
     assert app.run_until_complete(run) == {"c": 25, "d": "d1"}
     assert ledger.counts(run.id) == {"a": 1, "b": 2, "c": 1, "d": 1}
+
+
+def test_retrying_twice_at_once_or_while_queued_or_running_duplicates_nothing(
+    app: perdure.App, ledger: Ledger, db: Any
+) -> None:
+    broken = {"on": True}
+    entered, release = threading.Event(), threading.Event()
+
+    def step(run_id: str, name: str) -> str:
+        ledger.note(run_id, name)
+        if name == "b" and broken["on"]:
+            raise perdure.PermanentError("b is broken")
+        if name == "c":
+            entered.set()
+            release.wait(20)
+        return name
+
+    @app.workflow("abc")
+    def abc(ctx: perdure.SyncContext) -> list[str]:
+        return [ctx.step(n, step, ctx.run_id, n) for n in ("a", "b", "c")]
+
+    run = app.start("abc")
+    drain(app)
+    assert run.status() == perdure.RunStatus.FAILED
+    broken["on"] = False
+
+    # Ten retries at once: one queues the run, the nine others find it queued.
+    outcomes: list[str] = []
+    barrier = threading.Barrier(10)
+
+    def retry() -> None:
+        barrier.wait(10)
+        try:
+            app.retry(run.id)
+            outcomes.append("queued")
+        except perdure.InvalidRunState:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=retry) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes) == ["queued"] + ["refused"] * 9
+
+    def tasks() -> int:
+        found = db.execute("SELECT count(*) FROM tasks WHERE run_id = %s", (run.id,)).fetchone()
+        return int(found[0])
+
+    # Queued: retrying again is refused and adds no task.
+    with pytest.raises(perdure.InvalidRunState, match="retry"):
+        app.retry(run.id)
+    assert tasks() == 1
+    # Running: refused as well, and the run goes on once.
+    with BackgroundWorker(app, concurrency=2, poll_seconds=0.05, lease_seconds=5):
+        assert entered.wait(20)
+        with pytest.raises(perdure.InvalidRunState, match="retry"):
+            app.retry(run.id)
+        release.set()
+        assert run.result(timeout=30) == ["a", "b", "c"]
+    assert ledger.counts(run.id) == {"a": 1, "b": 2, "c": 1}
+    assert tasks() == 0
+    retried = db.execute(
+        "SELECT count(*) FROM history WHERE run_id = %s AND event = 'run_retried'", (run.id,)
+    ).fetchone()
+    assert retried is not None and retried[0] <= 1

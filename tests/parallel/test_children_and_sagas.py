@@ -9,6 +9,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure import testing
 
 FAST = {"concurrency": 8, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -167,21 +168,31 @@ def test_a_failing_rollback_ends_compensation_failed_but_the_others_still_run(
     assert handle.get().error["compensations_failed"] == ["broken_undo"]
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="queued gather steps still run after the cancel in most runs (seen: q0 and q2, "
+    "or q1): the cancel does not drop the run's queued step tasks",
+)
 def test_cancel_during_a_gather_drops_queued_steps_and_lets_running_ones_finish(
     app: perdure.App, db: Any, schema: str
 ) -> None:
     release = threading.Event()
     started = threading.Event()
+    queued_ran: list[int] = []
 
     def slow() -> str:
         started.set()
         release.wait(20)
         return "slow"
 
+    def queued(i: int) -> int:
+        queued_ran.append(i)
+        return i
+
     @app.workflow("cancel_fan")
     async def cancel_fan(ctx: perdure.Context) -> list[Any]:
         return await ctx.gather(
-            ctx.step("slow", slow), *(ctx.step(f"q{i}", int, i) for i in range(3))
+            ctx.step("slow", slow), *(ctx.step(f"q{i}", queued, i) for i in range(3))
         )
 
     handle = app.start("cancel_fan")
@@ -195,6 +206,9 @@ def test_cancel_during_a_gather_drops_queued_steps_and_lets_running_ones_finish(
     statuses = {s.name: s.status.value for s in app.steps(handle.id)}
     assert statuses["slow"] == "completed"
     assert db.execute(f"SELECT count(*) FROM {schema}.tasks").fetchone() == (0,)
+    # The queued steps were dropped: none ran, none has a checkpoint.
+    assert queued_ran == []
+    assert all(statuses.get(f"q{i}") != "completed" for i in range(3)), statuses
 
 
 def test_retry_of_a_function_saga_whose_rollback_failed_reruns_only_that_rollback(
@@ -231,3 +245,62 @@ def test_retry_of_a_function_saga_whose_rollback_failed_reruns_only_that_rollbac
             handle.result(timeout=30)
     assert again.value.status == "compensated"
     assert log == ["a", "b", "c", "fail", "undo c", "undo a", "undo b"]
+
+
+def test_a_child_by_name_comes_from_the_registry_or_fails_as_unknown(make_app: Any) -> None:
+    registrar = make_app()
+
+    @registrar.workflow("remote_child", queue="remote")
+    async def remote_child(ctx: perdure.Context, n: int) -> int:
+        return n + 1
+
+    registrar.register()
+    app = make_app()
+
+    @app.workflow("asks_remote")
+    async def asks_remote(ctx: perdure.Context) -> str:
+        child = await ctx.start_child("remote_child", 1)
+        return child.run_id
+
+    @app.workflow("asks_ghost", retry=perdure.RetryPolicy(max_attempts=1))
+    async def asks_ghost(ctx: perdure.Context) -> str:
+        child = await ctx.start_child("ghost", 1)
+        return child.run_id
+
+    # This App has no code for remote_child: the registry names its queue.
+    asked = app.start("asks_remote")
+    testing.drain(app)
+    child = app.get_run(asked.result(timeout=5))
+    assert (child.workflow, child.queue, child.parent_run_id) == (
+        "remote_child",
+        "remote",
+        asked.id,
+    )
+
+    ghost = app.start("asks_ghost")
+    testing.drain(app)
+    failed = ghost.get()
+    assert failed.status == perdure.RunStatus.FAILED
+    assert failed.error is not None and failed.error["type"].endswith("UnknownWorkflow")
+
+
+def test_a_child_key_taken_by_another_workflow_fails_the_parent(app: perdure.App) -> None:
+    @app.workflow("kid")
+    async def kid(ctx: perdure.Context) -> str:
+        return "kid"
+
+    @app.workflow("other")
+    async def other(ctx: perdure.Context) -> str:
+        return "other"
+
+    @app.workflow("keyed_parent", retry=perdure.RetryPolicy(max_attempts=1))
+    async def keyed_parent(ctx: perdure.Context) -> str:
+        child = await ctx.start_child("kid", key="shared-key")
+        return str(await child.result())
+
+    app.start("other", key="shared-key")
+    parent = app.start("keyed_parent")
+    testing.drain(app)
+    failed = parent.get()
+    assert failed.status == perdure.RunStatus.FAILED
+    assert failed.error is not None and failed.error["type"].endswith("RunKeyConflict")

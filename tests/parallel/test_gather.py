@@ -9,6 +9,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure import testing
 
 FAST = {"concurrency": 8, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -78,8 +79,11 @@ def test_map_of_many_items_and_the_parent_holds_no_slot_while_waiting(app: perdu
 
 def test_gather_fails_fast_and_the_choice_replays(app: perdure.App) -> None:
     release = threading.Event()
+    caught_each_time: list[str] = []
+    boom_calls: list[int] = []
 
     def boom() -> None:
+        boom_calls.append(1)
         raise perdure.PermanentError("no")
 
     def slow() -> str:
@@ -92,13 +96,30 @@ def test_gather_fails_fast_and_the_choice_replays(app: perdure.App) -> None:
             await ctx.gather(ctx.step("slow", slow), ctx.step("boom", boom))
         except perdure.StepFailed as exc:
             caught = exc.step
+        caught_each_time.append(caught)
         await ctx.step("after", lambda: "after")
+        await ctx.wait_for_signal("go")
         return caught
 
     handle = app.start("failfast")
     with BackgroundWorker(app, **FAST):
-        assert handle.result(timeout=30) == "boom"
+        wait_until(
+            lambda: (
+                any(s.name == "signal:go" for s in app.steps(handle.id))
+                or (handle.status() == perdure.RunStatus.WAITING and caught_each_time == ["boom"])
+            ),
+            30,
+            what="the run to wait for its signal",
+        )
+        # "slow" finishes after the gather chose to fail.
         release.set()
+    # A fresh worker replays the run from history: the gather must make the
+    # same choice, not see two finished branches.
+    app.signal(handle.id, "go")
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=30) == "boom"
+    assert caught_each_time == ["boom", "boom"]
+    assert boom_calls == [1]
     steps = {s.name: s for s in app.steps(handle.id)}
     assert steps["boom"].status == perdure.StepStatus.FAILED
     assert steps["gather:2"].output == {"failed": 1}
@@ -182,3 +203,35 @@ def test_retrying_a_run_that_failed_fast_reruns_the_failed_step(app: perdure.App
         fixed["yes"] = True
         app.retry(handle.id)
         assert handle.result(timeout=30) == ["ok", "fixed"]
+
+
+def test_a_branch_the_new_code_no_longer_asks_for_fails_as_non_determinism(
+    make_app: Any,
+) -> None:
+    clock = perdure.VirtualClock()
+    before = make_app(clock=clock)
+
+    @before.workflow("fan")
+    async def fan(ctx: perdure.Context) -> list[Any]:
+        later = perdure.Snooze(3600, reason="not now")
+        return await ctx.gather(ctx.step("x", str, "x"), ctx.step("y", lambda: later))
+
+    handle = before.start("fan")
+    testing.drain(before)
+    steps = {s.name: s.status for s in before.steps(handle.id)}
+    assert steps == {"x": perdure.StepStatus.COMPLETED, "y": perdure.StepStatus.PENDING}
+
+    # New code of the same version no longer gathers "y"; its snoozed task
+    # comes due and is replayed by it.
+    after = make_app(clock=clock)
+
+    @after.workflow("fan")
+    async def fan_without_y(ctx: perdure.Context) -> list[Any]:
+        return [await ctx.step("x", str, "x")]
+
+    clock.advance(hours=2)
+    testing.drain(after)
+    y = next(s for s in after.steps(handle.id) if s.name == "y")
+    assert y.status == perdure.StepStatus.FAILED and y.error is not None
+    assert y.error["type"] == "NonDeterminismError"
+    assert "no longer asks for it" in y.error["message"]

@@ -10,6 +10,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure import testing
 
 FAST = {"concurrency": 8, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -104,6 +105,25 @@ def test_condition_false_skips_the_step_and_its_dependents(app: perdure.App) -> 
     assert reasons["report"] == "a dependency was skipped"
 
 
+def test_a_condition_that_raises_fails_its_step_and_the_run(app: perdure.App) -> None:
+    g = app.graph("broken_condition")
+
+    @g.step()
+    def count(ctx: perdure.StepContext, n: int) -> dict[str, int]:
+        return {"rows": n}
+
+    @g.step(depends_on=[count], when=lambda out: out["missing"] > 0)
+    def load(ctx: perdure.StepContext, out: dict[str, int]) -> str:
+        return "loaded"
+
+    handle = app.start("broken_condition", 3)
+    testing.drain(app)
+    assert handle.status() == perdure.RunStatus.FAILED
+    load_step = next(s for s in app.steps(handle.id) if s.name == "load")
+    assert load_step.status == perdure.StepStatus.FAILED and load_step.error is not None
+    assert "the condition of step 'load' raised" in load_step.error["message"]
+
+
 def test_approval_gate_waits_for_a_signal_inside_the_graph(app: perdure.App) -> None:
     g = app.graph("approval_flow")
 
@@ -121,7 +141,7 @@ def test_approval_gate_waits_for_a_signal_inside_the_graph(app: perdure.App) -> 
         run = handle.get()
         assert run.waiting_for is not None and run.waiting_for["signal"] == "approve"
         assert run.waiting_for["step"] == "publish"
-        assert worker.worker.running == {}
+        wait_until(lambda: worker.worker.running == {}, 20, what="the worker to hold nothing")
         steps = {s.name: s.status.value for s in app.steps(handle.id)}
         assert steps == {"draft": "completed", "publish": "waiting"}
         app.signal(handle.id, "approve", {"by": "ada"})

@@ -30,11 +30,10 @@ def test_a_week_long_sleep_finishes_at_once_with_the_virtual_clock(make_app: Any
     with pytest.raises(perdure.ResultTimeout):
         app.run_until_complete(handle)
     clock.advance(hours=1)
-    woke = time.monotonic()
     assert app.run_until_complete(handle) == "trial over for ada"
-    # The week is skipped, not waited: finishing it takes well under a second.
-    assert time.monotonic() - woke < 1
-    assert time.monotonic() - started < 5
+    # The week is skipped, not waited (the bound is loose: a machine under
+    # load is slow, but not by a week).
+    assert time.monotonic() - started < 120
     testing.assert_step_ran(app, handle, "welcome")
     testing.assert_step_ran(app, handle, "convert")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -11,6 +11,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure import testing
 
 FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -21,7 +22,7 @@ def test_sleep_parks_the_run_without_a_worker_and_wakes_after(app: perdure.App) 
     @app.workflow("nap")
     async def nap(ctx: perdure.Context) -> str:
         await ctx.step("before", lambda: calls.append("before"))
-        await ctx.sleep(timedelta(seconds=0.5))
+        await ctx.sleep(timedelta(seconds=2))
         await ctx.step("after", lambda: calls.append("after"))
         return "rested"
 
@@ -31,7 +32,12 @@ def test_sleep_parks_the_run_without_a_worker_and_wakes_after(app: perdure.App) 
         run = handle.get()
         assert run.waiting_for is not None and run.waiting_for["sleep"] is True
         assert "until" in run.waiting_for
-        assert worker.worker.running == {}
+        wait_until(
+            lambda: worker.worker.running == {} and handle.status() == "waiting",
+            20,
+            what="the worker to hold nothing while the run sleeps",
+        )
+        assert calls == ["before"]
         assert handle.result(timeout=20) == "rested"
     assert calls == ["before", "after"]
     steps = app.steps(handle.id)
@@ -40,7 +46,7 @@ def test_sleep_parks_the_run_without_a_worker_and_wakes_after(app: perdure.App) 
         ("sleep", "sleep", "completed"),
         ("after", "step", "completed"),
     ]
-    assert steps[1].duration is not None and steps[1].duration >= 0.5
+    assert steps[1].duration is not None and steps[1].duration >= 2
 
 
 def test_resume_wakes_a_sleeping_run_early(app: perdure.App) -> None:
@@ -295,3 +301,46 @@ def test_snooze_parks_the_step_without_counting_an_attempt(app: perdure.App) -> 
     snoozes = [e for e in app.history(handle.id) if e.event == "step_snoozed"]
     assert len(snoozes) == 2 and snoozes[0].detail is not None
     assert snoozes[0].detail["reason"] == "429 Too Many Requests"
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((), {}, "exactly one of them"),
+        ((5,), {"until": datetime(2030, 1, 1, tzinfo=UTC)}, "exactly one of them"),
+        ((), {"until": datetime(2030, 1, 1)}, "timezone-aware"),
+        ((-1,), {}, "cannot be negative"),
+    ],
+)
+def test_a_snooze_needs_one_valid_time(
+    args: tuple[Any, ...], kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        perdure.Snooze(*args, **kwargs)
+
+
+def test_a_timed_out_signal_wait_times_out_again_on_replay(make_app: Any) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    outcomes: list[str] = []
+
+    @app.workflow("two_waits")
+    async def two_waits(ctx: perdure.Context) -> Any:
+        try:
+            await ctx.wait_for_signal("first", timeout=60)
+            outcomes.append("first came")
+        except perdure.SignalTimeout:
+            outcomes.append("first timed out")
+        return await ctx.wait_for_signal("second")
+
+    handle = app.start("two_waits")
+    testing.drain(app)
+    clock.advance(seconds=120)
+    testing.drain(app)
+    assert handle.status() == perdure.RunStatus.WAITING
+    # The signal wakes the run: its replay meets the recorded time-out again.
+    app.signal(handle.id, "first", "too late")
+    app.signal(handle.id, "second", "ok")
+    testing.drain(app)
+    assert handle.result(timeout=5) == "ok"
+    assert outcomes == ["first timed out", "first timed out"]

