@@ -1,8 +1,9 @@
 """The coverage floors of the engine and the store, enforced at the end of a run.
 
-pytest-cov measures the whole package and enforces its total
-(``[tool.coverage.report] fail_under``); this adds one floor per package and
-prints each package's figure. The hooks are wired in ``tests/conftest.py``.
+pytest-cov measures the whole package; this prints the figure of perdure as a
+whole and of the engine and the store, and holds each to its floor when the
+run is the whole suite (a run of some tests only prints them). The hooks are
+wired in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 #: Coverage (lines and branches together, as coverage.py counts with
 #: ``branch = true``) each package must keep, in percent.
-FLOORS = {"perdure/engine": 90.0, "perdure/store": 90.0}
+FLOORS = {"perdure": 85.0, "perdure/engine": 90.0, "perdure/store": 90.0}
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,17 @@ def _coverage(session: pytest.Session) -> object | None:
     if controller is None or getattr(plugin, "_disabled", False):
         return None
     return getattr(controller, "cov", None)
+
+
+def whole_suite(session: pytest.Session) -> bool:
+    """Whether this run is the whole suite (no paths given but the testpaths, no -k or -m)."""
+    config = session.config
+    given = sorted(str(arg) for arg in config.args)
+    return (
+        given == sorted(config.getini("testpaths"))
+        and not config.option.keyword
+        and not config.option.markexpr
+    )
 
 
 def measure(session: pytest.Session) -> list[Figure]:

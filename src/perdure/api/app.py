@@ -29,6 +29,7 @@ from perdure.api import schedules as scheduling
 from perdure.api import workers as working
 from perdure.api.core import Core
 from perdure.api.graph import Graph
+from perdure.api.presenting import owned
 from perdure.api.registry import Registry, WorkflowDef
 from perdure.clock import Clock
 from perdure.engine import arguments, serialization
@@ -39,6 +40,7 @@ from perdure.store.statements import Statements
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@owned
 class App:
     """A perdure application: the workflows it defines and the database they run on.
 

@@ -7,11 +7,11 @@ same methods that block instead; both drive one engine execution.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
+from perdure.api.presenting import owned, presents
 from perdure.engine import arguments, children, parallel, typed, waits
 from perdure.engine.arguments import validate_name
 from perdure.engine.executor import Execution, Rollback, call_sync
@@ -419,7 +419,7 @@ def _blocking(
 ) -> Callable[Concatenate[SyncContext, P], T]:
     """The blocking form of a :class:`Context` method, for a workflow's worker thread."""
 
-    @functools.wraps(fn)
+    @presents(fn)
     def call(self: SyncContext, /, *args: P.args, **kwargs: P.kwargs) -> T:
         result: T = call_sync(self._execution.loop, _awaited(fn(self._context, *args, **kwargs)))
         return result
@@ -436,6 +436,7 @@ async def _sync_child(started: Awaitable[ChildRun]) -> SyncChildRun:
     return SyncChildRun(child._execution, child.run_id, child.workflow)
 
 
+@owned
 class SyncContext(_Base):
     """The durable API of a plain ``def`` workflow: :class:`Context`, blocking.
 

@@ -12,12 +12,12 @@ two derive the forms of an async iterator.
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from perdure.api.core import Core, HasCore
+from perdure.api.presenting import presents
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -28,7 +28,7 @@ Op = Callable[Concatenate[Core, P], Coroutine[Any, Any, T]]
 def blocking(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
     """The sync form of ``fn(core, ...)``: run it on the portal and wait."""
 
-    @functools.wraps(fn)
+    @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         core = self._core
         return core.portal.call(fn(core, *args, **kwargs))
@@ -45,7 +45,7 @@ def awaiting(
     to the caller's loop) it runs on the caller's loop instead.
     """
 
-    @functools.wraps(fn)
+    @presents(fn)
     async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         core = self._core
         if here is not None and here(kwargs):
@@ -60,7 +60,7 @@ def blocking_method(
 ) -> Callable[Concatenate[S, P], T]:
     """The sync form of a coroutine method of an object with a core."""
 
-    @functools.wraps(fn)
+    @presents(fn)
     def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._core.portal.call(fn(self, *args, **kwargs))
 
@@ -72,7 +72,7 @@ def awaiting_method(
 ) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
     """The async form of a coroutine method of an object with a core."""
 
-    @functools.wraps(fn)
+    @presents(fn)
     async def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._core.portal.run(fn(self, *args, **kwargs))
 
@@ -100,7 +100,7 @@ def iterating(
 ) -> Callable[Concatenate[HasCore, P], Iterator[T]]:
     """The sync form of an async iterator over a core: each next value fetched on the portal."""
 
-    @functools.wraps(fn)
+    @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
         core = self._core
         values = fn(core, *args, **kwargs)
@@ -125,7 +125,7 @@ def async_iterating(
 ) -> Callable[Concatenate[HasCore, P], AsyncIterator[T]]:
     """The async form of an async iterator over a core: each next value awaited on the portal."""
 
-    @functools.wraps(fn)
+    @presents(fn)
     async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
         core = self._core
         values = fn(core, *args, **kwargs)
@@ -148,7 +148,7 @@ def async_iterating(
 def here(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], Coroutine[Any, Any, T]]:
     """The async form of an operation that runs on the caller's loop (a worker does)."""
 
-    @functools.wraps(fn)
+    @presents(fn)
     async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await fn(self._core, *args, **kwargs)
 
@@ -158,7 +158,7 @@ def here(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], Coroutine[Any, Any, 
 def in_new_loop(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
     """The sync form of an operation that needs a loop of its own in this thread."""
 
-    @functools.wraps(fn)
+    @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return asyncio.run(fn(self._core, *args, **kwargs))
 
@@ -187,7 +187,7 @@ def run_on_thread(coro: Coroutine[Any, Any, T]) -> T:
 def on_thread(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
     """The sync form of an operation that runs a worker inline: on a thread of its own."""
 
-    @functools.wraps(fn)
+    @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return run_on_thread(fn(self._core, *args, **kwargs))
 
@@ -197,7 +197,7 @@ def on_thread(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
 def direct(fn: Callable[Concatenate[Core, P], T]) -> Callable[Concatenate[HasCore, P], T]:
     """A method for an operation without I/O (a declaration): ``fn(core, ...)`` at once."""
 
-    @functools.wraps(fn)
+    @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return fn(self._core, *args, **kwargs)
 

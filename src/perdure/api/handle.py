@@ -9,11 +9,13 @@ from typing import Any
 from perdure.api import forms
 from perdure.api.core import Core, HasCore
 from perdure.api.patience import patiently
+from perdure.api.presenting import owned
 from perdure.engine import arguments
 from perdure.errors import ResultTimeout, RunCancelled, RunFailed, RunNotFound
 from perdure.types import Run, RunStatus
 
 
+@owned
 class RunHandle:
     """A reference to one run: its id, plus ways to read its status and wait for it."""
 
