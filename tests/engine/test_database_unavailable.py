@@ -92,11 +92,6 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the first call migrates (or checks) the schema on a connection of its own "
-    "(App.ensure_schema), whose psycopg.OperationalError is not turned into DatabaseUnavailable",
-)
 @pytest.mark.parametrize("auto_migrate", [True, False], ids=["migrating", "checking"])
 def test_the_first_call_on_a_closed_port_raises_database_unavailable(auto_migrate: bool) -> None:
     app = perdure.App(

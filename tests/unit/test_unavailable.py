@@ -7,7 +7,7 @@ import pytest
 from psycopg import errors
 from psycopg_pool import PoolTimeout
 
-from perdure.store.store import is_unavailable
+from perdure.store.connect import is_unavailable
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import psycopg
 import psycopg.errors
 
 from perdure.store import migrate
+from perdure.store.connect import connect
 from perdure.store.store import execute_async, execute_sync
 
 T = TypeVar("T")
@@ -48,7 +49,7 @@ def is_async(conn: object) -> bool:
 
 def check_current(url: str, schema: str) -> None:
     """Check, on a short connection, that ``schema`` is migrated (SchemaError if not)."""
-    with psycopg.connect(url) as conn:
+    with connect(url) as conn:
         migrate.ensure_current(conn, schema)
 
 

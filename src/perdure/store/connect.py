@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from perdure.errors import DatabaseUnavailable
 
@@ -60,6 +61,44 @@ class Endpoints:
             # transaction may run on another one.
             found["prepare_threshold"] = None
         return found
+
+
+#: SQLSTATEs that say the server is going away, not yet back, or full, rather
+#: than that the statement was wrong: admin_shutdown (pg_terminate_backend, a
+#: fast shutdown), crash_shutdown, cannot_connect_now (starting up) and
+#: too_many_connections. Class 08 (connection exceptions) counts as well.
+_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database could not be reached, not that a statement failed.
+
+    A lost or refused connection, a server shutting down or starting up, no
+    free connection slot, or no pooled connection within the pool's timeout.
+    An error that the server raised for the statement itself (a constraint,
+    a deadlock, a serialization failure) is not.
+    """
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return False
+    state = exc.sqlstate
+    # No SQLSTATE: libpq itself failed (connection refused, closed mid-query).
+    return state is None or state.startswith("08") or state in _UNAVAILABLE_STATES
+
+
+def connect(url: str, **options: Any) -> psycopg.Connection[Any]:
+    """A connection of its own to ``url``; DatabaseUnavailable when the server cannot be reached.
+
+    For the short sessions outside the pools: migrations, the schema check.
+    Any other refusal (a wrong password, an unknown database) is raised as is.
+    """
+    try:
+        return psycopg.connect(url, **options)
+    except psycopg.OperationalError as exc:
+        if is_unavailable(exc):
+            raise DatabaseUnavailable(f"cannot reach PostgreSQL: {exc}") from exc
+        raise
 
 
 def direct_url_from_env(direct_url: str | None) -> str | None:

@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 
 from perdure.errors import SchemaError
+from perdure.store.connect import connect
 
 log = logging.getLogger("perdure.migrate")
 
@@ -128,7 +129,7 @@ def migrate(url: str, schema: str, upto: int | None = None) -> list[int]:
     """
     migrations = available()
     target = latest(migrations) if upto is None else min(upto, latest(migrations))
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect(url, autocommit=True) as conn:
         check_server(conn)
         try:
             if _check_newer(conn, schema, latest(migrations)) >= target:

@@ -18,45 +18,22 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from perdure.errors import DatabaseUnavailable
 from perdure.store.batch_statements import combine
-from perdure.store.connect import Endpoints
+from perdure.store.connect import Endpoints, is_unavailable
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 
 T = TypeVar("T")
 log = logging.getLogger("perdure.store")
 
-#: SQLSTATEs that say the server is going away, not yet back, or full, rather
-#: than that the statement was wrong: admin_shutdown (pg_terminate_backend, a
-#: fast shutdown), crash_shutdown, cannot_connect_now (starting up) and
-#: too_many_connections. Class 08 (connection exceptions) counts as well.
-_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
-
 #: A pooled connection returned less than this many seconds ago is handed out
 #: again without the pool's check (an empty query: one more round trip and one
 #: more transaction for every statement of the hot path). One that sat idle
 #: longer is checked, so that a server restart is noticed at checkout.
 RECENT_SECONDS = 1.0
-
-
-def is_unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` means the database could not be reached, not that a statement failed.
-
-    A lost or refused connection, a server shutting down or starting up, no
-    free connection slot, or no pooled connection within the pool's timeout.
-    An error that the server raised for the statement itself (a constraint,
-    a deadlock, a serialization failure) is not.
-    """
-    if isinstance(exc, PoolTimeout):
-        return True
-    if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-        return False
-    state = exc.sqlstate
-    # No SQLSTATE: libpq itself failed (connection refused, closed mid-query).
-    return state is None or state.startswith("08") or state in _UNAVAILABLE_STATES
 
 
 def execute_sync(conn: psycopg.Connection[Any], stmt: Statement[T]) -> T:
