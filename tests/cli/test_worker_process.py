@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 import perdure
 from helpers import wait_until
@@ -33,12 +31,6 @@ def _started_slow_step(app: perdure.App, db: psycopg.Connection[Any], seconds: i
     return handle
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=subprocess.TimeoutExpired,
-    reason="the second signal lowers shutdown_seconds after the shutdown already waits with "
-    "the first value (App.run_worker, Worker._shutdown): the worker waits out the full time",
-)
 def test_a_second_signal_stops_the_worker_at_once_and_hands_the_run_back(
     app: perdure.App, db: psycopg.Connection[Any], spawn_worker: Any
 ) -> None:

@@ -86,9 +86,7 @@ async def run_worker(core: Core, /, **options: Any) -> Worker:
     def on_signal() -> None:
         nonlocal signals
         signals += 1
-        running.request_stop()
-        if signals > 1:
-            running.options.shutdown_seconds = 0
+        running.request_stop(at_once=signals > 1)
 
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -89,6 +89,7 @@ class Worker:
         #: The worker's connection pool while it runs.
         self.store: AsyncStore | None = None
         self.stop_requested = asyncio.Event()
+        self._stop_at_once = asyncio.Event()
         self.running: dict[int, _Held] = {}
         self.counts: dict[str, int] = {}
         self._slot_freed = asyncio.Event()
@@ -104,9 +105,16 @@ class Worker:
         self.waiting = 0
         self.next_wake: datetime | None = None
 
-    def request_stop(self) -> None:
-        """Stop claiming; finish in-flight work within ``shutdown_seconds``, release the rest."""
+    def request_stop(self, *, at_once: bool = False) -> None:
+        """Stop claiming; finish in-flight work within ``shutdown_seconds``, release the rest.
+
+        With ``at_once`` (a second SIGTERM or Ctrl-C), in-flight work is not
+        waited for: it is handed back to the queue now, even if a first
+        request is already waiting for it.
+        """
         self.stop_requested.set()
+        if at_once:
+            self._stop_at_once.set()
 
     @property
     def stopping(self) -> bool:
@@ -520,7 +528,7 @@ class Worker:
             self.options.shutdown_seconds,
             len(jobs),
         )
-        _, pending = await asyncio.wait(jobs, timeout=self.options.shutdown_seconds)
+        pending = await self._wait_for(jobs, self.options.shutdown_seconds)
         leftovers = [held for held in list(self.running.values()) if held.job in pending]
         for held in leftovers:
             held.job.cancel()
@@ -534,6 +542,27 @@ class Worker:
                         held.task.fence, delay_seconds=0, failed=False, event="run_released"
                     )
                 )
+
+    async def _wait_for(
+        self, jobs: Sequence[asyncio.Task[str]], seconds: float
+    ) -> set[asyncio.Task[str]]:
+        """Wait up to ``seconds`` for ``jobs``, or until a stop at once; those still running."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        pending = set(jobs)
+        at_once = asyncio.ensure_future(self._stop_at_once.wait())
+        try:
+            while pending and not self._stop_at_once.is_set():
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                done, _ = await asyncio.wait(
+                    {*pending, at_once}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending -= done
+        finally:
+            at_once.cancel()
+        return pending
 
 
 def _with_steps(
