@@ -7,14 +7,15 @@ import hashlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from perdure.api.context import Context, SyncContext
 from perdure.engine import typed
 from perdure.engine.arguments import INT32_MAX, validate_name
-from perdure.engine.executor import Execution
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
 from perdure.errors import UnknownWorkflow, WorkflowDefinitionError
+
+if TYPE_CHECKING:
+    from perdure.engine.executor import Execution
 
 
 def validate_identity(kind: str, name: object, version: object, queue: object) -> None:
@@ -79,6 +80,9 @@ class WorkflowDef:
     async def invoke(self, execution: Execution, input: Any) -> Any:
         """Run the workflow body (on the loop if async, else on a worker thread) with
         ``input`` rebuilt as its annotation declares."""
+        # Imported here: a program that only reads runs (the CLI) never loads the engine.
+        from perdure.api.context import Context, SyncContext
+
         args: tuple[Any, ...] = (self.check_input(input),) if self.takes_input else ()
         if self.is_async:
             return await self.fn(Context(execution), *args)

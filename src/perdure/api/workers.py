@@ -7,14 +7,16 @@ import signal
 import threading
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perdure.api import registering
 from perdure.api.core import Core
-from perdure.engine.observer import Observer
-from perdure.engine.worker import Worker, WorkerOptions
 from perdure.errors import ConfigurationError
 from perdure.observability import tracing as _tracing
+
+if TYPE_CHECKING:
+    from perdure.engine.observer import Observer
+    from perdure.engine.worker import Worker
 
 
 async def worker(
@@ -40,6 +42,9 @@ async def worker(
     executions and steps (see :class:`~perdure.engine.observer.Observer`).
     See docs/observability.md.
     """
+    # Imported here: reading and starting runs never loads the worker.
+    from perdure.engine.worker import Worker, WorkerOptions
+
     defs = core.registry.all()
     if not defs:
         raise ConfigurationError("this App defines no workflow; a worker would have no work")
