@@ -265,6 +265,9 @@ class WorkerInfo:
     heartbeat_at: datetime
     stopped_at: datetime | None
     held: int
+    #: Threads still running a ``def`` step that timed out (or whose run this
+    #: worker lost); each holds one of the worker's slots until it returns.
+    stuck_threads: int = 0
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,10 @@ class WorkerView(Protocol):
     def running(self) -> Sized:
         """The tasks executing now."""
 
+    @property
+    def stuck_threads(self) -> int:
+        """Threads still running a step nobody waits for (engine/threads.py)."""
+
 
 class Observer:
     """Hooks the engine calls; each does nothing here. Subclass and override some."""

@@ -229,6 +229,7 @@ def worker(r: Row) -> WorkerInfo:
         heartbeat_at=r["heartbeat_at"],
         stopped_at=r["stopped_at"],
         held=int(r["held"]),
+        stuck_threads=int(r["stuck_threads"]),
     )
 
 

@@ -1,0 +1,16 @@
+-- perdure schema, version 13: what a worker cannot give back, and how often a
+-- run's lease may lapse.
+--
+-- workers.stuck_threads: threads of the worker still running a plain `def`
+-- step its caller gave up on (a timeout, a lost lease). Python cannot stop
+-- them; each holds a slot of the worker until it returns, and the dashboard
+-- shows them.
+--
+-- workflows.max_lapses: how many times a task of this workflow's runs may
+-- have its lease lapse before the reaper dead-letters it. Stored with the
+-- definition, so that every worker's reaper applies the same threshold.
+
+ALTER TABLE workers ADD COLUMN stuck_threads integer NOT NULL DEFAULT 0;
+
+ALTER TABLE workflows ADD COLUMN max_lapses integer NOT NULL DEFAULT 5
+    CHECK (max_lapses >= 1);
