@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
+
+import pytest
 
 import perdure
 from manage.conftest import Ledger
@@ -74,3 +77,21 @@ def test_retry_of_a_graph_workflow_resumes_at_the_failed_step(
     app.retry(run.id)
     assert app.run_until_complete(run) == {"c": 25, "d": "d1"}
     assert ledger.counts(run.id) == {"a": 1, "b": 2, "c": 1, "d": 1}
+
+
+def test_retry_of_an_archived_run_says_it_is_archived(app: perdure.App, db: Any) -> None:
+    @app.workflow("broken")
+    def broken(ctx: perdure.SyncContext) -> None:
+        raise perdure.PermanentError("no")
+
+    run = app.start("broken")
+    drain(app)
+    db.execute("UPDATE runs SET completed_at = now() - interval '2 days' WHERE id = %s", [run.id])
+    assert app.prune(timedelta(days=1), archive=True).runs == 1
+    assert app.get_run(run.id).archived
+
+    with pytest.raises(perdure.InvalidRunState) as refused:
+        app.retry(run.id)
+    assert refused.value.status == "archived"
+    assert "it is archived" in str(refused.value)
+    assert app.get_run(run.id).status == perdure.RunStatus.FAILED

@@ -147,8 +147,12 @@ WHERE served.name NOT IN (
 -- name: task_waiting_summary
 -- How many tasks of these queues wait for a future time (sleeps, signal
 -- timeouts, retry backoffs) and when the next one is due: what
--- `perdure worker` reports. Served by the partial index of ready tasks.
-SELECT count(*) AS waiting, min(available_at) AS next_wake
+-- `perdure worker` reports. Served by the partial index of ready tasks. A
+-- task parked until something happens (a gather, a child run, a signal with
+-- no timeout) is due a century ahead (FOREVER_SECONDS in engine/waits.py): it
+-- waits, but its due time is no wake-up, so only times within 50 years count.
+SELECT count(*) AS waiting,
+       min(available_at) FILTER (WHERE available_at < {now} + interval '50 years') AS next_wake
 FROM {schema}.tasks
 WHERE status = 'ready' AND queue = ANY(%(queues)s) AND available_at > {now};
 
