@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from helpers import BackgroundWorker, wait_until
-
 import perdure
+from helpers import BackgroundWorker, wait_until
 
 
 def test_a_run_parked_at_a_child_waits_without_a_wake_up(app: perdure.App) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -11,6 +11,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure.testing import drain
 
 FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -295,3 +296,32 @@ def test_snooze_parks_the_step_without_counting_an_attempt(app: perdure.App) -> 
     snoozes = [e for e in app.history(handle.id) if e.event == "step_snoozed"]
     assert len(snoozes) == 2 and snoozes[0].detail is not None
     assert snoozes[0].detail["reason"] == "429 Too Many Requests"
+
+
+def test_snooze_until_a_moment_is_measured_on_the_apps_clock(
+    make_app: Any, db: psycopg.Connection[Any]
+) -> None:
+    start = datetime(2024, 3, 29, 12, tzinfo=UTC)
+    clock = perdure.VirtualClock(start)
+    app = make_app(clock=clock)
+    calls: list[int] = []
+
+    def later() -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            return perdure.Snooze(until=start + timedelta(hours=1), reason="closed")
+        return "open"
+
+    @app.workflow("shop")
+    def shop(ctx: perdure.SyncContext) -> Any:
+        return ctx.step("visit", later)
+
+    handle = app.start("shop")
+    drain(app)
+    # On the machine's clock that moment passed long ago; on the App's it is an hour away.
+    assert len(calls) == 1 and not handle.status().is_final
+    (due,) = db.execute("SELECT available_at FROM tasks WHERE run_id = %s", [handle.id]).fetchone()
+    assert due == start + timedelta(hours=1)
+    clock.advance(hours=1)
+    drain(app)
+    assert handle.result(timeout=0) == "open" and len(calls) == 2
