@@ -285,6 +285,9 @@ class WorkflowInfo:
     fingerprint: str | None = None
     #: Live workers that have this version's code, so claim its runs.
     workers: list[str] = field(default_factory=list)
+    #: True when ``counts`` are those of the workflow's newest runs only (the
+    #: listing counts at most 10,000 runs per workflow, so its cost is bounded).
+    counts_capped: bool = False
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,7 @@ def workflow(r: Row) -> WorkflowInfo:
         definition=r.get("definition") or {},
         fingerprint=r.get("fingerprint"),
         workers=list(r.get("workers") or []),
+        counts_capped=bool(r.get("counts_capped")),
     )
 
 
