@@ -28,6 +28,22 @@ def validate_identity(kind: str, name: object, version: object, queue: object) -
         )
 
 
+#: Lease lapses a task survives before the reaper dead-letters it with its run.
+DEFAULT_MAX_LAPSES = 5
+
+
+def validate_max_lapses(kind: str, name: str, max_lapses: object) -> None:
+    """Refuse a ``max_lapses`` that is not an integer from 1 to 1000."""
+    if (
+        not isinstance(max_lapses, int)
+        or isinstance(max_lapses, bool)
+        or not 1 <= max_lapses <= 1000
+    ):
+        raise WorkflowDefinitionError(
+            f"{kind} {name!r}: max_lapses must be an integer from 1 to 1000, not {max_lapses!r}"
+        )
+
+
 @dataclass
 class WorkflowDef:
     """A function workflow: its name, version, queue, retry policy and code."""
@@ -38,9 +54,13 @@ class WorkflowDef:
     fn: Callable[..., Any]
     retry: RetryPolicy = field(default=DEFAULT_WORKFLOW_RETRY)
     kind: str = "function"
+    #: Lease lapses a task of this workflow's runs survives before the reaper
+    #: dead-letters it (stored with the definition; every worker applies it).
+    max_lapses: int = DEFAULT_MAX_LAPSES
 
     def __post_init__(self) -> None:
         validate_identity("workflow", self.name, self.version, self.queue)
+        validate_max_lapses("workflow", self.name, self.max_lapses)
         params = list(inspect.signature(self.fn).parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if not positional or len(positional) > 2:
@@ -99,6 +119,7 @@ class Definition(Protocol):
     version: int
     queue: str
     kind: str
+    max_lapses: int
 
     @property
     def fingerprint(self) -> str:

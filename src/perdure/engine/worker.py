@@ -50,7 +50,6 @@ class WorkerOptions:
     heartbeat_seconds: float | None = None
     poll_seconds: float = 1.0
     reap_seconds: float | None = None
-    max_lapses: int = 5
     #: Tasks one claim takes at most. Runs claimed together advance together
     #: and share their checkpoints' commits, so a claim takes every free slot
     #: up to this.
@@ -84,7 +83,6 @@ class WorkerOptions:
         arguments.seconds("shutdown_seconds", self.shutdown_seconds)
         arguments.optional_seconds("heartbeat_seconds", self.heartbeat_seconds, positive=True)
         arguments.optional_seconds("reap_seconds", self.reap_seconds, positive=True)
-        arguments.integer("max_lapses", self.max_lapses, minimum=1)
         arguments.integer("claim_batch", self.claim_batch, minimum=1, maximum=10_000)
         arguments.optional_text("worker_id", self.worker_id, max_length=200)
         arguments.flag("exit_when_idle", self.exit_when_idle)
@@ -259,7 +257,6 @@ class Worker:
             lambda: maintenance.reaper_loop(
                 store,
                 opts.reap_interval,
-                opts.max_lapses,
                 opts.lease_seconds * 2,
                 self.observer.dead_lettered,
             ),
@@ -317,9 +314,7 @@ class Worker:
                 if opts.exit_when_idle:
                     # Inline mode has no reaper schedule: revive lapsed
                     # leases (a test's simulated crash) before each claim.
-                    _, dead = await store.execute(
-                        self.statements.tasks.rescue(limit=500, max_lapses=opts.max_lapses)
-                    )
+                    _, dead = await store.execute(self.statements.tasks.rescue(limit=500))
                     if dead:
                         self.observer.dead_lettered(dead)
                 if free <= 0:

@@ -19,6 +19,7 @@ class WorkflowStatements(Namespace):
         kind: str,
         definition_json: str,
         fingerprint: str | None,
+        max_lapses: int = 5,
     ) -> Statement[None]:
         """Record a workflow definition in the registry."""
         return self._build(
@@ -30,6 +31,7 @@ class WorkflowStatements(Namespace):
             kind=kind,
             definition=definition_json,
             fingerprint=fingerprint,
+            max_lapses=max_lapses,
         )
 
     def lookup(self, name: str, version: int | None) -> Statement[Row | None]:

@@ -210,23 +210,26 @@ SELECT count(*) AS changed FROM released;
 
 -- name: task_rescue
 -- The reaper: tasks whose lease expired go back to ready (their worker died
--- or stalled), and a task whose leases lapsed %(max_lapses)s times is
--- dead-lettered with its run, so a run that kills every worker cannot cycle
--- forever. SKIP LOCKED: a task whose owner is mid-checkpoint holds its row
+-- or stalled), and a task whose leases lapsed as many times as its
+-- workflow's max_lapses (stored with the definition, 5 when the version is
+-- not registered) is dead-lettered with its run, so a run that kills every
+-- worker cannot cycle forever. SKIP LOCKED: a task whose owner is mid-checkpoint holds its row
 -- lock, and is skipped rather than waited for.
 WITH expired AS (
-    SELECT id, run_id, worker_id, attempt, lapses + 1 AS lapses
-    FROM {schema}.tasks
-    WHERE status = 'claimed' AND lease_expires_at < {now}
-    ORDER BY id
+    SELECT t.id, t.run_id, t.worker_id, t.attempt, t.lapses + 1 AS lapses,
+           coalesce((SELECT w.max_lapses FROM {schema}.workflows w
+                     WHERE w.name = t.workflow AND w.version = t.version), 5) AS max_lapses
+    FROM {schema}.tasks t
+    WHERE t.status = 'claimed' AND t.lease_expires_at < {now}
+    ORDER BY t.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 ), revived AS (
     UPDATE {schema}.tasks t
     SET status = 'ready', worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL,
         lapses = e.lapses, available_at = {now}
     FROM expired e
-    WHERE t.id = e.id AND e.lapses < %(max_lapses)s
+    WHERE t.id = e.id AND e.lapses < e.max_lapses
     RETURNING t.run_id, t.kind
 ), requeued AS (
     UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
@@ -234,7 +237,7 @@ WITH expired AS (
     WHERE r.id = revived.run_id AND revived.kind = 'run' AND r.status = 'running'
 ), dead AS (
     DELETE FROM {schema}.tasks t USING expired e
-    WHERE t.id = e.id AND e.lapses >= %(max_lapses)s
+    WHERE t.id = e.id AND e.lapses >= e.max_lapses
     RETURNING t.run_id, e.lapses
 ), dead_runs AS (
     UPDATE {schema}.runs r
@@ -249,7 +252,7 @@ WITH expired AS (
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
     SELECT e.run_id, {now},
-           CASE WHEN e.lapses >= %(max_lapses)s THEN 'run_failed' ELSE 'lease_expired' END,
+           CASE WHEN e.lapses >= e.max_lapses THEN 'run_failed' ELSE 'lease_expired' END,
            e.attempt, e.worker_id, jsonb_build_object('lapses', e.lapses)
     FROM expired e
 )

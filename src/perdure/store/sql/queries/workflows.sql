@@ -3,12 +3,13 @@
 -- name: workflow_upsert
 -- Record (or refresh) a workflow definition in the registry.
 INSERT INTO {schema}.workflows (name, version, queue, kind, definition, fingerprint,
-                                registered_at, updated_at)
+                                max_lapses, registered_at, updated_at)
 VALUES (%(name)s, %(version)s, %(queue)s, %(kind)s, %(definition)s::jsonb, %(fingerprint)s,
-        {now}, {now})
+        %(max_lapses)s, {now}, {now})
 ON CONFLICT (name, version) DO UPDATE
 SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, definition = EXCLUDED.definition,
-    fingerprint = EXCLUDED.fingerprint, updated_at = EXCLUDED.updated_at;
+    fingerprint = EXCLUDED.fingerprint, max_lapses = EXCLUDED.max_lapses,
+    updated_at = EXCLUDED.updated_at;
 
 -- name: workflow_lookup
 -- The registered definition of a workflow: the given version, or the newest.
