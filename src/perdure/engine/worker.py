@@ -500,6 +500,11 @@ class Worker:
             env.lost_tasks.discard(task.fence.task_id)
             self._slot_freed.set()
             self._emit("task_done", {"run_id": task.run_id, "outcome": result})
+        if self._limited and task.queue in self._limited:
+            # Its queue's limit counts across workers: the others may be
+            # waiting for this slot; wake them now rather than at their poll.
+            with contextlib.suppress(Exception, Disconnected):
+                await env.store.execute(self.statements.queues.slot_freed(task.queue))
         return result
 
     async def _maintenance(self, store: AsyncStore) -> None:
