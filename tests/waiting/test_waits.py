@@ -11,6 +11,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure.api import notices
 from perdure.testing import drain
 
 FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
@@ -325,3 +326,29 @@ def test_snooze_until_a_moment_is_measured_on_the_apps_clock(
     clock.advance(hours=1)
     drain(app)
     assert handle.result(timeout=0) == "open" and len(calls) == 2
+
+
+def test_get_event_and_read_stream_are_woken_by_the_publication(
+    app: perdure.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a notification the waiters would look again only after 60 s.
+    monkeypatch.setattr(notices, "FALLBACK_SECONDS", 60.0)
+
+    @app.workflow("announce")
+    async def announce(ctx: perdure.Context) -> None:
+        await ctx.wait_for_signal("go")
+        await ctx.write_stream("ticks", 1)
+        await ctx.set_event("ready", "yes")
+        await ctx.wait_for_signal("more")
+        await ctx.write_stream("ticks", 2)
+        await ctx.close_stream("ticks")
+
+    handle = app.start("announce")
+    with BackgroundWorker(app, **FAST):
+        ticks = app.read_stream(handle.id, "ticks", timeout=30)
+        app.signal(handle.id, "go")
+        assert app.get_event(handle.id, "ready", timeout=30) == "yes"
+        assert next(ticks) == 1
+        app.signal(handle.id, "more")
+        assert list(ticks) == [2]
+        assert handle.result(timeout=30) is None

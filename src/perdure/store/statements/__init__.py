@@ -58,6 +58,7 @@ class Statements:
         self.clock = clock
         build = Builder(self.schema, clock, render(sql.Identifier(schema).as_string(None)))
         self.channel = build.channel
+        self.messages_channel = build.messages_channel
         self.runs = RunStatements(build)
         self.steps = StepStatements(build)
         self.tasks = TaskStatements(build)

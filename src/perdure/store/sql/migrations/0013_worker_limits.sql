@@ -14,3 +14,20 @@ ALTER TABLE workers ADD COLUMN stuck_threads integer NOT NULL DEFAULT 0;
 
 ALTER TABLE workflows ADD COLUMN max_lapses integer NOT NULL DEFAULT 5
     CHECK (max_lapses >= 1);
+
+-- Wake callers waiting in app.get_event / app.read_stream the moment a run
+-- publishes: NOTIFY <schema>_messages with the run's id, once per statement
+-- that wrote events or stream values of it (identical payloads fold).
+CREATE FUNCTION notify_message() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_messages', NEW.run_id::text);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER events_notify AFTER INSERT OR UPDATE ON events
+    FOR EACH ROW EXECUTE FUNCTION notify_message();
+
+CREATE TRIGGER streams_notify AFTER INSERT ON streams
+    FOR EACH ROW EXECUTE FUNCTION notify_message();
