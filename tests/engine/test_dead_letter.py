@@ -8,6 +8,7 @@ import psycopg
 import pytest
 
 import perdure
+from perdure import testing
 from perdure.store.store import execute_sync
 
 
@@ -60,3 +61,54 @@ def test_a_bad_max_lapses_is_refused(app: perdure.App, bad: Any) -> None:
         @app.workflow("bad", max_lapses=bad)
         def wf(ctx: perdure.SyncContext) -> None:
             return None
+
+
+def test_a_dead_lettered_graph_step_fails_its_run_after_the_compensations(
+    make_app: Any,
+) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    undone: list[str] = []
+    g = app.graph("trip", max_lapses=1)
+
+    @g.step(compensate=lambda ctx, out: undone.append(out))
+    def flight(ctx: perdure.StepContext, _: Any) -> str:
+        return "F1"
+
+    @g.step(depends_on=[flight])
+    def car(ctx: perdure.StepContext, _: Any) -> str:
+        return "C1"
+
+    handle = app.start("trip")
+    with testing.crash_after("car", before=True):  # car's worker dies mid-step
+        testing.drain(app, lease_seconds=30)
+    clock.advance(seconds=31)
+    testing.drain(app, lease_seconds=30)  # its lease lapsed once: max_lapses
+    run = app.get_run(handle.id)
+    assert run.status == perdure.RunStatus.COMPENSATED
+    assert undone == ["F1"]
+    car_step = next(s for s in app.steps(handle.id) if s.name == "car")
+    assert car_step.status == "failed" and car_step.error is not None
+    assert car_step.error["type"] == "LeaseExpired"
+
+
+def test_a_dead_lettered_parallel_step_fails_its_run_after_the_compensations(
+    make_app: Any,
+) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    undone: list[str] = []
+
+    @app.workflow("fanout", max_lapses=1, retry=perdure.RetryPolicy(max_attempts=1))
+    async def fanout(ctx: perdure.Context) -> Any:
+        booked = await ctx.step("book", lambda: "B1")
+        ctx.on_rollback(undone.append, booked, name="unbook")
+        return await ctx.gather(ctx.step("left", lambda: 1), ctx.step("right", lambda: 2))
+
+    handle = app.start("fanout")
+    with testing.crash_after("right", before=True):
+        testing.drain(app, lease_seconds=30)
+    clock.advance(seconds=31)
+    testing.drain(app, lease_seconds=30)
+    assert app.get_run(handle.id).status == perdure.RunStatus.COMPENSATED
+    assert undone == ["B1"]
