@@ -10,7 +10,9 @@ import psycopg
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure.observability.metrics import WorkerMetrics
 
+LOCAL = "http://127.0.0.1"
 #: What the stuck steps wait for: set at the end of the test to let them return.
 release = threading.Event()
 
@@ -51,7 +53,10 @@ def test_a_worker_whose_threads_are_stuck_claims_nothing_until_they_return(
     define(app)
     release.clear()
     try:
-        with BackgroundWorker(app, concurrency=2, poll_seconds=0.1, worker_id="full") as full:
+        metrics = WorkerMetrics()
+        with BackgroundWorker(
+            app, concurrency=2, poll_seconds=0.1, worker_id="full", observers=[metrics]
+        ) as full:
             hung = [app.start("hang") for _ in range(2)]
             assert [h.result(timeout=30) for h in hung] == ["perdure.errors.StepTimeout"] * 2
             wait_until(lambda: full.worker.stuck_threads == 2, what="two stuck threads")
