@@ -39,8 +39,6 @@ class Builder:
         self.schema = schema
         self.clock = clock
         self.channel = f"{schema}_wakeup"
-        #: Where the events and streams tables' triggers say which run published.
-        self.messages_channel = f"{schema}_messages"
         self.queries = queries
 
     def __call__(

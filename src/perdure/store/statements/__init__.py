@@ -58,7 +58,6 @@ class Statements:
         self.clock = clock
         build = Builder(self.schema, clock, render(sql.Identifier(schema).as_string(None)))
         self.channel = build.channel
-        self.messages_channel = build.messages_channel
         self.runs = RunStatements(build)
         self.steps = StepStatements(build)
         self.tasks = TaskStatements(build)
@@ -72,3 +71,8 @@ class Statements:
         self.history = HistoryStatements(build)
         #: The merged statements of the group commit (``sql/queries/batch.sql``).
         self.batch = BatchStatements(build)
+
+    @property
+    def messages_channel(self) -> str:
+        """Where the events and streams tables' triggers say which run published."""
+        return f"{self.schema}_messages"
