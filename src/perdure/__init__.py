@@ -6,59 +6,138 @@ runs survive crashes and deploys and resume where they stopped.
 
 from __future__ import annotations
 
-from perdure.api.app import App
-from perdure.api.context import ChildRun, Context, SyncChildRun, SyncContext
-from perdure.api.filters import RunFilter
-from perdure.api.graph import Graph, GraphStep
-from perdure.api.handle import RunHandle
-from perdure.clock import Clock, VirtualClock
-from perdure.engine.options import WorkerOptions
-from perdure.engine.retry import RetryPolicy
-from perdure.engine.worker import Worker
-from perdure.errors import (
-    Cancelled,
-    ChildFailed,
-    ConfigurationError,
-    DatabaseUnavailable,
-    EventTimeout,
-    InvalidPayload,
-    InvalidRunState,
-    InvalidSchedule,
-    LeaseLost,
-    MaintenanceBusy,
-    NonDeterminismError,
-    PerdureError,
-    PermanentError,
-    ResultTimeout,
-    RunCancelled,
-    RunFailed,
-    RunKeyConflict,
-    RunNotFound,
-    ScheduleNotFound,
-    SchemaError,
-    SerializationError,
-    SignalTimeout,
-    StepFailed,
-    StepTimeout,
-    UnknownStep,
-    UnknownWorkflow,
-    WorkflowDefinitionError,
-)
-from perdure.steps import Snooze, StepCall, StepContext
-from perdure.types import (
-    BulkResult,
-    HistoryEvent,
-    PruneResult,
-    Run,
-    RunPage,
-    RunRef,
-    RunStatus,
-    ScheduleInfo,
-    Step,
-    StepStatus,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perdure.api.app import App
+    from perdure.api.context import ChildRun, Context, SyncChildRun, SyncContext
+    from perdure.api.filters import RunFilter
+    from perdure.api.graph import Graph, GraphStep
+    from perdure.api.handle import RunHandle
+    from perdure.clock import Clock, VirtualClock
+    from perdure.engine.options import WorkerOptions
+    from perdure.engine.retry import RetryPolicy
+    from perdure.engine.worker import Worker
+    from perdure.errors import (
+        Cancelled,
+        ChildFailed,
+        ConfigurationError,
+        DatabaseUnavailable,
+        EventTimeout,
+        InvalidPayload,
+        InvalidRunState,
+        InvalidSchedule,
+        LeaseLost,
+        MaintenanceBusy,
+        NonDeterminismError,
+        PerdureError,
+        PermanentError,
+        ResultTimeout,
+        RunCancelled,
+        RunFailed,
+        RunKeyConflict,
+        RunNotFound,
+        ScheduleNotFound,
+        SchemaError,
+        SerializationError,
+        SignalTimeout,
+        StepFailed,
+        StepTimeout,
+        UnknownStep,
+        UnknownWorkflow,
+        WorkflowDefinitionError,
+    )
+    from perdure.steps import Snooze, StepCall, StepContext
+    from perdure.types import (
+        BulkResult,
+        HistoryEvent,
+        PruneResult,
+        Run,
+        RunPage,
+        RunRef,
+        RunStatus,
+        ScheduleInfo,
+        Step,
+        StepStatus,
+    )
 
 __version__ = "0.1.0"
+
+#: Where each public name lives: imported on first use, so that a program
+#: (the ``perdure`` command among them) that needs a few pays for only those.
+_HOMES: dict[str, str] = {
+    "App": "perdure.api.app",
+    "BulkResult": "perdure.types",
+    "Cancelled": "perdure.errors",
+    "ChildFailed": "perdure.errors",
+    "ChildRun": "perdure.api.context",
+    "Clock": "perdure.clock",
+    "ConfigurationError": "perdure.errors",
+    "Context": "perdure.api.context",
+    "DatabaseUnavailable": "perdure.errors",
+    "EventTimeout": "perdure.errors",
+    "Graph": "perdure.api.graph",
+    "GraphStep": "perdure.api.graph",
+    "HistoryEvent": "perdure.types",
+    "InvalidPayload": "perdure.errors",
+    "InvalidRunState": "perdure.errors",
+    "InvalidSchedule": "perdure.errors",
+    "LeaseLost": "perdure.errors",
+    "MaintenanceBusy": "perdure.errors",
+    "NonDeterminismError": "perdure.errors",
+    "PerdureError": "perdure.errors",
+    "PermanentError": "perdure.errors",
+    "PruneResult": "perdure.types",
+    "ResultTimeout": "perdure.errors",
+    "RetryPolicy": "perdure.engine.retry",
+    "Run": "perdure.types",
+    "RunCancelled": "perdure.errors",
+    "RunFailed": "perdure.errors",
+    "RunFilter": "perdure.api.filters",
+    "RunHandle": "perdure.api.handle",
+    "RunKeyConflict": "perdure.errors",
+    "RunNotFound": "perdure.errors",
+    "RunPage": "perdure.types",
+    "RunRef": "perdure.types",
+    "RunStatus": "perdure.types",
+    "ScheduleInfo": "perdure.types",
+    "ScheduleNotFound": "perdure.errors",
+    "SchemaError": "perdure.errors",
+    "SerializationError": "perdure.errors",
+    "SignalTimeout": "perdure.errors",
+    "Snooze": "perdure.steps",
+    "Step": "perdure.types",
+    "StepCall": "perdure.steps",
+    "StepContext": "perdure.steps",
+    "StepFailed": "perdure.errors",
+    "StepStatus": "perdure.types",
+    "StepTimeout": "perdure.errors",
+    "SyncChildRun": "perdure.api.context",
+    "SyncContext": "perdure.api.context",
+    "UnknownStep": "perdure.errors",
+    "UnknownWorkflow": "perdure.errors",
+    "VirtualClock": "perdure.clock",
+    "Worker": "perdure.engine.worker",
+    "WorkerOptions": "perdure.engine.options",
+    "WorkflowDefinitionError": "perdure.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first use (PEP 562)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'perdure' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names, loaded or not."""
+    return sorted([*globals(), *_HOMES])
+
 
 __all__ = [
     "App",

@@ -92,10 +92,20 @@ class Snooze(Exception):
             raise ValueError("Snooze(until=...) needs a timezone-aware datetime")
         if seconds is not None and seconds < 0:
             raise ValueError("Snooze seconds cannot be negative")
+        #: The moment to wake at, when given; the worker measures the delay to
+        #: it with the App's clock (a VirtualClock in tests), not the machine's.
+        self.until = until
         self.delay = (
             float(seconds)
             if seconds is not None
             else max(0.0, (until - datetime.now(UTC)).total_seconds())  # type: ignore[operator]
         )
         self.reason = reason
-        super().__init__(f"snoozed for {self.delay:g} s" + (f": {reason}" if reason else ""))
+        what = f"until {until.isoformat()}" if until is not None else f"for {self.delay:g} s"
+        super().__init__(f"snoozed {what}" + (f": {reason}" if reason else ""))
+
+    def seconds_from(self, now: datetime) -> float:
+        """The delay from ``now`` (the App's clock): to ``until``, else the seconds given."""
+        if self.until is None:
+            return self.delay
+        return max(0.0, (self.until - now).total_seconds())

@@ -265,6 +265,9 @@ class WorkerInfo:
     heartbeat_at: datetime
     stopped_at: datetime | None
     held: int
+    #: Threads still running a ``def`` step that timed out (or whose run this
+    #: worker lost); each holds one of the worker's slots until it returns.
+    stuck_threads: int = 0
 
 
 @dataclass(frozen=True)
@@ -282,6 +285,9 @@ class WorkflowInfo:
     fingerprint: str | None = None
     #: Live workers that have this version's code, so claim its runs.
     workers: list[str] = field(default_factory=list)
+    #: True when ``counts`` are those of the workflow's newest runs only (the
+    #: listing counts at most 10,000 runs per workflow, so its cost is bounded).
+    counts_capped: bool = False
 
 
 @dataclass(frozen=True)

@@ -80,3 +80,26 @@ async def approve(ctx: perdure.Context, params: dict[str, Any]) -> Any:
     decision = await ctx.wait_for_signal("approval")
     await ctx.step("record", _effect, ctx.run_id, "record")
     return decision
+
+
+def _pause(run_id: str, where: str) -> None:
+    """Where PERDURE_TEST_PAUSE_AT names ``where``: record it, then block the worker's loop.
+
+    Called from the workflow's own synchronous code right after a step
+    returned, so that step's checkpoint is held (not written) while it blocks.
+    """
+    if os.environ.get("PERDURE_TEST_PAUSE_AT") == where:
+        _effect(run_id, f"paused@{where}")
+        time.sleep(120)
+
+
+@app.workflow("held")
+async def held(ctx: perdure.Context) -> dict[str, int]:
+    """a -> (pause) -> record (transaction) -> b -> (pause) -> c."""
+    a = await ctx.step("a", _effect, ctx.run_id, "a")
+    _pause(ctx.run_id, "after-a")
+    tx = await ctx.transaction("record", record, ctx.run_id, 0)
+    b = await ctx.step("b", _effect, ctx.run_id, "b")
+    _pause(ctx.run_id, "after-b")
+    c = await ctx.step("c", _effect, ctx.run_id, "c")
+    return {"a": a, "record": tx, "b": b, "c": c}

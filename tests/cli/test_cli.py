@@ -24,6 +24,7 @@ from perdure.cli.main import cli
 from perdure.cli.render import format_duration, safe_url
 from perdure.cli.runs import parse_since
 from perdure.store import embedded, migrate
+from perdure.store.store import execute_sync
 
 
 @pytest.fixture
@@ -281,6 +282,25 @@ def test_workflows_list_counts_runs_by_status(
     assert listed["refund"]["counts"] == {"failed": 1}
     table = invoke("workflows", "list").output
     assert "1 completed" in table and "1 failed" in table
+
+
+def test_workflows_list_counts_at_most_the_newest_runs_of_each_workflow(
+    invoke: Callable[..., Result], make_app: Callable[..., Any], db: Any
+) -> None:
+    app = make_app()
+
+    @app.workflow("many")
+    def many(ctx: perdure.SyncContext) -> None:
+        return None
+
+    app.register()
+    for _ in range(5):
+        app.start("many")
+    (whole,) = execute_sync(db, app.statements.workflows.list(cap=10))
+    (capped,) = execute_sync(db, app.statements.workflows.list(cap=3))
+    assert (whole.counts, whole.counts_capped) == ({"queued": 5}, False)
+    assert (capped.counts, capped.counts_capped) == ({"queued": 3}, True)
+    assert "newest 10,000 runs" not in invoke("workflows", "list").output
 
 
 def test_an_app_that_cannot_be_imported_is_a_usage_error(invoke: Callable[..., Result]) -> None:

@@ -8,6 +8,7 @@ the tasks a worker still executes, so a task it gave up on lapses.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -15,9 +16,7 @@ import psycopg
 import pytest
 
 import perdure
-from helpers import BackgroundWorker
-from perdure.engine import faults
-from perdure.engine.control import Disconnected
+from helpers import BackgroundWorker, wait_until
 from perdure.store.store import execute_sync
 
 FAST = {"concurrency": 2, "poll_seconds": 0.05, "lease_seconds": 5}
@@ -44,30 +43,84 @@ def test_heartbeats_extend_only_the_tasks_a_worker_executes(
     assert leases[given_up] < timedelta(seconds=2), "a task the worker gave up on must lapse"
 
 
+class Cutter:
+    """Terminates every backend of one worker, at once and then again and again.
+
+    The connections really die (pg_terminate_backend, by application_name):
+    the worker's next statement on each fails, and so do the ones on the
+    connections its pools open while the cutter runs.
+    """
+
+    def __init__(self, url: str, worker_id: str) -> None:
+        self.prefix = f"perdure-worker-{worker_id}%"
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.terminated = 0
+        self.thread = threading.Thread(target=self._sweep, daemon=True)
+
+    def cut(self) -> None:
+        """Terminate the worker's backends now, then keep doing it until :meth:`close`."""
+        self._terminate()
+        if not self.thread.is_alive():
+            self.thread.start()
+
+    def _terminate(self) -> None:
+        with self.lock:
+            found = self.conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name LIKE %s",
+                [self.prefix],
+            ).fetchone()
+            self.terminated += int(found[0]) if found else 0
+
+    def _sweep(self) -> None:
+        while not self.stop.wait(0.005):
+            self._terminate()
+
+    def close(self) -> None:
+        """Stop cutting; close the cutter's connection."""
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join(10)
+        self.conn.close()
+
+
 def test_a_lost_database_mid_step_hands_the_task_back_without_a_failure(
-    app: perdure.App,
+    app: perdure.App, pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     calls: list[str] = []
+    cutter = Cutter(pg_url, "cut")
+
+    def cut_off() -> int:
+        calls.append("a")
+        if len(calls) == 1:
+            cutter.cut()  # the step returns; its checkpoint finds no database
+        return 1
 
     @app.workflow("pair")
     async def pair(ctx: perdure.Context) -> list[int]:
         try:
-            a = await ctx.step("a", lambda: calls.append("a") or 1)
+            a = await ctx.step("a", cut_off)
         except Exception:  # user code cannot swallow the engine's signal
             a = -1
         b = await ctx.step("b", lambda: calls.append("b") or 2)
         return [a, b]
 
     handle = app.start("pair")
-    fault = faults.Fault("a", "before_checkpoint", error=Disconnected("connection lost"))
-    faults.install(fault)
     try:
-        with BackgroundWorker(app, **FAST):
+        with BackgroundWorker(app, worker_id="cut", **FAST):
+            wait_until(
+                lambda: any("lost the database" in r.getMessage() for r in caplog.records),
+                what="the execution to lose the database",
+            )
+            cutter.close()
             assert handle.result(timeout=30) == [1, 2]
     finally:
-        faults.remove(fault)
-    # The step ran again (its checkpoint was never written), but neither the
-    # step nor the workflow counted a failed attempt.
+        cutter.close()
+    assert cutter.terminated > 0
+    # The step whose checkpoint was lost ran again, but neither a step nor the
+    # workflow counted a failed attempt.
     assert calls == ["a", "a", "b"]
     assert [(s.name, s.attempts) for s in app.steps(handle.id)] == [("a", 1), ("b", 1)]
     history = app.history(handle.id)

@@ -208,8 +208,9 @@ def replay_a_step_output(app: perdure.App, clock: perdure.VirtualClock, value: A
         return got
 
     handle = app.start("keep")
-    # The worker dies once both steps are recorded: a replay then reads "produce".
-    with testing.crash_after(step="after"):
+    # The worker dies once "produce" is recorded (its checkpoint, held until
+    # the workflow's next await, committed): a replay then reads it.
+    with testing.crash_after(step="produce"):
         testing.drain(app, lease_seconds=30)
     clock.advance(seconds=31)  # the crashed worker's lease lapses
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -144,3 +145,21 @@ def test_retrying_twice_at_once_or_while_queued_or_running_duplicates_nothing(
         "SELECT count(*) FROM history WHERE run_id = %s AND event = 'run_retried'", (run.id,)
     ).fetchone()
     assert retried is not None and retried[0] <= 1
+
+
+def test_retry_of_an_archived_run_says_it_is_archived(app: perdure.App, db: Any) -> None:
+    @app.workflow("broken")
+    def broken(ctx: perdure.SyncContext) -> None:
+        raise perdure.PermanentError("no")
+
+    run = app.start("broken")
+    drain(app)
+    db.execute("UPDATE runs SET completed_at = now() - interval '2 days' WHERE id = %s", [run.id])
+    assert app.prune(timedelta(days=1), archive=True).runs == 1
+    assert app.get_run(run.id).archived
+
+    with pytest.raises(perdure.InvalidRunState) as refused:
+        app.retry(run.id)
+    assert refused.value.status == "archived"
+    assert "it is archived" in str(refused.value)
+    assert app.get_run(run.id).status == perdure.RunStatus.FAILED

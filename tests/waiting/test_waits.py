@@ -12,6 +12,8 @@ import pytest
 import perdure
 from helpers import BackgroundWorker, wait_until
 from perdure import testing
+from perdure.api import notices
+from perdure.testing import drain
 
 FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
 
@@ -344,3 +346,58 @@ def test_a_timed_out_signal_wait_times_out_again_on_replay(make_app: Any) -> Non
     testing.drain(app)
     assert handle.result(timeout=5) == "ok"
     assert outcomes == ["first timed out", "first timed out"]
+
+
+def test_snooze_until_a_moment_is_measured_on_the_apps_clock(
+    make_app: Any, db: psycopg.Connection[Any]
+) -> None:
+    start = datetime(2024, 3, 29, 12, tzinfo=UTC)
+    clock = perdure.VirtualClock(start)
+    app = make_app(clock=clock)
+    calls: list[int] = []
+
+    def later() -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            return perdure.Snooze(until=start + timedelta(hours=1), reason="closed")
+        return "open"
+
+    @app.workflow("shop")
+    def shop(ctx: perdure.SyncContext) -> Any:
+        return ctx.step("visit", later)
+
+    handle = app.start("shop")
+    drain(app)
+    # On the machine's clock that moment passed long ago; on the App's it is an hour away.
+    assert len(calls) == 1 and not handle.status().is_final
+    (due,) = db.execute("SELECT available_at FROM tasks WHERE run_id = %s", [handle.id]).fetchone()
+    assert due == start + timedelta(hours=1)
+    clock.advance(hours=1)
+    drain(app)
+    assert handle.result(timeout=0) == "open" and len(calls) == 2
+
+
+def test_get_event_and_read_stream_are_woken_by_the_publication(
+    app: perdure.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a notification the waiters would look again only after 60 s.
+    monkeypatch.setattr(notices, "FALLBACK_SECONDS", 60.0)
+
+    @app.workflow("announce")
+    async def announce(ctx: perdure.Context) -> None:
+        await ctx.wait_for_signal("go")
+        await ctx.write_stream("ticks", 1)
+        await ctx.set_event("ready", "yes")
+        await ctx.wait_for_signal("more")
+        await ctx.write_stream("ticks", 2)
+        await ctx.close_stream("ticks")
+
+    handle = app.start("announce")
+    with BackgroundWorker(app, **FAST):
+        ticks = app.read_stream(handle.id, "ticks", timeout=30)
+        app.signal(handle.id, "go")
+        assert app.get_event(handle.id, "ready", timeout=30) == "yes"
+        assert next(ticks) == 1
+        app.signal(handle.id, "more")
+        assert list(ticks) == [2]
+        assert handle.result(timeout=30) is None

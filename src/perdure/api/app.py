@@ -30,7 +30,7 @@ from perdure.api import workers as working
 from perdure.api.core import Core
 from perdure.api.graph import Graph
 from perdure.api.presenting import owned
-from perdure.api.registry import Registry, WorkflowDef
+from perdure.api.registry import DEFAULT_MAX_LAPSES, Registry, WorkflowDef
 from perdure.clock import Clock
 from perdure.engine import arguments, serialization
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_policy
@@ -168,12 +168,17 @@ class App:
         version: int = 1,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
+        max_lapses: int = DEFAULT_MAX_LAPSES,
     ) -> Callable[[F], F]:
         """Decorate ``def`` or ``async def wf(ctx, input)`` as a durable workflow.
 
         ``name`` defaults to the function's name and ``queue`` to the workflow's
         name. ``retry`` applies to exceptions raised by the workflow body outside
-        its steps (steps have their own policy).
+        its steps (steps have their own policy). ``max_lapses``: after a task of
+        a run lost its lease this many times (its workers died or stalled while
+        running it), the reaper fails the run (after its compensations), so a
+        run that kills every worker cannot cycle forever. It is stored with the
+        definition, so every worker applies the same threshold.
         """
         check_policy("retry", retry)
 
@@ -190,6 +195,7 @@ class App:
                     wf_name if queue is None else queue,  # type: ignore[arg-type]
                     fn,
                     retry or DEFAULT_WORKFLOW_RETRY,
+                    max_lapses=max_lapses,
                 )
             )
             return fn
@@ -203,16 +209,22 @@ class App:
         version: int = 1,
         queue: str | None = None,
         retry: RetryPolicy | None = None,
+        max_lapses: int = DEFAULT_MAX_LAPSES,
     ) -> Graph:
         """A graph workflow (a DAG of steps); add steps with ``@graph.step(...)``.
 
         ``queue`` defaults to the graph's name. Each step becomes a task of its
         own as soon as its dependencies are done, so independent steps run in
-        parallel on any workers. See :class:`~perdure.Graph`.
+        parallel on any workers. ``max_lapses`` as for :meth:`workflow`.
+        See :class:`~perdure.Graph`.
         """
         check_policy("retry", retry)
         graph = Graph(
-            name, version, name if queue is None else queue, retry or DEFAULT_WORKFLOW_RETRY
+            name,
+            version,
+            name if queue is None else queue,
+            retry or DEFAULT_WORKFLOW_RETRY,
+            max_lapses=max_lapses,
         )
         self._core.registry.add(graph)
         return graph

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import threading
 import uuid
 from typing import Protocol, TypeVar
 
+from perdure.api.notices import Notices
 from perdure.api.portal import Portal
 from perdure.api.queue_settings import QueueDef
 from perdure.api.registry import Registry
@@ -70,6 +72,8 @@ class Core:
         self.statements = Statements(self.schema, self.clock)
         self.portal = Portal()
         self.store: AsyncStore | None = None
+        #: Wakes get_event / read_stream waiters (api/notices.py); made on first wait.
+        self.notices_listener: Notices | None = None
         self.store_lock: asyncio.Lock | None = None
         self.schema_ready = False
         self.lock = threading.Lock()
@@ -181,10 +185,20 @@ class Core:
                 return run
         raise RunNotFound(ref)
 
+    def notices(self) -> Notices:
+        """The App's listener for runs' publications (on the portal loop only)."""
+        if self.notices_listener is None:
+            self.notices_listener = Notices(self.session_url, self.statements.messages_channel)
+        return self.notices_listener
+
     def close(self) -> None:
-        """Close the pool and the portal's loop."""
+        """Close the pool, the message listener and the portal's loop."""
         store, self.store = self.store, None
+        notices, self.notices_listener = self.notices_listener, None
         atexit.unregister(self.close)
+        if notices is not None:
+            with contextlib.suppress(RuntimeError):
+                self.portal.call(notices.close())
         if store is not None:
             try:
                 self.portal.call(store.close())

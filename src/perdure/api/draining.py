@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perdure.api import workers
 from perdure.api.core import Core
 from perdure.api.handle import RunHandle, wait_result
-from perdure.engine.worker import Worker
 from perdure.errors import ResultTimeout
+
+if TYPE_CHECKING:
+    from perdure.engine.worker import Worker
 
 #: The options of an inline worker, unless the caller gives others.
 INLINE = {"poll_seconds": 0.02, "lease_seconds": 60.0, "concurrency": 8}

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from perdure.api.registry import validate_identity
+from perdure.api.registry import DEFAULT_MAX_LAPSES, validate_identity, validate_max_lapses
 from perdure.engine import arguments, typed
 from perdure.engine.arguments import validate_name
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_policy
@@ -82,12 +82,16 @@ class Graph:
     queue: str
     retry: RetryPolicy = field(default=DEFAULT_WORKFLOW_RETRY)
     kind: str = "graph"
+    #: Lease lapses a task of this graph's runs survives before the reaper
+    #: dead-letters it (stored with the definition; every worker applies it).
+    max_lapses: int = DEFAULT_MAX_LAPSES
     _steps: dict[str, GraphStep] = field(default_factory=dict)
     _by_fn: dict[int, str] = field(default_factory=dict)
     _ordered: list[GraphStep] | None = None
 
     def __post_init__(self) -> None:
         validate_identity("graph", self.name, self.version, self.queue)
+        validate_max_lapses("graph", self.name, self.max_lapses)
 
     def step(
         self,

@@ -65,6 +65,9 @@ async def cancel(core: Core, ref: str, reason: str = "cancelled by request") -> 
 async def retry(core: Core, ref: str) -> RunHandle:
     """Queue a failed or cancelled run again, resuming at the step that failed."""
     run = await core.find(ref)
+    if run.archived:
+        # An archived run is read-only: its rows left the live tables.
+        raise InvalidRunState(run.id, "archived", "retry")
     if not await core.run(core.statements.runs.retry([run.id])):
         raise InvalidRunState(run.id, run.status.value, "retry")
     return RunHandle(core.owner, run.id, created=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -83,16 +82,19 @@ async def get_event(core: Core, run: str, key: str, timeout: float = 0.0) -> Any
     timeout = arguments.seconds("timeout", timeout)
     deadline = time.monotonic() + timeout
     found = await patiently(lambda: core.find(run), deadline)
-    interval = 0.005
-    while True:
-        row = await patiently(lambda: core.run(core.statements.events.get(found.id, key)), deadline)
-        if row is not None:
-            return row["value"]
-        finished = (await patiently(lambda: core.find(found.id), deadline)).status.is_final
-        if finished or time.monotonic() >= deadline:
-            raise EventTimeout(found.id, key, timeout)
-        await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
-        interval = min(interval * 1.5, 0.2)
+    with core.notices().watch(found.id) as watch:
+        while True:
+            row = await patiently(
+                lambda: core.run(core.statements.events.get(found.id, key)), deadline
+            )
+            if row is not None:
+                return row["value"]
+            finished = (await patiently(lambda: core.find(found.id), deadline)).status.is_final
+            left = deadline - time.monotonic()
+            if finished or left <= 0:
+                raise EventTimeout(found.id, key, timeout)
+            # Woken when the run publishes anything (or at the fallback interval).
+            await watch.wait(left)
 
 
 async def read_stream(
@@ -120,22 +122,23 @@ async def _stream_batch(
     timeout = arguments.optional_seconds("timeout", timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
     run = await patiently(lambda: core.find(ref), deadline)
-    interval = 0.005
-    while True:
-        rows = await patiently(
-            lambda: core.run(core.statements.streams.read(run.id, key, after)), deadline
-        )
-        values = [(r["seq"], r["value"]) for r in rows if not r["closed"]]
-        closed = any(r["closed"] for r in rows)
-        if values or closed:
-            return values, closed
-        if RunStatus((await patiently(lambda: core.find(run.id), deadline)).status).is_final:
-            # The run may have written its last values just before finishing.
+    with core.notices().watch(run.id) as watch:
+        while True:
             rows = await patiently(
                 lambda: core.run(core.statements.streams.read(run.id, key, after)), deadline
             )
-            return [(r["seq"], r["value"]) for r in rows if not r["closed"]], True
-        if deadline is not None and time.monotonic() >= deadline:
-            raise EventTimeout(run.id, key, timeout or 0.0)
-        await asyncio.sleep(interval)
-        interval = min(interval * 1.5, 0.1)
+            values = [(r["seq"], r["value"]) for r in rows if not r["closed"]]
+            closed = any(r["closed"] for r in rows)
+            if values or closed:
+                return values, closed
+            if RunStatus((await patiently(lambda: core.find(run.id), deadline)).status).is_final:
+                # The run may have written its last values just before finishing.
+                rows = await patiently(
+                    lambda: core.run(core.statements.streams.read(run.id, key, after)), deadline
+                )
+                return [(r["seq"], r["value"]) for r in rows if not r["closed"]], True
+            left = float("inf") if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise EventTimeout(run.id, key, timeout or 0.0)
+            # Woken when the run publishes anything (or at the fallback interval).
+            await watch.wait(left)

@@ -31,6 +31,7 @@ async def record(core: Core, store: AsyncStore) -> None:
                 kind=d.kind,
                 definition_json=serialization.dumps(d.definition(), "definition"),
                 fingerprint=d.fingerprint,
+                max_lapses=d.max_lapses,
             )
         )
     await queues.register(core, store)

@@ -7,14 +7,15 @@ import hashlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from perdure.api.context import Context, SyncContext
 from perdure.engine import typed
 from perdure.engine.arguments import INT32_MAX, validate_name
-from perdure.engine.executor import Execution
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
 from perdure.errors import UnknownWorkflow, WorkflowDefinitionError
+
+if TYPE_CHECKING:
+    from perdure.engine.executor import Execution
 
 
 def validate_identity(kind: str, name: object, version: object, queue: object) -> None:
@@ -24,6 +25,22 @@ def validate_identity(kind: str, name: object, version: object, queue: object) -
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= INT32_MAX:
         raise WorkflowDefinitionError(
             f"{kind} {name!r}: version must be an integer from 1 to {INT32_MAX}, not {version!r}"
+        )
+
+
+#: Lease lapses a task survives before the reaper dead-letters it with its run.
+DEFAULT_MAX_LAPSES = 5
+
+
+def validate_max_lapses(kind: str, name: str, max_lapses: object) -> None:
+    """Refuse a ``max_lapses`` that is not an integer from 1 to 1000."""
+    if (
+        not isinstance(max_lapses, int)
+        or isinstance(max_lapses, bool)
+        or not 1 <= max_lapses <= 1000
+    ):
+        raise WorkflowDefinitionError(
+            f"{kind} {name!r}: max_lapses must be an integer from 1 to 1000, not {max_lapses!r}"
         )
 
 
@@ -37,9 +54,13 @@ class WorkflowDef:
     fn: Callable[..., Any]
     retry: RetryPolicy = field(default=DEFAULT_WORKFLOW_RETRY)
     kind: str = "function"
+    #: Lease lapses a task of this workflow's runs survives before the reaper
+    #: dead-letters it (stored with the definition; every worker applies it).
+    max_lapses: int = DEFAULT_MAX_LAPSES
 
     def __post_init__(self) -> None:
         validate_identity("workflow", self.name, self.version, self.queue)
+        validate_max_lapses("workflow", self.name, self.max_lapses)
         params = list(inspect.signature(self.fn).parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if not positional or len(positional) > 2:
@@ -79,6 +100,9 @@ class WorkflowDef:
     async def invoke(self, execution: Execution, input: Any) -> Any:
         """Run the workflow body (on the loop if async, else on a worker thread) with
         ``input`` rebuilt as its annotation declares."""
+        # Imported here: a program that only reads runs (the CLI) never loads the engine.
+        from perdure.api.context import Context, SyncContext
+
         args: tuple[Any, ...] = (self.check_input(input),) if self.takes_input else ()
         if self.is_async:
             return await self.fn(Context(execution), *args)
@@ -95,6 +119,7 @@ class Definition(Protocol):
     version: int
     queue: str
     kind: str
+    max_lapses: int
 
     @property
     def fingerprint(self) -> str:

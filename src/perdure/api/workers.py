@@ -7,15 +7,16 @@ import signal
 import threading
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perdure.api import registering
 from perdure.api.core import Core
-from perdure.engine.observer import Observer
-from perdure.engine.options import WorkerOptions
-from perdure.engine.worker import Worker
 from perdure.errors import ConfigurationError
 from perdure.observability import tracing as _tracing
+
+if TYPE_CHECKING:
+    from perdure.engine.observer import Observer
+    from perdure.engine.worker import Worker
 
 
 async def worker(
@@ -31,7 +32,7 @@ async def worker(
 ) -> Worker:
     """A worker for this App's workflows (``await worker.run()`` in async code).
 
-    Options are those of :class:`~perdure.engine.worker.WorkerOptions`:
+    Options are those of :class:`~perdure.engine.options.WorkerOptions`:
     ``concurrency``, ``queues``, ``lease_seconds``, ``poll_seconds``, ...
     With ``metrics_port`` (0: any free port) the worker serves Prometheus
     metrics on ``http://metrics_host:metrics_port/metrics`` while it runs.
@@ -41,6 +42,10 @@ async def worker(
     executions and steps (see :class:`~perdure.engine.observer.Observer`).
     See docs/observability.md.
     """
+    # Imported here: reading and starting runs never loads the worker.
+    from perdure.engine.options import WorkerOptions
+    from perdure.engine.worker import Worker
+
     defs = core.registry.all()
     if not defs:
         raise ConfigurationError("this App defines no workflow; a worker would have no work")

@@ -4,6 +4,11 @@ Global options: ``--database-url`` (or ``PERDURE_DATABASE_URL``; default: the
 embedded server) and ``--schema`` (or ``PERDURE_SCHEMA``; default ``perdure``).
 Commands that take an application (``perdure worker myapp:app``) import it
 and point it at the database and schema given here.
+
+Each command's module is imported only when that command runs: ``perdure
+--help`` or ``perdure runs list`` does not pay for the dashboard, the demo or
+the worker. The group's help lists the commands from ``COMMANDS`` without
+importing them.
 """
 
 from __future__ import annotations
@@ -12,12 +17,61 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 
-from perdure.api.app import App
-from perdure.cli.render import safe_url
 from perdure.errors import PerdureError
+
+if TYPE_CHECKING:
+    from perdure.api.app import App
+
+#: Every command: its name, where it lives (module:attribute) and its one-line help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "api": (
+        "perdure.cli.http_api:http_api",
+        "Serve the HTTP JSON API under /api/v1, without the dashboard's pages.",
+    ),
+    "bench": (
+        "perdure.cli.bench:bench",
+        "Measure perdure against pgbench and its peers on one PostgreSQL server.",
+    ),
+    "check-replay": (
+        "perdure.cli.replay:check_replay_command",
+        "Replay in-flight runs against the workflow code of APP, with no side effects.",
+    ),
+    "dashboard": (
+        "perdure.cli.dashboard:dashboard",
+        "Serve the web dashboard: runs, steps, timelines, queues, workers, actions.",
+    ),
+    "demo": (
+        "perdure.cli.demo:demo",
+        "Watch durable workflows survive a worker killed mid-flight.",
+    ),
+    "embedded": (
+        "perdure.cli.embedded:embedded",
+        "Manage the embedded PostgreSQL server (the default database).",
+    ),
+    "migrate": (
+        "perdure.cli.migrate:migrate",
+        "Apply the schema migrations this version of perdure ships (applying twice is a no-op).",
+    ),
+    "prune": (
+        "perdure.cli.prune:prune",
+        "Delete (or --archive) finished runs with their steps, tasks, history and signals.",
+    ),
+    "queues": ("perdure.cli.queues:queues", "See queues and change their limits."),
+    "runs": ("perdure.cli.runs:runs", "Inspect runs and act on them (by id or by key)."),
+    "schedules": (
+        "perdure.cli.schedules:schedules",
+        "See schedules and their next tick; pause, resume or trigger them.",
+    ),
+    "worker": (
+        "perdure.cli.worker:worker",
+        "Run a worker for the workflows of APP (module:attr, e.g. myapp:app).",
+    ),
+    "workflows": ("perdure.cli.workflows:workflows", "Inspect registered workflows."),
+}
 
 
 @dataclass
@@ -33,6 +87,8 @@ class CliState:
 
     def app(self, target: str | None = None) -> App:
         """The App named by ``target`` (``module:attr``), or a bare App, configured."""
+        from perdure.api.app import App
+
         if target is None:
             return App(self.url, schema=self.schema, direct_url=self.direct_url)
         app = load_app(target)
@@ -43,6 +99,8 @@ class CliState:
         """An App for read-only commands: on ``--read-url`` when given, else as :meth:`app`."""
         if self.read_url is None:
             return self.app()
+        from perdure.api.app import App
+
         return App(self.read_url, schema=self.schema, auto_migrate=False)
 
     def note_lag(self) -> None:
@@ -55,12 +113,14 @@ class CliState:
         lag = replica.replication_lag(self.read_url)
         where = "not a standby" if lag is None else f"{lag:.1f} s behind the primary"
         render.err_console().print(
-            f"read from {safe_url(self.read_url)}: {where}", style="dim", soft_wrap=True
+            f"read from {render.safe_url(self.read_url)}: {where}", style="dim", soft_wrap=True
         )
 
 
 def load_app(target: str) -> App:
     """Import ``module:attr`` (``attr`` defaults to ``app``) and return the App there."""
+    from perdure.api.app import App
+
     module_name, _, attr = target.partition(":")
     if not module_name:
         raise click.BadParameter(f"{target!r} is not of the form module:app", param_hint="APP")
@@ -80,7 +140,44 @@ def load_app(target: str) -> App:
 
 
 class PerdureGroup(click.Group):
-    """A click group that prints perdure errors as one clear line and exits 1."""
+    """The ``perdure`` group: commands imported on first use; perdure errors as one line.
+
+    A PerdureError becomes ``Error: <message>`` and exit code 1.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command's name, without importing any."""
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command named ``cmd_name``, importing its module now."""
+        if cmd_name in self.commands or cmd_name not in COMMANDS:
+            return self.commands.get(cmd_name)
+        module_name, _, attr = COMMANDS[cmd_name][0].partition(":")
+        command: click.Command = getattr(importlib.import_module(module_name), attr)
+        if cmd_name == "runs":
+            from perdure.cli import manage
+
+            manage.attach(command)  # type: ignore[arg-type]
+        self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the commands with their one-line help, importing none of them."""
+        rows = [
+            (
+                name,
+                self.commands[name]
+                if name in self.commands
+                else click.Command(name, help=COMMANDS[name][1]),
+            )
+            for name in self.list_commands(ctx)
+        ]
+        limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+        with formatter.section("Commands"):
+            formatter.write_dl(
+                [(name, command.get_short_help_str(limit)) for name, command in rows]
+            )
 
     def invoke(self, ctx: click.Context) -> object:
         """Run the command; a PerdureError becomes ``Error: <message>`` and exit code 1."""
@@ -127,47 +224,6 @@ def cli(
 ) -> None:
     """perdure: durable workflows on PostgreSQL."""
     ctx.obj = CliState(database_url, schema, direct_url, read_url)
-
-
-def _register() -> None:
-    from perdure.cli import (
-        bench,
-        dashboard,
-        demo,
-        embedded,
-        http_api,
-        manage,
-        migrate,
-        prune,
-        queues,
-        replay,
-        runs,
-        schedules,
-        worker,
-        workflows,
-    )
-
-    manage.attach(runs.runs)
-
-    for command in (
-        bench.bench,
-        dashboard.dashboard,
-        demo.demo,
-        replay.check_replay_command,
-        embedded.embedded,
-        http_api.http_api,
-        migrate.migrate,
-        prune.prune,
-        queues.queues,
-        runs.runs,
-        schedules.schedules,
-        worker.worker,
-        workflows.workflows,
-    ):
-        cli.add_command(command)
-
-
-_register()
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from perdure.api.app import App
 from perdure.cli import times
 from perdure.cli.render import safe_url
 from perdure.observability.logs import LOG_FORMATS, configure_logging
-from perdure.store.connect import wait_until_reachable
+from perdure.store import caller
 
 if TYPE_CHECKING:
     from perdure.cli.main import CliState
@@ -90,6 +90,16 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     show_default=True,
     help="On SIGINT/SIGTERM, how long in-flight runs may finish before they are handed back.",
 )
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    envvar="PERDURE_CONNECT_TIMEOUT",
+    show_envvar=True,
+    help="At start-up, how long to wait for the database to accept a connection before "
+    "exiting with status 1 (0: exit at once). See docs/operating.md for Kubernetes.",
+)
 @click.option("--worker-id", default=None, help="This worker's id (default: host-pid-random).")
 @click.option(
     "--no-migrate",
@@ -137,13 +147,6 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     "PERDURE_DIRECT_DATABASE_URL).",
 )
 @click.option(
-    "--connect-timeout",
-    type=click.FloatRange(min=0),
-    default=30.0,
-    show_default=True,
-    help="Seconds to wait for the database at start before giving up.",
-)
-@click.option(
     "--stats-file",
     type=click.Path(dir_okay=False, writable=True),
     default=None,
@@ -158,6 +161,7 @@ def worker(
     lease_seconds: float,
     poll_seconds: float,
     shutdown_seconds: float,
+    connect_timeout: float,
     worker_id: str | None,
     no_migrate: bool,
     prune_after: timedelta | None,
@@ -167,7 +171,6 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     direct_url: str | None,
-    connect_timeout: float,
     stats_file: str | None,
 ) -> None:
     """Run a worker for the workflows of APP (module:attr, e.g. myapp:app).
@@ -192,12 +195,12 @@ def worker(
     if no_migrate:
         app.auto_migrate = False
     with app:
-        worker_id = worker_id or default_worker_id()
-        served = sorted(set(queues) or {d.queue for d in app.registry.all().values()})
         # Resolving the URL starts the embedded server when no database was given.
         embedded_server = state.url is None
         if not embedded_server:
-            wait_until_reachable(app.session_url, connect_timeout)
+            caller.wait_reachable(app.session_url, connect_timeout)
+        worker_id = worker_id or default_worker_id()
+        served = sorted(set(queues) or {d.queue for d in app.registry.all().values()})
         line = startup_line(app, worker_id, served, embedded_server)
         if log_format.lower() == "json":
             # Every line of a JSON log is JSON, the first one too.

@@ -60,6 +60,12 @@ def list_workflows(state: CliState, as_json: bool) -> None:
             render.counts_text(info.counts),
         )
     out.print(table)
+    if any(info.counts_capped for info in found):
+        out.print(
+            "run counts are those of each workflow's newest 10,000 runs; "
+            "`perdure runs list --workflow NAME` finds the others",
+            style="dim",
+        )
 
 
 def workers_text(workers: list[str]) -> Text:

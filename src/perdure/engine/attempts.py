@@ -106,8 +106,9 @@ async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body)
 
 async def _snooze(ex: Host, attempt: Attempt, snooze: Snooze) -> NoReturn:
     """Park the run until the snooze ends; the attempt does not count as a failure."""
+    delay = snooze.seconds_from(ex.env.store.statements.clock.wall_now())
     detail = serialization.error_json(
-        {"step": attempt.name, "reason": snooze.reason, "delay": snooze.delay}
+        {"step": attempt.name, "reason": snooze.reason, "delay": delay}
     )
     if attempt.number > 1:
         # Keep the count of real failed attempts: this one does not add to it.
@@ -115,8 +116,8 @@ async def _snooze(ex: Host, attempt: Attempt, snooze: Snooze) -> NoReturn:
             attempt.position, attempt.name, attempt.kind, attempt.number - 1, attempt.started
         )
         await ex.checkpoint(earlier, "retrying", None, None)
-    ex.env.emit("step_snoozed", run_id=ex.task.run_id, step=attempt.name, delay=snooze.delay)
-    await ex.release(snooze.delay, event="step_snoozed", detail_json=detail)
+    ex.env.emit("step_snoozed", run_id=ex.task.run_id, step=attempt.name, delay=delay)
+    await ex.release(delay, event="step_snoozed", detail_json=detail)
 
 
 def _will_retry(attempt: Attempt, exc: Exception, retry: RetryPolicy | None) -> bool:

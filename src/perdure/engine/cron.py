@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
 from perdure.errors import InvalidSchedule
 
 #: The time zone of a schedule that names none.
@@ -78,6 +76,8 @@ def parse(
             expression,
             f"{len(fields)} field(s); use 5 (minute hour day month weekday) or 6 (seconds last)",
         )
+    from croniter import croniter
+
     if not croniter.is_valid(text):
         raise InvalidSchedule(schedule, "cron", expression, "not a valid cron expression")
     cron = Cron(text, tz.key, tz)
@@ -97,6 +97,10 @@ def _first_occurrence(cron: Cron, tick: datetime) -> bool:
 
 
 def _walk(cron: Cron, start: datetime, forward: bool) -> Iterator[datetime]:
+    # Imported on first use: croniter and dateutil cost a tenth of a second,
+    # which a command that never reads a schedule need not pay.
+    from croniter import croniter
+
     it = croniter(cron.expression, start.astimezone(cron.zone))
     step = it.get_next if forward else it.get_prev
     while True:

@@ -46,10 +46,11 @@ class DeferredCheckpoint:
     def can_hold(self, kind: str) -> bool:
         """Whether a completed step of ``kind`` may have its checkpoint held.
 
-        Plain steps only, one at a time, and never while a test's faults are
-        installed (they must see each checkpoint at its own moment).
+        Plain steps only, one at a time. A test's faults do not change this:
+        they run the path production runs (``after_checkpoint`` fires once
+        the held checkpoint has committed).
         """
-        return self.enabled and kind == "step" and not self.busy and not faults.installed()
+        return self.enabled and kind == "step" and not self.busy
 
     def hold(self, checkpoint: Checkpoint) -> None:
         """Hold ``checkpoint`` until the workflow yields."""
@@ -64,6 +65,7 @@ class DeferredCheckpoint:
         pending, self.pending = self.pending, None
         if pending is not None:
             await self.record(pending)
+            faults.hit("after_checkpoint", pending.attempt.name)
 
     async def settle(self) -> None:
         """Write the held checkpoint now, if there is one, and wait until it committed."""

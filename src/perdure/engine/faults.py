@@ -1,8 +1,10 @@
 """Fault points for tests: make the executing worker crash or a step fail on cue.
 
 The executor calls :func:`hit` at fixed points of a step (before it runs,
-before its checkpoint, after its checkpoint). With no fault installed this is
-one empty-list check. perdure.testing installs faults for a test's duration.
+before its checkpoint, after its checkpoint has committed: for a checkpoint
+held until the workflow's next await, when that write commits). With no fault
+installed this is one empty-list check. perdure.testing installs faults for a
+test's duration; they change nothing else of the path a step takes.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def remove(fault: Fault) -> None:
 
 
 def installed() -> bool:
-    """Whether any fault is installed (the executor then writes every checkpoint at once)."""
+    """Whether any fault is installed."""
     return bool(_FAULTS)
 
 

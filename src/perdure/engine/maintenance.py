@@ -51,7 +51,6 @@ async def heartbeat_loop(
 async def reaper_loop(
     store: AsyncStore,
     interval: float,
-    max_lapses: int,
     stale_seconds: float,
     on_dead: Callable[[int], None] = lambda count: None,
 ) -> None:
@@ -62,9 +61,7 @@ async def reaper_loop(
     while True:
         await asyncio.sleep(interval)
         try:
-            revived, dead = await store.execute(
-                store.statements.tasks.rescue(limit=500, max_lapses=max_lapses)
-            )
+            revived, dead = await store.execute(store.statements.tasks.rescue(limit=500))
             if revived or dead:
                 log.info("reaper revived %d task(s), dead-lettered %d", revived, dead)
             if dead:

@@ -93,6 +93,10 @@ class WorkerView(Protocol):
     def heartbeat_seconds(self) -> float:
         """Seconds between two heartbeats."""
 
+    @property
+    def stuck_threads(self) -> int:
+        """Threads still running a step nobody waits for (engine/threads.py)."""
+
 
 class Observer:
     """Hooks the engine calls; each does nothing here. Subclass and override some."""

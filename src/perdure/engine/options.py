@@ -19,7 +19,6 @@ class WorkerOptions:
     heartbeat_seconds: float | None = None
     poll_seconds: float = 1.0
     reap_seconds: float | None = None
-    max_lapses: int = 5
     #: Tasks one claim takes at most. Runs claimed together advance together
     #: and share their checkpoints' commits, so a claim takes every free slot
     #: up to this.
@@ -56,7 +55,6 @@ class WorkerOptions:
         arguments.seconds("connect_seconds", self.connect_seconds)
         arguments.optional_seconds("heartbeat_seconds", self.heartbeat_seconds, positive=True)
         arguments.optional_seconds("reap_seconds", self.reap_seconds, positive=True)
-        arguments.integer("max_lapses", self.max_lapses, minimum=1)
         arguments.integer("claim_batch", self.claim_batch, minimum=1, maximum=10_000)
         arguments.optional_text("worker_id", self.worker_id, max_length=200)
         arguments.flag("exit_when_idle", self.exit_when_idle)

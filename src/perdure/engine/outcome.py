@@ -12,7 +12,7 @@ import asyncio
 import logging
 import traceback
 
-from perdure.engine import compensation, parallel, serialization
+from perdure.engine import compensation, faults, parallel, serialization
 from perdure.engine.checkpoint import Checkpoint
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import (
@@ -130,6 +130,10 @@ async def _complete(execution: Execution, text: str, last: Checkpoint | None) ->
         env.emit(
             "step_checkpointed", run_id=task.run_id, step=last.attempt.name, status="completed"
         )
+        try:
+            faults.hit("after_checkpoint", last.attempt.name)
+        except STOPS as stop:
+            return await stopped(execution, stop)
     if not result.changed:
         return "cancelled"
     env.run_finished(task.run_id, task.workflow, "completed")

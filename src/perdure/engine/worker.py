@@ -16,7 +16,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -25,10 +24,12 @@ from perdure.engine import graph, maintenance, outcome, retention, schedules
 from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
+from perdure.engine.handback import hand_back
 from perdure.engine.observer import LoggingObserver, Observer, Observers, task_fields
 from perdure.engine.options import WorkerOptions
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.services import Loop, Service, Services
+from perdure.engine.threads import StepThreads
 from perdure.engine.wakeup import Wakeup
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
@@ -104,6 +105,15 @@ class Worker:
         #: Runs of this worker's queues waiting for a future time, and the next wake-up.
         self.waiting = 0
         self.next_wake: datetime | None = None
+        #: The threads of plain ``def`` steps while the worker runs; see
+        #: engine/threads.py for what a stuck thread costs.
+        self.threads: StepThreads | None = None
+        self._stuck_reported = 0
+
+    @property
+    def stuck_threads(self) -> int:
+        """Threads still running a call nobody waits for (a ``def`` step past its timeout)."""
+        return self.threads.stuck if self.threads is not None else 0
 
     def request_stop(self, *, at_once: bool = False) -> None:
         """Stop claiming; finish in-flight work within ``shutdown_seconds``, release the rest.
@@ -147,8 +157,11 @@ class Worker:
             direct_url=self.direct_url,
         )
         await store.open(timeout=opts.connect_seconds)
-        threads = ThreadPoolExecutor(
-            max_workers=opts.concurrency * 2 + 4, thread_name_prefix="perdure-step"
+        loop = asyncio.get_running_loop()
+        threads = self.threads = StepThreads(
+            opts.concurrency * 2 + 4,
+            on_stuck=lambda stuck: self._emit("thread_stuck", {"stuck": stuck}),
+            on_freed=lambda stuck: loop.call_soon_threadsafe(self._thread_freed, stuck),
         )
         committer = Committer(store)
         env = ExecutionEnv(
@@ -205,7 +218,6 @@ class Worker:
             lambda: maintenance.reaper_loop(
                 store,
                 opts.reap_interval,
-                opts.max_lapses,
                 opts.lease_seconds * 2,
                 self.observer.dead_lettered,
             ),
@@ -253,18 +265,24 @@ class Worker:
         versions = [v for _, v in self.specs]
         backoff = 0.0
         while not self.stop_requested.is_set():
-            free = opts.concurrency - len(self.running)
+            # A stuck thread holds the slot of the step it ran (engine/threads.py);
+            # inline mode, which stops once nothing is due, does not wait for it.
+            stuck = 0 if opts.exit_when_idle else self.stuck_threads
+            free = opts.concurrency - len(self.running) - stuck
             timeout: float | None = None
             try:
+                await self._report_stuck(store)
                 if opts.exit_when_idle:
                     # Inline mode has no reaper schedule: revive lapsed
                     # leases (a test's simulated crash) before each claim.
-                    _, dead = await store.execute(
-                        self.statements.tasks.rescue(limit=500, max_lapses=opts.max_lapses)
-                    )
+                    _, dead = await store.execute(self.statements.tasks.rescue(limit=500))
                     if dead:
                         self.observer.dead_lettered(dead)
-                if free > 0:
+                if free <= 0:
+                    # Every slot is taken (by runs, or by stuck threads): claim
+                    # nothing until one frees up.
+                    self._emit("worker_full", {"stuck": self.stuck_threads})
+                else:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
                     self._slot_freed.clear()
@@ -428,7 +446,7 @@ class Worker:
                 exc,
                 extra=task_fields(task),
             )
-            await self._hand_back(env.store, task)
+            await hand_back(env.store, task, self.options.lease_seconds, self.stop_requested)
         except Exception:
             # A database error mid-execution: the task stays claimed and its
             # lease lapses, so another worker (or this one) replays it.
@@ -443,48 +461,12 @@ class Worker:
             env.lost_tasks.discard(task.fence.task_id)
             self._slot_freed.set()
             self._emit("task_done", {"run_id": task.run_id, "outcome": result})
+        if self._limited and task.queue in self._limited:
+            # Its queue's limit counts across workers: the others may be
+            # waiting for this slot; wake them now rather than at their poll.
+            with contextlib.suppress(Exception, Disconnected):
+                await env.store.execute(self.statements.queues.slot_freed(task.queue))
         return result
-
-    async def _hand_back(self, store: AsyncStore, task: ClaimedTask) -> None:
-        """Give back a task whose execution lost the database, as soon as it answers.
-
-        The checkpoints hold everything done so far, so the run can be
-        replayed at once by any worker. Until the task is handed back it stays
-        in ``running``: its heartbeat holds the lease, and it takes no lapse.
-        If the database stays away longer than twice the lease, the lease is
-        left to lapse and the reaper makes the task claimable instead.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 2 * self.options.lease_seconds
-        delay = 0.25
-        while True:
-            try:
-                await store.execute(
-                    self.statements.tasks.release(
-                        task.fence,
-                        delay_seconds=0,
-                        failed=False,
-                        event="run_released",
-                        detail_json='{"reason": "database unreachable"}',
-                    )
-                )
-                log.info(
-                    "run %s handed back after the database came back",
-                    task.run_id,
-                    extra=task_fields(task),
-                )
-                return
-            except (Exception, Disconnected) as exc:
-                if loop.time() + delay > deadline or self.stop_requested.is_set():
-                    log.warning(
-                        "run %s not handed back (%s); its lease will lapse",
-                        task.run_id,
-                        exc,
-                        extra=task_fields(task),
-                    )
-                    return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
     async def _maintenance(self, store: AsyncStore) -> None:
         """History partitions ahead and, with ``prune_after``, retention, every interval."""
@@ -505,6 +487,18 @@ class Worker:
         self.waiting, self.next_wake = waiting, next_wake
         when = next_wake.astimezone().strftime("%Y-%m-%d %H:%M:%S") if next_wake else "-"
         log.info("%d run(s) waiting in %s; next wake-up %s", waiting, ",".join(self.queues), when)
+
+    def _thread_freed(self, stuck: int) -> None:
+        """A stuck thread returned: its slot is free (runs on the loop)."""
+        self._emit("thread_freed", {"stuck": stuck})
+        self._slot_freed.set()
+
+    async def _report_stuck(self, store: AsyncStore) -> None:
+        """Record this worker's stuck threads in the workers table when their number changed."""
+        stuck = self.stuck_threads
+        if stuck != self._stuck_reported:
+            await store.execute(self.statements.workers.report_stuck(self.id, stuck))
+            self._stuck_reported = stuck
 
     def _lease_lost(self, task_id: int) -> None:
         held = self.running.get(task_id)

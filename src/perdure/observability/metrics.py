@@ -158,6 +158,12 @@ class WorkerMetrics(Observer):
             "Seconds since this worker's last heartbeat reached the database.",
             registry=r,
         )
+        self.stuck_threads = Gauge(
+            "perdure_worker_stuck_threads",
+            "Threads still running a def step that timed out or whose run this worker lost;"
+            " each holds one of the worker's slots until it returns.",
+            registry=r,
+        )
         self._worker: WorkerView | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_beat = time.monotonic()
@@ -165,6 +171,9 @@ class WorkerMetrics(Observer):
         self.health = health.Health()
         self.tasks_running.set_function(self._running)
         self.heartbeat_age.set_function(lambda: time.monotonic() - self._last_beat)
+        self.stuck_threads.set_function(
+            lambda: float(self._worker.stuck_threads) if self._worker is not None else 0.0
+        )
         self.queues = _QueueDepth(self)
         r.register(self.queues)
         self._server: WSGIServer | None = None

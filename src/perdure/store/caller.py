@@ -8,12 +8,15 @@ schema on a short connection of its own, and reading a signal's refusal.
 from __future__ import annotations
 
 import enum
+import logging
+import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
 
+from perdure.errors import DatabaseUnavailable
 from perdure.store import migrate
 from perdure.store.connect import connect
 from perdure.store.store import execute_async, execute_sync
@@ -34,7 +37,10 @@ __all__ = [
     "is_async",
     "is_sync",
     "signal_refusal",
+    "wait_reachable",
 ]
+
+log = logging.getLogger("perdure.worker")
 
 
 def is_sync(conn: object) -> bool:
@@ -51,6 +57,35 @@ def check_current(url: str, schema: str) -> None:
     """Check, on a short connection, that ``schema`` is migrated (SchemaError if not)."""
     with connect(url) as conn:
         migrate.ensure_current(conn, schema)
+
+
+def wait_reachable(url: str, timeout: float) -> None:
+    """Wait until PostgreSQL at ``url`` accepts a connection, for up to ``timeout`` s.
+
+    Tries at once, then again with a growing pause (at most 5 s), logging each
+    failure. DatabaseUnavailable once ``timeout`` has passed (at once when it is 0).
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.5
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            # libpq's connect_timeout is whole seconds, at least 2.
+            with psycopg.connect(url, connect_timeout=max(2, int(min(left, 10)))):
+                return
+        except psycopg.Error as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                reason = (
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                )
+                raise DatabaseUnavailable(
+                    f"PostgreSQL did not accept a connection within {timeout:g} s: {reason}"
+                ) from None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.warning("database unreachable (%s); trying again for %.0f s more", first, left)
+        time.sleep(min(pause, max(left, 0.0)))
+        pause = min(pause * 2, 5.0)
 
 
 class Refusal(enum.Enum):

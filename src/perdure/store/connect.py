@@ -18,7 +18,6 @@ server (or a session-mode pooler) and used for everything.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,23 +103,3 @@ def connect(url: str, **options: Any) -> psycopg.Connection[Any]:
 def direct_url_from_env(direct_url: str | None) -> str | None:
     """``direct_url`` if given, else ``PERDURE_DIRECT_DATABASE_URL`` (None when unset or empty)."""
     return direct_url or os.environ.get(DIRECT_URL_ENV) or None
-
-
-def wait_until_reachable(url: str, seconds: float, *, interval: float = 1.0) -> None:
-    """Return once ``url`` accepts a connection; DatabaseUnavailable after ``seconds``.
-
-    A worker started while its database is down (a cluster starting, a
-    failover under way) waits instead of exiting at once.
-    """
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            with psycopg.connect(url, connect_timeout=max(1, int(interval * 5))):
-                return
-        except psycopg.OperationalError as exc:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DatabaseUnavailable(
-                    f"PostgreSQL still unreachable after {seconds:g} s: {exc}"
-                ) from exc
-            time.sleep(min(interval, left))

@@ -229,6 +229,7 @@ def worker(r: Row) -> WorkerInfo:
         heartbeat_at=r["heartbeat_at"],
         stopped_at=r["stopped_at"],
         held=int(r["held"]),
+        stuck_threads=int(r["stuck_threads"]),
     )
 
 
@@ -244,6 +245,7 @@ def workflow(r: Row) -> WorkflowInfo:
         definition=r.get("definition") or {},
         fingerprint=r.get("fingerprint"),
         workers=list(r.get("workers") or []),
+        counts_capped=bool(r.get("counts_capped")),
     )
 
 

@@ -78,7 +78,11 @@ def crash_after(step: str, *, before: bool = False, times: int = 1) -> Iterator[
     """Make the executing worker die right after step ``step``'s checkpoint commits.
 
     With ``before=True`` it dies right before the checkpoint instead, so the
-    step ran but its outcome was never recorded. The dead worker writes
+    step ran but its outcome was never recorded. The checkpoint takes the
+    path it takes in production: a step's checkpoint is held until the
+    workflow's next ``await`` and the worker dies once that write commits;
+    the last step's checkpoint commits with the run's completion, so a crash
+    after it finds the run completed. The dead worker writes
     nothing more: its lease must lapse before another drain resumes the run
     (advance a VirtualClock past the lease, or wait it out).
     """

@@ -71,3 +71,8 @@ class Statements:
         self.history = HistoryStatements(build)
         #: The merged statements of the group commit (``sql/queries/batch.sql``).
         self.batch = BatchStatements(build)
+
+    @property
+    def messages_channel(self) -> str:
+        """Where the events and streams tables' triggers say which run published."""
+        return f"{self.schema}_messages"

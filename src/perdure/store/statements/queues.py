@@ -55,6 +55,12 @@ class QueueStatements(Namespace):
             "queue_set", lambda found: bool(found), name=name, channel=self._build.channel, **params
         )
 
+    def slot_freed(self, queue: str) -> Statement[None]:
+        """Wake the workers: a task of ``queue`` (limited across workers) finished."""
+        return self._build(
+            "queue_slot_freed", lambda found: None, channel=self._build.channel, queue=queue
+        )
+
     def list(self, name: str | None = None) -> Statement[list[QueueInfo]]:
         """Every known queue (or the one named) with its limits and task counts."""
         return self._build("queue_list", lambda found: [rows.queue(r) for r in found], name=name)

@@ -100,13 +100,13 @@ class TaskStatements(Namespace):
             **fence.params(),
         )
 
-    def rescue(self, *, limit: int, max_lapses: int) -> Statement[tuple[int, int]]:
-        """Revive tasks with expired leases; (revived, dead-lettered)."""
+    def rescue(self, *, limit: int) -> Statement[tuple[int, int]]:
+        """Revive tasks with expired leases; (revived, dead-lettered at their workflow's
+        ``max_lapses``)."""
         return self._build(
             "task_rescue",
             lambda found: (int(found[0]["revived"]), int(found[0]["dead"])) if found else (0, 0),
             limit=limit,
-            max_lapses=max_lapses,
         )
 
     def settle(self, fence: Fence) -> Statement[str | None]:

@@ -40,6 +40,12 @@ class WorkerStatements(Namespace):
         """Mark a worker stopped."""
         return self._build("worker_stop", lambda found: None, worker_id=worker_id)
 
+    def report_stuck(self, worker_id: str, stuck: int) -> Statement[None]:
+        """Record how many of a worker's threads are stuck."""
+        return self._build(
+            "worker_report_stuck", lambda found: None, worker_id=worker_id, stuck=stuck
+        )
+
     def mark_lost(self, stale_seconds: float) -> Statement[None]:
         """Mark workers with stale heartbeats as lost."""
         return self._build("worker_mark_lost", lambda found: None, stale_seconds=stale_seconds)

@@ -19,6 +19,7 @@ class WorkflowStatements(Namespace):
         kind: str,
         definition_json: str,
         fingerprint: str | None,
+        max_lapses: int = 5,
     ) -> Statement[None]:
         """Record a workflow definition in the registry."""
         return self._build(
@@ -30,6 +31,7 @@ class WorkflowStatements(Namespace):
             kind=kind,
             definition=definition_json,
             fingerprint=fingerprint,
+            max_lapses=max_lapses,
         )
 
     def lookup(self, name: str, version: int | None) -> Statement[Row | None]:
@@ -42,14 +44,16 @@ class WorkflowStatements(Namespace):
             "workflow_list_registered", lambda found: [rows.workflow(r) for r in found]
         )
 
-    def list(self, stale_seconds: float = 60.0) -> Statement[list[WorkflowInfo]]:
+    def list(self, stale_seconds: float = 60.0, cap: int = 10_000) -> Statement[list[WorkflowInfo]]:
         """Every registered workflow version with run counts and its live workers.
 
         A worker is live while its status is running and its last heartbeat
-        is at most ``stale_seconds`` old.
+        is at most ``stale_seconds`` old. The counts are those of each
+        workflow's newest ``cap`` runs.
         """
         return self._build(
             "workflow_list",
             lambda found: [rows.workflow(r) for r in found],
             stale_seconds=stale_seconds,
+            cap=cap,
         )

@@ -88,3 +88,9 @@ LEFT JOIN {schema}.queues q ON q.name = n.name
 LEFT JOIN counts c ON c.queue = n.name
 WHERE %(name)s::text IS NULL OR n.name = %(name)s
 ORDER BY n.name;
+
+-- name: queue_slot_freed
+-- Tell the other workers that a task of a queue limited across workers
+-- (queue_lock's queues) finished: one of them may claim the next task now
+-- instead of at its next poll.
+SELECT pg_notify(%(channel)s, %(queue)s);

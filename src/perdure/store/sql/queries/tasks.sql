@@ -147,8 +147,12 @@ WHERE served.name NOT IN (
 -- name: task_waiting_summary
 -- How many tasks of these queues wait for a future time (sleeps, signal
 -- timeouts, retry backoffs) and when the next one is due: what
--- `perdure worker` reports. Served by the partial index of ready tasks.
-SELECT count(*) AS waiting, min(available_at) AS next_wake
+-- `perdure worker` reports. Served by the partial index of ready tasks. A
+-- task parked until something happens (a gather, a child run, a signal with
+-- no timeout) is due a century ahead (FOREVER_SECONDS in engine/waits.py): it
+-- waits, but its due time is no wake-up, so only times within 50 years count.
+SELECT count(*) AS waiting,
+       min(available_at) FILTER (WHERE available_at < {now} + interval '50 years') AS next_wake
 FROM {schema}.tasks
 WHERE status = 'ready' AND queue = ANY(%(queues)s) AND available_at > {now};
 
@@ -206,23 +210,30 @@ SELECT count(*) AS changed FROM released;
 
 -- name: task_rescue
 -- The reaper: tasks whose lease expired go back to ready (their worker died
--- or stalled), and a task whose leases lapsed %(max_lapses)s times is
--- dead-lettered with its run, so a run that kills every worker cannot cycle
--- forever. SKIP LOCKED: a task whose owner is mid-checkpoint holds its row
--- lock, and is skipped rather than waited for.
+-- or stalled). A task whose leases lapsed as many times as its workflow's
+-- max_lapses (stored with the definition, 5 when the version is not
+-- registered) is dead-lettered, so a run that kills every worker cannot cycle
+-- forever: a run's own task fails its run; a step task fails its step, as if
+-- the step had raised LeaseExpired, and the run is woken (or given a task, a
+-- graph run having none of its own) to handle that failure like any other,
+-- its compensations included. SKIP LOCKED: a task whose owner is
+-- mid-checkpoint holds its row lock, and is skipped rather than waited for.
 WITH expired AS (
-    SELECT id, run_id, worker_id, attempt, lapses + 1 AS lapses
-    FROM {schema}.tasks
-    WHERE status = 'claimed' AND lease_expires_at < {now}
-    ORDER BY id
+    SELECT t.id, t.run_id, t.kind, t.step_position, t.step_name, t.worker_id, t.attempt,
+           t.lapses + 1 AS lapses,
+           coalesce((SELECT w.max_lapses FROM {schema}.workflows w
+                     WHERE w.name = t.workflow AND w.version = t.version), 5) AS max_lapses
+    FROM {schema}.tasks t
+    WHERE t.status = 'claimed' AND t.lease_expires_at < {now}
+    ORDER BY t.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 ), revived AS (
     UPDATE {schema}.tasks t
     SET status = 'ready', worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL,
         lapses = e.lapses, available_at = {now}
     FROM expired e
-    WHERE t.id = e.id AND e.lapses < %(max_lapses)s
+    WHERE t.id = e.id AND e.lapses < e.max_lapses
     RETURNING t.run_id, t.kind
 ), requeued AS (
     UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
@@ -230,8 +241,8 @@ WITH expired AS (
     WHERE r.id = revived.run_id AND revived.kind = 'run' AND r.status = 'running'
 ), dead AS (
     DELETE FROM {schema}.tasks t USING expired e
-    WHERE t.id = e.id AND e.lapses >= %(max_lapses)s
-    RETURNING t.run_id, e.lapses
+    WHERE t.id = e.id AND e.lapses >= e.max_lapses
+    RETURNING t.run_id, t.kind, t.step_position, e.lapses
 ), dead_runs AS (
     UPDATE {schema}.runs r
     SET status = 'failed', completed_at = {now}, updated_at = {now},
@@ -240,13 +251,42 @@ WITH expired AS (
             'message', format('the lease on this run expired %%s times: its workers died or '
                               'stalled while running it', dead.lapses))
     FROM dead
-    WHERE r.id = dead.run_id
+    WHERE r.id = dead.run_id AND dead.kind = 'run'
+      AND r.status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
+), dead_steps AS (
+    UPDATE {schema}.steps s
+    SET status = 'failed', attempts = greatest(s.attempts, 1), completed_at = {now},
+        wake_at = NULL,
+        error = jsonb_build_object(
+            'type', 'LeaseExpired',
+            'message', format('the lease on this step expired %%s times: its workers died or '
+                              'stalled while running it', dead.lapses))
+    FROM dead
+    WHERE dead.kind = 'step' AND s.run_id = dead.run_id AND s.position = dead.step_position
+      AND s.status IN ('pending', 'retrying', 'waiting')
+    RETURNING s.run_id
+), woken AS (
+    -- A function workflow's task, parked at its gather: due now.
+    UPDATE {schema}.tasks t SET available_at = {now}
+    WHERE t.id IN (SELECT t2.id FROM {schema}.tasks t2 JOIN dead_steps d ON d.run_id = t2.run_id
+                   WHERE t2.kind = 'run' AND t2.status = 'ready')
+), revisit AS (
+    -- A graph run has no task of its own once its steps are scheduled: one
+    -- decides what follows the failure (graph.advance unwinds the run).
+    INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, priority, partition_key,
+                                status, available_at, created_at)
+    SELECT DISTINCT r.id, 'run', r.queue, r.workflow, r.version, r.priority, r.partition_key,
+           'ready', {now}, {now}
+    FROM dead_steps d JOIN {schema}.runs r ON r.id = d.run_id
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.run_id = r.id AND t.kind = 'run')
       AND r.status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
 ), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
+    INSERT INTO {schema}.history (run_id, at, event, step_position, attempt, worker_id, detail)
     SELECT e.run_id, {now},
-           CASE WHEN e.lapses >= %(max_lapses)s THEN 'run_failed' ELSE 'lease_expired' END,
-           e.attempt, e.worker_id, jsonb_build_object('lapses', e.lapses)
+           CASE WHEN e.lapses < e.max_lapses THEN 'lease_expired'
+                WHEN e.kind = 'run' THEN 'run_failed'
+                ELSE 'step_failed' END,
+           e.step_position, e.attempt, e.worker_id, jsonb_build_object('lapses', e.lapses)
     FROM expired e
 )
 SELECT (SELECT count(*) FROM revived) AS revived, (SELECT count(*) FROM dead) AS dead;

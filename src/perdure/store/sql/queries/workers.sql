@@ -41,3 +41,7 @@ SELECT pg_try_advisory_lock(hashtext('perdure.maintenance:' || %(schema)s)) AS l
 -- name: worker_maintenance_unlock
 -- Stop being this schema's maintainer.
 SELECT pg_advisory_unlock(hashtext('perdure.maintenance:' || %(schema)s)) AS unlocked;
+
+-- name: worker_report_stuck
+-- How many of a worker's threads run a step nobody waits for any more.
+UPDATE {schema}.workers SET stuck_threads = %(stuck)s WHERE id = %(worker_id)s;

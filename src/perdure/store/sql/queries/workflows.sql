@@ -3,12 +3,13 @@
 -- name: workflow_upsert
 -- Record (or refresh) a workflow definition in the registry.
 INSERT INTO {schema}.workflows (name, version, queue, kind, definition, fingerprint,
-                                registered_at, updated_at)
+                                max_lapses, registered_at, updated_at)
 VALUES (%(name)s, %(version)s, %(queue)s, %(kind)s, %(definition)s::jsonb, %(fingerprint)s,
-        {now}, {now})
+        %(max_lapses)s, {now}, {now})
 ON CONFLICT (name, version) DO UPDATE
 SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, definition = EXCLUDED.definition,
-    fingerprint = EXCLUDED.fingerprint, updated_at = EXCLUDED.updated_at;
+    fingerprint = EXCLUDED.fingerprint, max_lapses = EXCLUDED.max_lapses,
+    updated_at = EXCLUDED.updated_at;
 
 -- name: workflow_lookup
 -- The registered definition of a workflow: the given version, or the newest.
@@ -23,11 +24,23 @@ LIMIT 1;
 -- workers that have its code (a worker records "name@version" for each
 -- version it serves): a version no live worker has gets no run claimed.
 -- Live: status 'running' with a heartbeat in the last %(stale_seconds)s.
+-- Bounded: the counts are those of each workflow's newest %(cap)s runs (all
+-- versions together), read by one range scan of runs_workflow_created_at_idx
+-- per workflow name; counts_capped says the cap was reached.
+WITH recent AS MATERIALIZED (
+    SELECT n.name, r.version, r.status, count(*) AS n, sum(count(*)) OVER (PARTITION BY n.name) AS total
+    FROM (SELECT DISTINCT name FROM {schema}.workflows) n
+    CROSS JOIN LATERAL (SELECT version, status FROM {schema}.runs r
+                        WHERE r.workflow = n.name
+                        ORDER BY r.created_at DESC
+                        LIMIT %(cap)s) r
+    GROUP BY n.name, r.version, r.status
+)
 SELECT w.name, w.version, w.queue, w.kind, w.updated_at, w.definition, w.fingerprint,
-       coalesce((SELECT jsonb_object_agg(c.status, c.n)
-                 FROM (SELECT status, count(*) AS n FROM {schema}.runs r
-                       WHERE r.workflow = w.name AND r.version = w.version
-                       GROUP BY status) c), '{}'::jsonb) AS counts,
+       coalesce((SELECT jsonb_object_agg(c.status, c.n) FROM recent c
+                 WHERE c.name = w.name AND c.version = w.version), '{}'::jsonb) AS counts,
+       coalesce((SELECT max(c.total) >= %(cap)s FROM recent c WHERE c.name = w.name), false)
+           AS counts_capped,
        ARRAY(SELECT k.id FROM {schema}.workers k
              WHERE k.status = 'running'
                AND k.heartbeat_at > {now} - make_interval(secs => %(stale_seconds)s)

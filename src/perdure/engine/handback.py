@@ -1,0 +1,58 @@
+"""Handing back a task whose execution lost the database, once it answers again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from perdure.engine.control import Disconnected
+from perdure.engine.observer import task_fields
+from perdure.store.rows import ClaimedTask
+from perdure.store.store import AsyncStore
+
+log = logging.getLogger("perdure.worker")
+
+
+async def hand_back(
+    store: AsyncStore, task: ClaimedTask, lease_seconds: float, stopping: asyncio.Event
+) -> None:
+    """Give back ``task`` as soon as the database answers.
+
+    The checkpoints hold everything done so far, so the run can be
+    replayed at once by any worker. Until the task is handed back it stays
+    in the worker's ``running``: its heartbeat holds the lease, and it takes
+    no lapse. If the database stays away longer than twice the lease (or the
+    worker is ``stopping``), the lease is left to lapse and the reaper makes
+    the task claimable instead.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 2 * lease_seconds
+    delay = 0.25
+    while True:
+        try:
+            await store.execute(
+                store.statements.tasks.release(
+                    task.fence,
+                    delay_seconds=0,
+                    failed=False,
+                    event="run_released",
+                    detail_json='{"reason": "database unreachable"}',
+                )
+            )
+            log.info(
+                "run %s handed back after the database came back",
+                task.run_id,
+                extra=task_fields(task),
+            )
+            return
+        except (Exception, Disconnected) as exc:
+            if loop.time() + delay > deadline or stopping.is_set():
+                log.warning(
+                    "run %s not handed back (%s); its lease will lapse",
+                    task.run_id,
+                    exc,
+                    extra=task_fields(task),
+                )
+                return
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
