@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from perdure.api.core import Core, HasCore
 from perdure.api.presenting import presents
@@ -79,20 +79,32 @@ def awaiting_method(
     return call
 
 
-def _next(values: AsyncIterator[T]) -> Coroutine[Any, Any, T]:
-    async def step() -> T:
-        return await anext(values)
+class _Steps(Generic[T]):
+    """An async iterator advanced one value at a time on the portal, from another thread or loop.
 
-    return step()
+    A step left on the caller's side (Ctrl-C, a cancelled task, a timeout)
+    may still run on the portal; closing cancels it and waits for its end
+    first, since an async generator cannot be closed while a step of it runs.
+    """
 
+    def __init__(self, values: AsyncIterator[T]) -> None:
+        self.values = values
+        self.step: asyncio.Task[Any] | None = None
 
-def _close(values: AsyncIterator[Any]) -> Coroutine[Any, Any, None]:
-    async def close() -> None:
-        aclose = getattr(values, "aclose", None)
+    async def next(self) -> T:
+        """The next value (StopAsyncIteration at the end)."""
+        self.step = asyncio.current_task()
+        return await anext(self.values)
+
+    async def close(self) -> None:
+        """End the step still running, if any, then close the iterator."""
+        step = self.step
+        if step is not None and not step.done():
+            step.cancel()
+            await asyncio.wait([step])
+        aclose = getattr(self.values, "aclose", None)
         if aclose is not None:
             await aclose()
-
-    return close()
 
 
 def iterating(
@@ -103,44 +115,44 @@ def iterating(
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
         core = self._core
-        values = fn(core, *args, **kwargs)
+        steps = _Steps(fn(core, *args, **kwargs))
         ended = False
         try:
             while True:
                 try:
-                    value = core.portal.call(_next(values))
+                    value = core.portal.call(steps.next())
                 except StopAsyncIteration:
                     ended = True
                     return
                 yield value
         finally:
             if not ended:  # left early: let the iterator clean up on the portal
-                core.portal.call(_close(values))
+                core.portal.call(steps.close())
 
     return call
 
 
 def async_iterating(
     fn: Callable[Concatenate[Core, P], AsyncIterator[T]],
-) -> Callable[Concatenate[HasCore, P], AsyncIterator[T]]:
+) -> Callable[Concatenate[HasCore, P], AsyncGenerator[T, None]]:
     """The async form of an async iterator over a core: each next value awaited on the portal."""
 
     @presents(fn)
-    async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
+    async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[T, None]:
         core = self._core
-        values = fn(core, *args, **kwargs)
+        steps = _Steps(fn(core, *args, **kwargs))
         ended = False
         try:
             while True:
                 try:
-                    value = await core.portal.run(_next(values))
+                    value = await core.portal.run(steps.next())
                 except StopAsyncIteration:
                     ended = True
                     return
                 yield value
         finally:
             if not ended:  # left early: let the iterator clean up on the portal
-                await core.portal.run(_close(values))
+                await core.portal.run(steps.close())
 
     return call
 

@@ -52,7 +52,7 @@ class Portal:
             return False
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the portal loop and block until it is done."""
+        """Run ``coro`` on the portal loop and block until it is done (Ctrl-C cancels it)."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -60,7 +60,12 @@ class Portal:
         if running is not None and running is self._loop:
             coro.close()
             raise RuntimeError("a sync perdure call cannot be made from perdure's own loop")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # Ctrl-C while waiting: stop the work too
+            raise
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` running on the portal loop; cancelling this cancels it."""
