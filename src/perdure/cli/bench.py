@@ -22,7 +22,7 @@ from rich.text import Text
 from perdure.cli import render
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 
 def bench_dir() -> Path:

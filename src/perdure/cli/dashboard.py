@@ -13,7 +13,7 @@ from perdure.dashboard import DashboardConfig, serve
 from perdure.dashboard.config import TOKEN_ENV
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -27,7 +27,7 @@ from perdure.store import migrate as migrations
 from perdure.store.statements import validate_schema
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 DEMO_SCHEMA = "perdure_demo"
 

@@ -9,7 +9,7 @@ import click
 from perdure.store import embedded as server
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 
 @click.group()

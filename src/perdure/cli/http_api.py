@@ -13,7 +13,7 @@ from perdure.dashboard import serve
 from perdure.dashboard.api import PREFIX, create_standalone
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 
 @click.command("api")

@@ -26,7 +26,7 @@ from perdure.types import BulkResult, RunRef
 
 if TYPE_CHECKING:
     from perdure.api.app import App
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 #: How many matched runs a preview lists before "... and N more".
 PREVIEW_ROWS = 20

@@ -11,7 +11,7 @@ from perdure.store import migrate as migrations
 from perdure.store import privileges
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 
 @click.command()

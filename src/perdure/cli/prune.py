@@ -10,7 +10,7 @@ import click
 from perdure.cli import render, times
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 
 @click.command()

@@ -13,7 +13,7 @@ from perdure.cli import render
 from perdure.types import QueueInfo
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 NO_LIMIT = ("none", "unlimited")
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from perdure.testing.replay import check_replay, load_export
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 
 @click.command("check-replay")
@@ -32,7 +32,7 @@ def check_replay_command(state: CliState, target: str, source: str | None) -> No
     first diverging position. Appending steps after a run's history is safe.
     Exits 1 if any run would diverge, so CI can block the deploy.
     """
-    from perdure.cli.main import load_app
+    from perdure.cli.state import load_app
 
     app = load_app(target)
     if state.url is not None or state.schema is not None:

@@ -17,7 +17,7 @@ from perdure.cli.run_queueing import queueing_rows, unserved_versions, waits_for
 from perdure.types import HistoryEvent, Run, RunStatus, Step
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 #: Kept for callers of the earlier name: see :func:`perdure.cli.times.parse_point`.
 parse_since = times.parse_point

@@ -23,7 +23,7 @@ from perdure.observability.logs import LOG_FORMATS, configure_logging
 from perdure.store import caller
 
 if TYPE_CHECKING:
-    from perdure.cli.main import CliState
+    from perdure.cli.state import CliState
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

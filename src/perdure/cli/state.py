@@ -1,0 +1,79 @@
+"""The state every ``perdure`` command shares: the global options, and loading a user's App."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from perdure.api.app import App
+
+
+@dataclass
+class CliState:
+    """The global options, shared by every subcommand through ``click.Context.obj``."""
+
+    url: str | None
+    schema: str | None
+    #: A direct URL to the primary when ``url`` goes through a pooler.
+    direct_url: str | None = None
+    #: A hot standby's URL for read-only commands.
+    read_url: str | None = None
+
+    def app(self, target: str | None = None) -> App:
+        """The App named by ``target`` (``module:attr``), or a bare App, configured."""
+        from perdure.api.app import App
+
+        if target is None:
+            return App(self.url, schema=self.schema, direct_url=self.direct_url)
+        app = load_app(target)
+        app.configure(url=self.url, schema=self.schema, direct_url=self.direct_url)
+        return app
+
+    def reader(self) -> App:
+        """An App for read-only commands: on ``--read-url`` when given, else as :meth:`app`."""
+        if self.read_url is None:
+            return self.app()
+        from perdure.api.app import App
+
+        return App(self.read_url, schema=self.schema, auto_migrate=False)
+
+    def note_lag(self) -> None:
+        """With ``--read-url``, say on stderr how far the standby lags behind the primary."""
+        if self.read_url is None:
+            return
+        from perdure.cli import render
+        from perdure.store import replica
+
+        lag = replica.replication_lag(self.read_url)
+        where = "not a standby" if lag is None else f"{lag:.1f} s behind the primary"
+        render.err_console().print(
+            f"read from {render.safe_url(self.read_url)}: {where}", style="dim", soft_wrap=True
+        )
+
+
+def load_app(target: str) -> App:
+    """Import ``module:attr`` (``attr`` defaults to ``app``) and return the App there."""
+    from perdure.api.app import App
+
+    module_name, _, attr = target.partition(":")
+    if not module_name:
+        raise click.BadParameter(f"{target!r} is not of the form module:app", param_hint="APP")
+    if os.getcwd() not in sys.path:
+        # Like `python -m`, find the user's module in the current folder.
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="APP") from exc
+    found = getattr(module, attr or "app", None)
+    if not isinstance(found, App):
+        raise click.BadParameter(
+            f"{module_name}:{attr or 'app'} is not a perdure.App", param_hint="APP"
+        )
+    return found
