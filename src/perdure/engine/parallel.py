@@ -9,6 +9,19 @@ parallel step, and writes its checkpoint, deletes its task and, when it was the 
 parallel step (or it failed: gathers fail fast), wakes the run, in one transaction.
 The run's task then replays the gather from the checkpoints and moves on.
 
+The worker that parks the run at a gather does not leave its parallel steps
+to the claim loop alone: it holds the workflow's steps in memory, so it
+claims them itself, in batches in position order (step_claim_gathered), runs
+each batch at once and writes the batch's completions in one statement
+(step_complete_gathered), without replaying the workflow for each step. Every
+claimed step is a task leased like any other: other workers claim the ones it
+has not reached (SKIP LOCKED) once a short head start has passed
+(HEAD_START_SECONDS, so that the claim loops do not replay the workflow for
+steps this worker is about to run), and if it dies only its batch in flight is run
+again, by whoever claims those tasks after their lease lapses. A step that
+fails or snoozes is recorded by the same path as any parallel step's. So a
+map over n items costs O(1) per item on this worker, not a replay each.
+
 Fail-fast policy: without ``return_exceptions``, the gather raises the first
 failed parallel step's StepFailed (in argument order among the parallel steps that had
 failed when the run woke) as soon as one fails; parallel steps still running
@@ -20,22 +33,34 @@ StepFailed instances in place of failed parallel steps' results.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
+import logging
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
-from perdure.engine.control import Suspend
+from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.executor import Execution, StepTaskDone
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import ConfigurationError, StepFailed
 from perdure.steps import StepCall
+from perdure.store.rows import Fenced, GatheredCompletion, GatheredStep
+from perdure.store.statement import Statement
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
 
+log = logging.getLogger("perdure.parallel")
 T = TypeVar("T")
+#: How many of a gather's parallel steps the parking worker claims and runs at once.
+GATHER_BATCH = 128
+#: How long the parking worker has its gather's parallel steps to itself
+#: before other workers' claim loops take them too.
+HEAD_START_SECONDS = 0.5
 _FINAL = (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.SKIPPED)
 
 
@@ -143,6 +168,8 @@ async def gather(
         ]
     ex.end_of_history()
     await _park(ex, pending, gather_start)
+    await _execute_here(ex, calls, gather_start)
+    raise Suspend()
 
 
 def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
@@ -152,7 +179,7 @@ def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
     return ex.recorded_failure(recorded)
 
 
-async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> NoReturn:
+async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> None:
     statements = ex.env.store.statements
     waiting_for = {"steps": len(pending), "first": pending[0][1]}
     async with ex.env.store.transaction() as conn:
@@ -168,6 +195,7 @@ async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int
                 seconds=FOREVER_SECONDS,
                 waiting_for_json=json.dumps(waiting_for),
                 gather_start=gather_start,
+                head_start=HEAD_START_SECONDS,
             ),
         )
     if not parked.leased:
@@ -175,7 +203,102 @@ async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int
     ex.env.emit(
         "steps_scheduled", run_id=ex.task.run_id, steps=parked.spawned, waiting=len(pending)
     )
-    raise Suspend()
+
+
+async def _execute_here(ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int) -> None:
+    """Claim and run the gather's parallel steps on this worker, a batch at a time.
+
+    Stops when none is left to claim (the rest are done or claimed
+    elsewhere). A database error ends it quietly: the steps it claimed lapse
+    and are claimed again, as after a crash.
+    """
+    env, run_id = ex.env, ex.task.run_id
+    statements, worker_id = env.store.statements, ex.task.fence.worker_id
+    try:
+        while True:
+            claimed = await env.store.execute(
+                statements.steps.claim_gathered(
+                    run_id,
+                    worker_id,
+                    gather_start=gather_start,
+                    limit=GATHER_BATCH,
+                    lease_seconds=env.lease_seconds,
+                )
+            )
+            if not claimed:
+                return
+            ran = await asyncio.gather(*(_run_claimed(ex, calls, gather_start, g) for g in claimed))
+            completed = [c for c in ran if c is not None]
+            if completed:
+                async with env.store.transaction() as conn:
+                    await execute_async(conn, statements.runs.lock(run_id))
+                    await execute_async(
+                        conn, statements.steps.complete_gathered(run_id, worker_id, completed)
+                    )
+                for c in completed:
+                    env.emit(
+                        "step_checkpointed", run_id=run_id, step=c.step.name, status="completed"
+                    )
+    except Exception:
+        log.warning("run %s: executing its parallel steps here stopped", run_id, exc_info=True)
+
+
+class _GatheredExecution(Execution):
+    """A claimed parallel step run in the execution that parked its gather.
+
+    Its completed checkpoint is held (not written) and its output noted, so
+    that the batch's completions are written together; a failure, a retry or
+    a snooze is written at once, as for any parallel step.
+    """
+
+    output_json: str | None = None
+
+    def checkpoint_statement(
+        self,
+        attempt: Attempt,
+        status: str,
+        output_json: str | None,
+        error_json: str | None = None,
+        **publish: Any,
+    ) -> Statement[Fenced]:
+        """Note a completed output, then build the statement as any execution does."""
+        if status == "completed":
+            self.output_json = output_json
+        return super().checkpoint_statement(attempt, status, output_json, error_json, **publish)
+
+
+async def _run_claimed(
+    ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, claimed: GatheredStep
+) -> GatheredCompletion | None:
+    """Run one claimed parallel step; its completion to write, or None if it was written
+    (failed, retrying, snoozed, or with test faults installed) or its lease was lost."""
+    index = claimed.position - gather_start
+    if not 0 <= index < len(calls) or calls[index].name != claimed.name:
+        return None  # not this gather's step: its lease lapses, the claim loop takes it
+    call = calls[index]
+    task = dataclasses.replace(
+        ex.task,
+        fence=claimed.fence,
+        kind="step",
+        step_position=claimed.position,
+        step_name=claimed.name,
+        gather_start=gather_start,
+        steps=None,
+    )
+    position = claimed.position
+    sub = _GatheredExecution(task, ex.spec, ex.env, {}, ex.loop, step_task_position=position)
+    sub.deferred = DeferredCheckpoint(ex.loop, sub.record, True)
+    step: StepCall[Any] = StepCall(
+        sub, call.name, call.fn, call.args, call.kwargs, call.retry, call.timeout
+    )
+    try:
+        await step.run((claimed.position, None))
+    except (StepFailed, Suspend, LeaseLost, StaleHistory):
+        return None
+    held = sub.deferred.take()
+    if held is None or sub.output_json is None:
+        return None
+    return GatheredCompletion(claimed, held.attempt.number, sub.output_json, held.attempt.started)
 
 
 async def _run_step_task(

@@ -135,6 +135,8 @@ SELECT count(*) AS leased, max(available_at) AS wake_at FROM lease;
 -- that have neither a final checkpoint nor a task get a 'pending' row and a
 -- task any worker can claim; the run's own task waits for them without
 -- holding a slot (it is due now if nothing is left to wait for). Fenced.
+-- The tasks are due after %(head_start)s seconds: the parking worker claims
+-- them before that (step_claim_gathered), other workers join in after.
 WITH branches AS (
     SELECT b.position, b.name
     FROM unnest(%(positions)s::integer[], %(names)s::text[]) AS b(position, name)
@@ -173,7 +175,8 @@ WITH branches AS (
                                 workflow, version, priority, partition_key, status, available_at,
                                 created_at)
     SELECT h.run_id, 'step', t.position, t.name, %(gather_start)s, h.queue, h.workflow,
-           h.version, h.priority, h.partition_key, 'ready', {now}, {now}
+           h.version, h.priority, h.partition_key, 'ready',
+           {now} + make_interval(secs => %(head_start)s), {now}
     FROM todo t, held h
     RETURNING id
 ), waiting AS (
@@ -234,6 +237,92 @@ WITH lease AS (
 )
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint) AS written,
        (SELECT r.status FROM {schema}.runs r JOIN lease ON r.id = lease.run_id) AS run_status;
+
+-- name: step_claim_gathered
+-- Claim up to %(limit)s ready parallel steps of one gather (the run's tasks of
+-- kind 'step' at %(gather_start)s), for the worker that parked the run there
+-- and executes them itself, without replaying the workflow for each. Only
+-- steps never tried ('pending') of a run still waiting or running: a retry,
+-- a duplicate of a final step, a step due later are left to the claim loop.
+-- A task never claimed (attempt 0) is taken before it is due: its head
+-- start (see step_fanout) is for this worker. Other workers claim the rest as usual: SKIP
+-- LOCKED, in position order. Each row: the task's fence, its step and the
+-- attempts the step already made.
+WITH picked AS (
+    SELECT t.id
+    FROM {schema}.tasks t
+    WHERE t.run_id = %(run_id)s AND t.kind = 'step' AND t.gather_start = %(gather_start)s
+      AND t.status = 'ready' AND (t.available_at <= {now} OR t.attempt = 0)
+      AND EXISTS (SELECT 1 FROM {schema}.steps s
+                  WHERE s.run_id = t.run_id AND s.position = t.step_position
+                    AND s.status = 'pending')
+      AND EXISTS (SELECT 1 FROM {schema}.runs r
+                  WHERE r.id = %(run_id)s AND r.status IN ('waiting', 'running'))
+    ORDER BY t.step_position
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.tasks t
+SET status = 'claimed', worker_id = %(worker_id)s, attempt = t.attempt + 1,
+    claimed_at = {now}, lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s),
+    wait_signal = NULL
+FROM picked
+WHERE t.id = picked.id
+RETURNING t.id AS task_id, t.worker_id, t.attempt, t.step_position, t.step_name,
+          (SELECT s.attempts FROM {schema}.steps s
+           WHERE s.run_id = t.run_id AND s.position = t.step_position
+             AND s.status IN ('pending', 'retrying')) AS step_attempts;
+
+-- name: step_complete_gathered
+-- step_complete_parallel for many completed parallel steps of one run, in one
+-- statement: each step's final checkpoint and the deletion of its task, each
+-- fenced on its own task (a step whose lease was lost is not written); the
+-- run's task becomes due when no other parallel step remains. Executed after
+-- run_lock in the same transaction, like step_complete_parallel.
+WITH done AS (
+    SELECT *
+    FROM unnest(%(task_ids)s::bigint[], %(fence_attempts)s::integer[],
+                %(positions)s::integer[], %(names)s::text[], %(attempts)s::integer[],
+                %(outputs)s::text[], %(started)s::timestamptz[])
+         AS d(task_id, fence_attempt, position, name, attempts, output, started_at)
+), lease AS (
+    DELETE FROM {schema}.tasks t
+    USING done d
+    WHERE t.id = d.task_id AND t.worker_id = %(worker_id)s AND t.attempt = d.fence_attempt
+      AND t.status = 'claimed' AND t.run_id = %(run_id)s
+    RETURNING t.id, t.run_id, d.position, d.name, d.attempts, d.output, d.started_at
+), checkpoint AS (
+    INSERT INTO {schema}.steps (run_id, position, name, kind, status, attempts, output, error,
+                                worker_id, started_at, completed_at)
+    SELECT run_id, position, name, 'step', 'completed', attempts, output::jsonb, NULL,
+           %(worker_id)s, started_at, clock_timestamp()
+    FROM lease
+    ON CONFLICT (run_id, position) DO UPDATE
+    SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, output = EXCLUDED.output,
+        error = EXCLUDED.error, worker_id = EXCLUDED.worker_id,
+        started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at, wake_at = NULL
+    WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
+      AND {schema}.steps.name = EXCLUDED.name
+    RETURNING run_id, position, name, attempts, started_at, completed_at
+), parent AS (
+    UPDATE {schema}.tasks SET available_at = {now}
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t
+                 WHERE t.run_id = %(run_id)s AND t.kind = 'run' AND t.status = 'ready'
+                   AND EXISTS (SELECT 1 FROM lease)
+                   AND NOT EXISTS (
+                        SELECT 1 FROM {schema}.tasks o
+                        WHERE o.run_id = %(run_id)s AND o.kind = 'step'
+                          AND o.id NOT IN (SELECT id FROM lease))
+                 FOR UPDATE OF t SKIP LOCKED)
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id,
+                                  duration)
+    SELECT run_id, {now}, 'step_completed', position, name, attempts, %(worker_id)s,
+           completed_at - started_at
+    FROM checkpoint
+)
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint) AS written,
+       (SELECT r.status FROM {schema}.runs r WHERE r.id = %(run_id)s) AS run_status;
 
 -- name: step_schedule
 -- Make graph steps (or their compensations) claimable: a 'pending' row and a
