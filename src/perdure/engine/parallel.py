@@ -9,18 +9,20 @@ parallel step, and writes its checkpoint, deletes its task and, when it was the 
 parallel step (or it failed: gathers fail fast), wakes the run, in one transaction.
 The run's task then replays the gather from the checkpoints and moves on.
 
-The worker that parks the run at a gather does not leave its parallel steps
-to the claim loop alone: it holds the workflow's steps in memory, so it
-claims them itself, in batches in position order (step_claim_gathered), runs
-each batch at once and writes the batch's completions in one statement
-(step_complete_gathered), without replaying the workflow for each step. Every
+The worker whose run reaches a gather does not leave the parallel steps to
+the claim loops alone: it holds the workflow's steps in memory, so before it
+parks the run it claims them itself (the run's task still claimed, in its one
+slot), in batches in position order (step_claim_gathered), runs each batch at
+once and writes the batch's completions in one statement
+(step_complete_gathered), without replaying the workflow for each step. Then
+it parks the run as above; the run is due at once when nothing is left. Every
 claimed step is a task leased like any other: other workers claim the ones it
 has not reached (SKIP LOCKED) once a short head start has passed
-(HEAD_START_SECONDS, so that the claim loops do not replay the workflow for
-steps this worker is about to run), and if it dies only its batch in flight is run
+(HEAD_START_SECONDS, so that claim loops do not replay the workflow for steps
+this worker is about to run), and if it dies only its batch in flight runs
 again, by whoever claims those tasks after their lease lapses. A step that
-fails or snoozes is recorded by the same path as any parallel step's. So a
-map over n items costs O(1) per item on this worker, not a replay each.
+fails, retries or snoozes is recorded by the same path as any parallel
+step's. So a map over n items costs O(1) per item, not a replay each.
 
 Fail-fast policy: without ``return_exceptions``, the gather raises the first
 failed parallel step's StepFailed (in argument order among the parallel steps that had
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -61,6 +64,10 @@ GATHER_BATCH = 128
 #: How long the parking worker has its gather's parallel steps to itself
 #: before other workers' claim loops take them too.
 HEAD_START_SECONDS = 0.5
+#: Fewer at once when the step is a plain ``def``: they share the worker's threads.
+GATHER_BATCH_THREADS = 8
+#: The rests of batches still running after their gather failed fast (kept referenced).
+_FINISHING: set[asyncio.Task[None]] = set()
 _FINAL = (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.SKIPPED)
 
 
@@ -167,8 +174,11 @@ async def gather(
             _outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
         ]
     ex.end_of_history()
-    await _park(ex, pending, gather_start)
-    await _execute_here(ex, calls, gather_start)
+    await _fanout(ex, pending, gather_start, park=False)
+    failed = await _execute_here(ex, calls, gather_start, not return_exceptions)
+    # Failed fast: due at once, to raise the failure; else when the last
+    # step still running elsewhere completes.
+    await _fanout(ex, pending, gather_start, park=True, seconds=0.0 if failed else FOREVER_SECONDS)
     raise Suspend()
 
 
@@ -179,7 +189,16 @@ def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
     return ex.recorded_failure(recorded)
 
 
-async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> None:
+async def _fanout(
+    ex: Execution,
+    pending: list[tuple[int, str]],
+    gather_start: int,
+    *,
+    park: bool,
+    seconds: float = FOREVER_SECONDS,
+) -> None:
+    """Spawn the pending parallel steps (those without a task yet) and, if ``park``,
+    park the run until they are done."""
     statements = ex.env.store.statements
     waiting_for = {"steps": len(pending), "first": pending[0][1]}
     async with ex.env.store.transaction() as conn:
@@ -192,21 +211,28 @@ async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int
                 ex.task.fence,
                 positions=[p for p, _ in pending],
                 names=[n for _, n in pending],
-                seconds=FOREVER_SECONDS,
+                seconds=seconds,
                 waiting_for_json=json.dumps(waiting_for),
                 gather_start=gather_start,
                 head_start=HEAD_START_SECONDS,
+                park=park,
+                lease_seconds=ex.env.lease_seconds,
             ),
         )
     if not parked.leased:
         ex.lose_lease()
-    ex.env.emit(
-        "steps_scheduled", run_id=ex.task.run_id, steps=parked.spawned, waiting=len(pending)
-    )
+    if not park:
+        ex.env.emit(
+            "steps_scheduled", run_id=ex.task.run_id, steps=parked.spawned, waiting=len(pending)
+        )
 
 
-async def _execute_here(ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int) -> None:
-    """Claim and run the gather's parallel steps on this worker, a batch at a time.
+async def _execute_here(
+    ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, fail_fast: bool
+) -> bool:
+    """Claim and run the gather's parallel steps on this worker, a batch at a time;
+    whether one failed for good while ``fail_fast`` (then the rest of its batch
+    finishes in the background and no further batch is claimed).
 
     Stops when none is left to claim (the rest are done or claimed
     elsewhere). A database error ends it quietly: the steps it claimed lapse
@@ -214,6 +240,8 @@ async def _execute_here(ex: Execution, calls: Sequence[StepCall[Any]], gather_st
     """
     env, run_id = ex.env, ex.task.run_id
     statements, worker_id = env.store.statements, ex.task.fence.worker_id
+    threaded = any(not inspect.iscoroutinefunction(calls[i].fn) for i in range(min(len(calls), 8)))
+    limit = GATHER_BATCH_THREADS if threaded else GATHER_BATCH
     try:
         while True:
             claimed = await env.store.execute(
@@ -221,26 +249,82 @@ async def _execute_here(ex: Execution, calls: Sequence[StepCall[Any]], gather_st
                     run_id,
                     worker_id,
                     gather_start=gather_start,
-                    limit=GATHER_BATCH,
+                    limit=limit,
                     lease_seconds=env.lease_seconds,
                 )
             )
             if not claimed:
-                return
-            ran = await asyncio.gather(*(_run_claimed(ex, calls, gather_start, g) for g in claimed))
-            completed = [c for c in ran if c is not None]
-            if completed:
-                async with env.store.transaction() as conn:
-                    await execute_async(conn, statements.runs.lock(run_id))
-                    await execute_async(
-                        conn, statements.steps.complete_gathered(run_id, worker_id, completed)
-                    )
-                for c in completed:
-                    env.emit(
-                        "step_checkpointed", run_id=run_id, step=c.step.name, status="completed"
-                    )
+                return False
+            leases = asyncio.create_task(_keep_leases(ex, [g.fence.task_id for g in claimed]))
+            running: set[asyncio.Future[Any]] = {
+                asyncio.ensure_future(_run_claimed(ex, calls, gather_start, g)) for g in claimed
+            }
+            completed: list[GatheredCompletion] = []
+            failed = False
+            while running and not failed:
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for job in done:
+                    outcome = job.result()
+                    if isinstance(outcome, GatheredCompletion):
+                        completed.append(outcome)
+                    failed = failed or (outcome == "failed" and fail_fast)
+            await _complete(ex, completed)
+            if running:
+                # Failed fast: the run goes on now; the rest of the batch
+                # finishes and is recorded, as parallel steps still running do.
+                rest = asyncio.create_task(_finish(ex, running, leases))
+                _FINISHING.add(rest)
+                rest.add_done_callback(_FINISHING.discard)
+                return True
+            leases.cancel()
+            if failed:
+                return True
     except Exception:
         log.warning("run %s: executing its parallel steps here stopped", run_id, exc_info=True)
+        return False
+
+
+async def _finish(
+    ex: Execution, running: set[asyncio.Future[Any]], leases: asyncio.Task[None]
+) -> None:
+    """Wait for the rest of a batch and record its completions."""
+    try:
+        await asyncio.wait(running)
+        outcomes = [job.result() for job in running if not job.exception()]
+        await _complete(ex, [c for c in outcomes if isinstance(c, GatheredCompletion)])
+    except Exception:
+        log.warning("run %s: finishing its parallel steps stopped", ex.task.run_id, exc_info=True)
+    finally:
+        leases.cancel()
+
+
+async def _complete(ex: Execution, completed: list[GatheredCompletion]) -> None:
+    """Write a batch's completions in one statement, under the run's row lock."""
+    if not completed:
+        return
+    env, run_id = ex.env, ex.task.run_id
+    statements = env.store.statements
+    async with env.store.transaction() as conn:
+        await execute_async(conn, statements.runs.lock(run_id))
+        await execute_async(
+            conn,
+            statements.steps.complete_gathered(run_id, ex.task.fence.worker_id, completed),
+        )
+    for c in completed:
+        env.emit("step_checkpointed", run_id=run_id, step=c.step.name, status="completed")
+
+
+async def _keep_leases(ex: Execution, task_ids: list[int]) -> None:
+    """Extend the leases of a batch's steps while they run (the heartbeat does not know
+    them)."""
+    env = ex.env
+    while True:
+        await asyncio.sleep(env.lease_seconds / 3)
+        await env.store.execute(
+            env.store.statements.tasks.heartbeat(
+                ex.task.fence.worker_id, task_ids, env.lease_seconds
+            )
+        )
 
 
 class _GatheredExecution(Execution):
@@ -269,9 +353,10 @@ class _GatheredExecution(Execution):
 
 async def _run_claimed(
     ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, claimed: GatheredStep
-) -> GatheredCompletion | None:
-    """Run one claimed parallel step; its completion to write, or None if it was written
-    (failed, retrying, snoozed, or with test faults installed) or its lease was lost."""
+) -> GatheredCompletion | str | None:
+    """Run one claimed parallel step; its completion to write, "failed" if it failed
+    for good (written), or None if it was written otherwise (retrying, snoozed,
+    or with test faults installed) or its lease was lost."""
     index = claimed.position - gather_start
     if not 0 <= index < len(calls) or calls[index].name != claimed.name:
         return None  # not this gather's step: its lease lapses, the claim loop takes it
@@ -293,7 +378,9 @@ async def _run_claimed(
     )
     try:
         await step.run((claimed.position, None))
-    except (StepFailed, Suspend, LeaseLost, StaleHistory):
+    except StepFailed:
+        return "failed"
+    except (Suspend, LeaseLost, StaleHistory):
         return None
     held = sub.deferred.take()
     if held is None or sub.output_json is None:

@@ -115,14 +115,19 @@ class StepStatements(Namespace):
         waiting_for_json: str,
         gather_start: int,
         head_start: float = 0.0,
+        park: bool = True,
+        lease_seconds: float = 0.0,
     ) -> Statement[Fenced]:
-        """Park a run at a gather and spawn its parallel steps, due after ``head_start``
-        seconds for workers other than this one; (leased, spawned)."""
+        """Spawn a gather's parallel steps, due after ``head_start`` seconds, and park
+        the run (or, not ``park``, keep its task and extend its lease by
+        ``lease_seconds``); (leased, spawned)."""
         return self._build(
             "step_fanout",
             Fenced.decode,
             gather_start=gather_start,
             head_start=head_start,
+            park=park,
+            lease_seconds=lease_seconds,
             positions=list(positions),
             names=list(names),
             seconds=seconds,

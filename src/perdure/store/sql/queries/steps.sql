@@ -135,8 +135,10 @@ SELECT count(*) AS leased, max(available_at) AS wake_at FROM lease;
 -- that have neither a final checkpoint nor a task get a 'pending' row and a
 -- task any worker can claim; the run's own task waits for them without
 -- holding a slot (it is due now if nothing is left to wait for). Fenced.
--- The tasks are due after %(head_start)s seconds: the parking worker claims
--- them before that (step_claim_gathered), other workers join in after.
+-- With %(park)s false the parallel steps are spawned but the run's task
+-- stays claimed (its lease extended): its worker runs them itself first
+-- (step_claim_gathered) and parks afterwards. The tasks are due after
+-- %(head_start)s seconds: other workers join in after that head start.
 WITH branches AS (
     SELECT b.position, b.name
     FROM unnest(%(positions)s::integer[], %(names)s::text[]) AS b(position, name)
@@ -163,8 +165,15 @@ WITH branches AS (
             THEN {now} + make_interval(secs => %(seconds)s)
             ELSE {now} END
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
-      AND status = 'claimed'
+      AND status = 'claimed' AND %(park)s
     RETURNING run_id, available_at
+), kept AS (
+    -- Not parking: the run's task stays claimed, its lease extended.
+    UPDATE {schema}.tasks
+    SET lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed' AND NOT %(park)s
+    RETURNING run_id
 ), pending AS (
     INSERT INTO {schema}.steps (run_id, position, name, kind, status, attempts, started_at)
     SELECT h.run_id, t.position, t.name, 'step', 'pending', 0, {now}
@@ -188,9 +197,10 @@ WITH branches AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
     SELECT run_id, {now}, 'steps_scheduled', %(attempt)s, %(worker_id)s,
            jsonb_build_object('steps', (SELECT jsonb_agg(name ORDER BY position) FROM todo))
-    FROM lease WHERE EXISTS (SELECT 1 FROM todo)
+    FROM held WHERE EXISTS (SELECT 1 FROM todo)
 )
-SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM spawned) AS spawned;
+SELECT (SELECT count(*) FROM lease) + (SELECT count(*) FROM kept) AS leased,
+       (SELECT count(*) FROM spawned) AS spawned;
 
 -- name: step_complete_parallel
 -- Finish a parallel step's task: its final checkpoint (completed or failed)
@@ -261,17 +271,23 @@ WITH picked AS (
     ORDER BY t.step_position
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.tasks t
+    SET status = 'claimed', worker_id = %(worker_id)s, attempt = t.attempt + 1,
+        claimed_at = {now}, lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s),
+        wait_signal = NULL
+    FROM picked
+    WHERE t.id = picked.id
+    RETURNING t.id AS task_id, t.run_id, t.worker_id, t.attempt, t.step_position, t.step_name,
+              (SELECT s.attempts FROM {schema}.steps s
+               WHERE s.run_id = t.run_id AND s.position = t.step_position
+                 AND s.status IN ('pending', 'retrying')) AS step_attempts
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id)
+    SELECT run_id, {now}, 'step_claimed', step_position, step_name, attempt, %(worker_id)s
+    FROM claimed
 )
-UPDATE {schema}.tasks t
-SET status = 'claimed', worker_id = %(worker_id)s, attempt = t.attempt + 1,
-    claimed_at = {now}, lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s),
-    wait_signal = NULL
-FROM picked
-WHERE t.id = picked.id
-RETURNING t.id AS task_id, t.worker_id, t.attempt, t.step_position, t.step_name,
-          (SELECT s.attempts FROM {schema}.steps s
-           WHERE s.run_id = t.run_id AND s.position = t.step_position
-             AND s.status IN ('pending', 'retrying')) AS step_attempts;
+SELECT * FROM claimed;
 
 -- name: step_complete_gathered
 -- step_complete_parallel for many completed parallel steps of one run, in one
