@@ -17,9 +17,9 @@ once and writes the batch's completions in one statement
 (step_complete_gathered), without replaying the workflow for each step. Then
 it parks the run as above; the run is due at once when nothing is left. Every
 claimed step is a task leased like any other: other workers claim the ones it
-has not reached (SKIP LOCKED) once a short head start has passed
-(HEAD_START_SECONDS, so that claim loops do not replay the workflow for steps
-this worker is about to run), and if it dies only its batch in flight runs
+has not reached (SKIP LOCKED) once a head start has passed (see
+HEAD_START_SECONDS: claim loops would replay the workflow for steps this
+worker is about to run), and if it dies only its batch in flight runs
 again, by whoever claims those tasks after their lease lapses. A step that
 fails, retries or snoozes is recorded by the same path as any parallel
 step's. So a map over n items costs O(1) per item, not a replay each.
@@ -61,9 +61,13 @@ log = logging.getLogger("perdure.parallel")
 T = TypeVar("T")
 #: How many of a gather's parallel steps the parking worker claims and runs at once.
 GATHER_BATCH = 128
-#: How long the parking worker has its gather's parallel steps to itself
-#: before other workers' claim loops take them too.
+#: How long the worker that reached a gather has its parallel steps to
+#: itself before claim loops (other workers', its own) take them too: about
+#: the time it needs to run them alone when they are quick (HEAD_START_RATE
+#: a second), at least HEAD_START_SECONDS, at most HEAD_START_MAX_SECONDS.
 HEAD_START_SECONDS = 0.5
+HEAD_START_RATE = 2000.0
+HEAD_START_MAX_SECONDS = 30.0
 #: Fewer at once when the step is a plain ``def``: they share the worker's threads.
 GATHER_BATCH_THREADS = 8
 #: The rests of batches still running after their gather failed fast (kept referenced).
@@ -214,7 +218,9 @@ async def _fanout(
                 seconds=seconds,
                 waiting_for_json=json.dumps(waiting_for),
                 gather_start=gather_start,
-                head_start=HEAD_START_SECONDS,
+                head_start=min(
+                    HEAD_START_SECONDS + len(pending) / HEAD_START_RATE, HEAD_START_MAX_SECONDS
+                ),
                 park=park,
                 lease_seconds=ex.env.lease_seconds,
             ),
