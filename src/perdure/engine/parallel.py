@@ -67,7 +67,7 @@ GATHER_BATCH = 128
 #: a second), at least HEAD_START_SECONDS, at most HEAD_START_MAX_SECONDS.
 HEAD_START_SECONDS = 0.5
 HEAD_START_RATE = 2000.0
-HEAD_START_MAX_SECONDS = 30.0
+HEAD_START_MAX_SECONDS = 120.0
 #: Fewer at once when the step is a plain ``def``: they share the worker's threads.
 GATHER_BATCH_THREADS = 8
 #: The rests of batches still running after their gather failed fast (kept referenced).
@@ -248,6 +248,7 @@ async def _execute_here(
     statements, worker_id = env.store.statements, ex.task.fence.worker_id
     threaded = any(not inspect.iscoroutinefunction(calls[i].fn) for i in range(min(len(calls), 8)))
     limit = GATHER_BATCH_THREADS if threaded else GATHER_BATCH
+    after = gather_start
     try:
         while True:
             claimed = await env.store.execute(
@@ -255,12 +256,17 @@ async def _execute_here(
                     run_id,
                     worker_id,
                     gather_start=gather_start,
+                    after=after,
                     limit=limit,
                     lease_seconds=env.lease_seconds,
                 )
             )
             if not claimed:
-                return False
+                if after == gather_start:
+                    return False
+                after = gather_start  # once more from the start: steps skipped while locked
+                continue
+            after = claimed[-1].position + 1
             leases = asyncio.create_task(_keep_leases(ex, [g.fence.task_id for g in claimed]))
             running: set[asyncio.Future[Any]] = {
                 asyncio.ensure_future(_run_claimed(ex, calls, gather_start, g)) for g in claimed

@@ -168,13 +168,22 @@ class StepStatements(Namespace):
         )
 
     def claim_gathered(
-        self, run_id: str, worker_id: str, *, gather_start: int, limit: int, lease_seconds: float
+        self,
+        run_id: str,
+        worker_id: str,
+        *,
+        gather_start: int,
+        after: int,
+        limit: int,
+        lease_seconds: float,
     ) -> Statement[list[GatheredStep]]:
-        """Claim up to ``limit`` ready parallel steps of the gather at ``gather_start``."""
+        """Claim up to ``limit`` ready parallel steps of the gather at ``gather_start``,
+        at positions from ``after`` on."""
         return self._build(
             "step_claim_gathered",
             GatheredStep.decode,
             run_id=run_id,
+            after=after,
             worker_id=worker_id,
             gather_start=gather_start,
             limit=limit,

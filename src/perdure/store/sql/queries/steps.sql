@@ -255,13 +255,16 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint)
 -- steps never tried ('pending') of a run still waiting or running: a retry,
 -- a duplicate of a final step, a step due later are left to the claim loop.
 -- A task never claimed (attempt 0) is taken before it is due: its head
--- start (see step_fanout) is for this worker. Other workers claim the rest as usual: SKIP
+-- start (see step_fanout) is for this worker. Only positions from %(after)s
+-- on: the worker moves on past the steps it claimed, so that the index scan
+-- does not walk over the tasks its earlier batches deleted. Other workers claim the rest as usual: SKIP
 -- LOCKED, in position order. Each row: the task's fence, its step and the
 -- attempts the step already made.
 WITH picked AS (
     SELECT t.id
     FROM {schema}.tasks t
     WHERE t.run_id = %(run_id)s AND t.kind = 'step' AND t.gather_start = %(gather_start)s
+      AND t.step_position >= %(after)s
       AND t.status = 'ready' AND (t.available_at <= {now} OR t.attempt = 0)
       AND EXISTS (SELECT 1 FROM {schema}.steps s
                   WHERE s.run_id = t.run_id AND s.position = t.step_position
