@@ -40,19 +40,20 @@ import dataclasses
 import inspect
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, overload
 
 from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.deferred import DeferredCheckpoint
+from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, StepTaskDone
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import ConfigurationError, StepFailed
 from perdure.steps import StepCall
-from perdure.store.rows import Fenced, GatheredCompletion, GatheredStep
+from perdure.store.rows import ClaimedTask, Fenced, GatheredCompletion, GatheredStep
 from perdure.store.statement import Statement
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
@@ -257,6 +258,7 @@ async def _execute_here(
                     worker_id,
                     gather_start=gather_start,
                     after=after,
+                    before=gather_start + len(calls),
                     limit=limit,
                     lease_seconds=env.lease_seconds,
                 )
@@ -280,7 +282,7 @@ async def _execute_here(
                     if isinstance(outcome, GatheredCompletion):
                         completed.append(outcome)
                     failed = failed or (outcome == "failed" and fail_fast)
-            await _complete(ex, completed)
+            await complete_batch(ex.env, ex.task, completed)
             if running:
                 # Failed fast: the run goes on now; the rest of the batch
                 # finishes and is recorded, as parallel steps still running do.
@@ -303,25 +305,33 @@ async def _finish(
     try:
         await asyncio.wait(running)
         outcomes = [job.result() for job in running if not job.exception()]
-        await _complete(ex, [c for c in outcomes if isinstance(c, GatheredCompletion)])
+        await complete_batch(
+            ex.env, ex.task, [c for c in outcomes if isinstance(c, GatheredCompletion)]
+        )
     except Exception:
         log.warning("run %s: finishing its parallel steps stopped", ex.task.run_id, exc_info=True)
     finally:
         leases.cancel()
 
 
-async def _complete(ex: Execution, completed: list[GatheredCompletion]) -> None:
-    """Write a batch's completions in one statement, under the run's row lock."""
+async def complete_batch(
+    env: ExecutionEnv,
+    task: ClaimedTask,
+    completed: list[GatheredCompletion],
+    then: Callable[[Any], Awaitable[None]] | None = None,
+) -> None:
+    """Write a batch's completions in one statement, under the run's row lock, and
+    call ``then(conn)`` in the same transaction (a graph decides what runs next)."""
     if not completed:
         return
-    env, run_id = ex.env, ex.task.run_id
-    statements = env.store.statements
+    run_id, statements = task.run_id, env.store.statements
     async with env.store.transaction() as conn:
         await execute_async(conn, statements.runs.lock(run_id))
         await execute_async(
-            conn,
-            statements.steps.complete_gathered(run_id, ex.task.fence.worker_id, completed),
+            conn, statements.steps.complete_gathered(run_id, task.fence.worker_id, completed)
         )
+        if then is not None:
+            await then(conn)
     for c in completed:
         env.emit("step_checkpointed", run_id=run_id, step=c.step.name, status="completed")
 
@@ -339,7 +349,7 @@ async def _keep_leases(ex: Execution, task_ids: list[int]) -> None:
         )
 
 
-class _GatheredExecution(Execution):
+class HeldExecution(Execution):
     """A claimed parallel step run in the execution that parked its gather.
 
     Its completed checkpoint is held (not written) and its output noted, so
@@ -348,6 +358,19 @@ class _GatheredExecution(Execution):
     """
 
     output_json: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.deferred = DeferredCheckpoint(self.loop, self.record, True)
+
+    def completion(self, claimed: GatheredStep) -> GatheredCompletion | None:
+        """The completion held for the batch, if the step completed and was not written."""
+        held = self.deferred.take()
+        if held is None or self.output_json is None:
+            return None
+        return GatheredCompletion(
+            claimed, held.attempt.number, self.output_json, held.attempt.started
+        )
 
     def checkpoint_statement(
         self,
@@ -383,8 +406,7 @@ async def _run_claimed(
         steps=None,
     )
     position = claimed.position
-    sub = _GatheredExecution(task, ex.spec, ex.env, {}, ex.loop, step_task_position=position)
-    sub.deferred = DeferredCheckpoint(ex.loop, sub.record, True)
+    sub = HeldExecution(task, ex.spec, ex.env, {}, ex.loop, step_task_position=position)
     step: StepCall[Any] = StepCall(
         sub, call.name, call.fn, call.args, call.kwargs, call.retry, call.timeout
     )
@@ -394,10 +416,7 @@ async def _run_claimed(
         return "failed"
     except (Suspend, LeaseLost, StaleHistory):
         return None
-    held = sub.deferred.take()
-    if held is None or sub.output_json is None:
-        return None
-    return GatheredCompletion(claimed, held.attempt.number, sub.output_json, held.attempt.started)
+    return sub.completion(claimed)
 
 
 async def _run_step_task(

@@ -172,18 +172,20 @@ class StepStatements(Namespace):
         run_id: str,
         worker_id: str,
         *,
-        gather_start: int,
+        gather_start: int | None,
         after: int,
+        before: int,
         limit: int,
         lease_seconds: float,
     ) -> Statement[list[GatheredStep]]:
-        """Claim up to ``limit`` ready parallel steps of the gather at ``gather_start``,
-        at positions from ``after`` on."""
+        """Claim up to ``limit`` ready parallel steps of the gather at ``gather_start``
+        (None: a graph's steps), at positions from ``after`` to before ``before``."""
         return self._build(
             "step_claim_gathered",
             GatheredStep.decode,
             run_id=run_id,
             after=after,
+            before=before,
             worker_id=worker_id,
             gather_start=gather_start,
             limit=limit,

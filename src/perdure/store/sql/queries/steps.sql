@@ -250,8 +250,10 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint)
 
 -- name: step_claim_gathered
 -- Claim up to %(limit)s ready parallel steps of one gather (the run's tasks of
--- kind 'step' at %(gather_start)s), for the worker that parked the run there
--- and executes them itself, without replaying the workflow for each. Only
+-- kind 'step' at %(gather_start)s; NULL: a graph's steps), at positions from
+-- %(after)s to before %(before)s, for the worker that reached the gather (or
+-- scheduled the graph steps) and executes them itself, without replaying the
+-- workflow for each. Only
 -- steps never tried ('pending') of a run still waiting or running: a retry,
 -- a duplicate of a final step, a step due later are left to the claim loop.
 -- A task never claimed (attempt 0) is taken before it is due: its head
@@ -263,8 +265,9 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint)
 WITH picked AS (
     SELECT t.id
     FROM {schema}.tasks t
-    WHERE t.run_id = %(run_id)s AND t.kind = 'step' AND t.gather_start = %(gather_start)s
-      AND t.step_position >= %(after)s
+    WHERE t.run_id = %(run_id)s AND t.kind = 'step'
+      AND t.gather_start IS NOT DISTINCT FROM %(gather_start)s::integer
+      AND t.step_position >= %(after)s AND t.step_position < %(before)s
       AND t.status = 'ready' AND (t.available_at <= {now} OR t.attempt = 0)
       AND EXISTS (SELECT 1 FROM {schema}.steps s
                   WHERE s.run_id = t.run_id AND s.position = t.step_position
