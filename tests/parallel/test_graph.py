@@ -289,3 +289,61 @@ def test_invalid_graphs_are_refused_with_clear_errors(
         else:
             app.worker()
     assert app.list_runs() == []
+
+
+def _wide_graph(app: perdure.App, name: str, undone: list[str]) -> None:
+    """root -> 1,000 leaves (every 10th skipped by its condition, every 100th
+    compensable) -> a join that fails for good."""
+    g = app.graph(name)
+
+    @g.step()
+    async def root(ctx: perdure.StepContext, _: Any) -> int:
+        return 0
+
+    def undo(i: int) -> Any:
+        return lambda ctx, out: undone.append(f"leaf{i:04d}:{out}")
+
+    async def leaf(ctx: perdure.StepContext, value: int) -> int:
+        return value + 1
+
+    for i in range(1000):
+        g.step(
+            f"leaf{i:04d}",
+            depends_on=[root],
+            when=(lambda _value, i=i: i % 10 != 0),
+            compensate=undo(i) if i % 100 == 1 else None,
+        )(leaf)
+
+    @g.step(depends_on=[f"leaf{i:04d}" for i in range(1000)], join="any")
+    def join(ctx: perdure.StepContext, outputs: dict[str, int]) -> int:
+        raise perdure.PermanentError(f"{len(outputs)} inputs")
+
+
+def test_a_1000_leaf_graph_run_in_batches_has_the_results_and_history_of_one_by_one(
+    app: perdure.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perdure.engine import parallel
+
+    outcomes = []
+    for batch in (parallel.GATHER_BATCH, 0):  # 0: every step by the claim loops, one by one
+        monkeypatch.setattr(parallel, "GATHER_BATCH", batch)
+        undone: list[str] = []
+        _wide_graph(app, f"wide{batch}", undone)
+        handle = app.start(f"wide{batch}")
+        with BackgroundWorker(app, **FAST):
+            with pytest.raises(perdure.RunFailed) as info:
+                handle.result(timeout=60)
+        steps = [(s.name, s.kind, s.status.value, s.output) for s in app.steps(handle.id)]
+        events = sorted(
+            (e.event, e.step_name or "")
+            for e in app.history(handle.id)
+            if e.event not in ("step_claimed", "run_claimed")
+        )
+        outcomes.append((info.value.status, info.value.error, undone, steps, events))
+    batched, one_by_one = outcomes
+    assert batched[0] == "compensated"
+    assert batched[1] is not None and "900 inputs" in str(batched[1])
+    assert batched[2] == [f"leaf{i:04d}:1" for i in range(901, 0, -100)]
+    skipped = [s for s in batched[3] if s[2] == "skipped"]
+    assert len(skipped) == 100
+    assert batched == one_by_one
