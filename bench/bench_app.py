@@ -4,6 +4,7 @@
 - ``bench_first``: its first step reports when it began (start -> first step latency).
 - ``bench_signal``: waits for signal ``go``; the step after reports when it began.
 - ``bench_fanout``: a graph: one root, 100 parallel steps, one join.
+- ``bench_fanout1000``: the same with 1,000 parallel steps.
 - ``bench_chain``: a graph of 10 steps, each depending on the one before.
 - ``bench_map``: ``ctx.map`` of a no-op step over ``n`` items (the input).
 - ``bench_sequence``: the same ``n`` no-op steps one after another.
@@ -102,6 +103,26 @@ for _i in range(FANOUT):
 
 @fanout.step(depends_on=[f"leaf{i:03d}" for i in range(FANOUT)])
 async def join(ctx: perdure.StepContext, outputs: dict[str, int]) -> int:
+    """The join: the sum of the leaves."""
+    return sum(outputs.values())
+
+
+WIDE = 1000
+wide = app.graph("bench_fanout1000")
+
+
+@wide.step()
+async def wide_root(ctx: perdure.StepContext, _: Any) -> int:
+    """The wide fan-out's first step."""
+    return 0
+
+
+for _i in range(WIDE):
+    wide.step(f"leaf{_i:04d}", depends_on=[wide_root])(_leaf_async)
+
+
+@wide.step(depends_on=[f"leaf{i:04d}" for i in range(WIDE)])
+async def wide_join(ctx: perdure.StepContext, outputs: dict[str, int]) -> int:
     """The join: the sum of the leaves."""
     return sum(outputs.values())
 

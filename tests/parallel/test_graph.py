@@ -332,7 +332,7 @@ def test_a_1000_leaf_graph_run_in_batches_has_the_results_and_history_of_one_by_
         handle = app.start(f"wide{batch}")
         with BackgroundWorker(app, **FAST):
             with pytest.raises(perdure.RunFailed) as info:
-                handle.result(timeout=60)
+                handle.result(timeout=120)
         steps = [(s.name, s.kind, s.status.value, s.output) for s in app.steps(handle.id)]
         events = sorted(
             (e.event, e.step_name or "")

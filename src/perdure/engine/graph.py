@@ -112,7 +112,7 @@ async def _run_here(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> No
                     gather_start=None,
                     after=0,
                     before=n,
-                    limit=parallel.GATHER_BATCH,
+                    limit=parallel.batch_size(env, parallel.GATHER_BATCH),
                     lease_seconds=env.lease_seconds,
                 )
             )
@@ -353,7 +353,11 @@ async def _forward(
         await execute_async(
             conn,
             statements.steps.schedule(
-                run_id, [s.position for s in ready], [s.name for s in ready], ["step"] * len(ready)
+                run_id,
+                [s.position for s in ready],
+                [s.name for s in ready],
+                ["step"] * len(ready),
+                head_start=parallel.head_start(len(ready)),
             ),
         )
     await execute_async(conn, statements.runs.progress(run_id))

@@ -194,6 +194,16 @@ def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
     return ex.recorded_failure(recorded)
 
 
+def batch_size(env: ExecutionEnv, most: int) -> int:
+    """How many steps one batch claims: ``most``, at most the worker's concurrency."""
+    return min(most, env.concurrency)
+
+
+def head_start(steps: int) -> float:
+    """How long the worker that made ``steps`` steps claimable has them to itself."""
+    return min(HEAD_START_SECONDS + steps / HEAD_START_RATE, HEAD_START_MAX_SECONDS)
+
+
 async def _fanout(
     ex: Execution,
     pending: list[tuple[int, str]],
@@ -209,7 +219,12 @@ async def _fanout(
     async with ex.env.store.transaction() as conn:
         # The run's row lock orders this park against the parallel steps'
         # completions: a parallel step finishing after it sees the parked task.
-        await execute_async(conn, statements.runs.lock(ex.task.run_id))
+        status = await execute_async(conn, statements.runs.lock(ex.task.run_id))
+        if status == "cancelled":
+            # Cancelled while this worker ran the steps: stop (the task is
+            # settled like any cancelled run's), do not park.
+            ex.run_status = status
+            ex.check_alive()
         parked = await execute_async(
             conn,
             statements.steps.fanout(
@@ -219,9 +234,7 @@ async def _fanout(
                 seconds=seconds,
                 waiting_for_json=json.dumps(waiting_for),
                 gather_start=gather_start,
-                head_start=min(
-                    HEAD_START_SECONDS + len(pending) / HEAD_START_RATE, HEAD_START_MAX_SECONDS
-                ),
+                head_start=head_start(len(pending)),
                 park=park,
                 lease_seconds=ex.env.lease_seconds,
             ),
@@ -248,7 +261,7 @@ async def _execute_here(
     env, run_id = ex.env, ex.task.run_id
     statements, worker_id = env.store.statements, ex.task.fence.worker_id
     threaded = any(not inspect.iscoroutinefunction(calls[i].fn) for i in range(min(len(calls), 8)))
-    limit = GATHER_BATCH_THREADS if threaded else GATHER_BATCH
+    limit = batch_size(env, GATHER_BATCH_THREADS if threaded else GATHER_BATCH)
     after = gather_start
     try:
         while True:

@@ -212,13 +212,20 @@ class StepStatements(Namespace):
         )
 
     def schedule(
-        self, run_id: str, positions: Sequence[int], names: Sequence[str], kinds: Sequence[str]
+        self,
+        run_id: str,
+        positions: Sequence[int],
+        names: Sequence[str],
+        kinds: Sequence[str],
+        head_start: float = 0.0,
     ) -> Statement[int]:
-        """Make graph steps claimable; how many tasks were created."""
+        """Make graph steps claimable, by other workers after ``head_start`` seconds;
+        how many tasks were created."""
         return self._build(
             "step_schedule",
             count("spawned"),
             run_id=run_id,
+            head_start=head_start,
             positions=list(positions),
             names=list(names),
             kinds=list(kinds),

@@ -349,7 +349,9 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint)
 -- name: step_schedule
 -- Make graph steps (or their compensations) claimable: a 'pending' row and a
 -- task for each position at %(positions)s that has neither a final row nor a
--- task. The tasks take the run's queue, workflow and version.
+-- task. The tasks take the run's queue, workflow and version, and are due
+-- after %(head_start)s seconds: the worker that scheduled them claims them
+-- before that (step_claim_gathered), other workers join in after.
 WITH branches AS (
     SELECT b.position, b.name, b.kind
     FROM unnest(%(positions)s::integer[], %(names)s::text[], %(kinds)s::text[])
@@ -373,7 +375,8 @@ WITH branches AS (
     INSERT INTO {schema}.tasks (run_id, kind, step_position, step_name, queue, workflow, version,
                                 priority, partition_key, status, available_at, created_at)
     SELECT run.id, 'step', t.position, t.name, run.queue, run.workflow, run.version,
-           run.priority, run.partition_key, 'ready', {now}, {now}
+           run.priority, run.partition_key, 'ready',
+           {now} + make_interval(secs => %(head_start)s), {now}
     FROM todo t, run
     RETURNING step_name
 ), event AS (
