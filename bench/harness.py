@@ -233,9 +233,7 @@ def counting(probe: Probe) -> Iterator[Delta]:
 class WorkerProcess:
     """One `perdure worker bench_app:app` subprocess on a schema of the server."""
 
-    def __init__(
-        self, url: str, schema: str, concurrency: int | None, stats_file: Path
-    ) -> None:
+    def __init__(self, url: str, schema: str, concurrency: int | None, stats_file: Path) -> None:
         """Start the worker; :meth:`wait_ready` waits until it listens."""
         env = dict(
             os.environ,
