@@ -84,11 +84,14 @@ async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
             if not await execute_async(conn, statements.tasks.finish(task.fence)):
                 env.lease_lost(task)
                 return "abandoned"
-            await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
-        await _run_here(task, spec, env)
+            scheduled = await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+        if scheduled:
+            await _run_here(task, spec, env)
         return "scheduled"
-    outcome = await _execute_step(task, spec, env)
-    if outcome == "branch_completed":
+    decided: list[bool] = []
+    outcome = await _execute_step(task, spec, env, decided=decided)
+    if outcome == "branch_completed" and any(decided):
+        # This completion made steps ready: run them here.
         await _run_here(task, spec, env)
     return outcome
 
@@ -155,9 +158,11 @@ async def _execute_step(
     spec: GraphSpec,
     env: ExecutionEnv,
     held: tuple[GatheredStep, list[GatheredCompletion]] | None = None,
+    decided: list[bool] | None = None,
 ) -> str:
     """Execute one graph step (or compensation). With ``held``, its completion is
-    appended to the batch's list instead of being written."""
+    appended to the batch's list instead of being written; ``decided`` is told
+    whether the decision after its checkpoint made steps ready."""
     position = task.step_position
     assert position is not None
     n = len(spec.steps)
@@ -172,7 +177,9 @@ async def _execute_step(
         return await _finish_duplicate(task, spec, env)
 
     async def decide(conn: Any) -> None:
-        await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+        scheduled = await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+        if decided is not None:
+            decided.append(scheduled)
 
     made = Execution if held is None else parallel.HeldExecution
     ex = made(
@@ -284,8 +291,9 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
 
 async def advance(
     conn: Any, env: ExecutionEnv, spec: GraphSpec, run_id: str, run_input: Any, task_id: int
-) -> None:
-    """Decide what a graph run does next; the caller holds the run's row lock."""
+) -> bool:
+    """Decide what a graph run does next; whether steps were made ready. The caller
+    holds the run's row lock."""
     statements = env.store.statements
     status = await execute_async(conn, statements.runs.lock(run_id))
     if status is None or status in (
@@ -295,15 +303,15 @@ async def advance(
         "compensated",
         "compensation_failed",
     ):
-        return
+        return False
     found = await execute_async(conn, statements.steps.list(run_id))
     rows = {s.position: s for s in found}
     n = len(spec.steps)
     failed = [rows[p] for p in range(n) if p in rows and rows[p].status == StepStatus.FAILED]
     if status == "compensating" or failed:
         await _unwind(conn, env, spec, run_id, rows, failed, status, task_id)
-        return
-    await _forward(conn, env, spec, run_id, rows, run_input, task_id)
+        return False
+    return await _forward(conn, env, spec, run_id, rows, run_input, task_id)
 
 
 async def _forward(
@@ -314,7 +322,7 @@ async def _forward(
     rows: dict[int, Step],
     run_input: Any,
     task_id: int,
-) -> None:
+) -> bool:
     statements = env.store.statements
     state = {p: r.status for p, r in rows.items() if p < len(spec.steps)}
     outputs = {p: r.output for p, r in rows.items() if r.status == StepStatus.COMPLETED}
@@ -341,8 +349,7 @@ async def _forward(
                 await _record(
                     conn, statements, run_id, step, "failed", serialization.error_json(record)
                 )
-                await advance(conn, env, spec, run_id, run_input, task_id)
-                return
+                return await advance(conn, env, spec, run_id, run_input, task_id)
         if skip:
             await _record(conn, statements, run_id, step, "skipped", json.dumps({"reason": reason}))
             state[step.position] = StepStatus.SKIPPED
@@ -368,6 +375,7 @@ async def _forward(
         )
         if await execute_async(conn, statements.runs.finish(run_id, "completed", output_json=text)):
             env.run_finished(run_id, spec.name, "completed")
+    return bool(ready)
 
 
 async def _record(
