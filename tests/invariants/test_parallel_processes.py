@@ -96,6 +96,7 @@ def test_map_of_50_items_survives_a_sigkilled_worker(
     assert {pid for _, pid, *_ in _rows(ledger, handle.id)} & {w.pid for w in others}
 
 
+@pytest.mark.timeout(300)  # about 30 s; more on a machine shared with other test runs
 def test_map_of_10000_items_across_3_workers_survives_a_sigkill_mid_map(
     app: perdure.App, db: psycopg.Connection[Any], spawn_worker: Any, tmp_path: Any
 ) -> None:
