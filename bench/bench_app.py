@@ -4,11 +4,16 @@
 - ``bench_first``: its first step reports when it began (start -> first step latency).
 - ``bench_signal``: waits for signal ``go``; the step after reports when it began.
 - ``bench_fanout``: a graph: one root, 100 parallel steps, one join.
+- ``bench_fanout1000``: the same with 1,000 parallel steps.
 - ``bench_chain``: a graph of 10 steps, each depending on the one before.
+- ``bench_map``: ``ctx.map`` of a no-op step over ``n`` items (the input).
+- ``bench_sequence``: the same ``n`` no-op steps one after another.
+- ``bench_gather_sleep``: ``ctx.gather`` of ``n`` steps that each sleep 50 ms.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -50,6 +55,35 @@ async def _now() -> float:
     return time.time()
 
 
+async def _item(item: int) -> int:
+    return item
+
+
+@app.workflow("bench_map")
+async def bench_map(ctx: perdure.Context, n: int) -> int:
+    """``ctx.map`` over ``n`` items; the number of outputs."""
+    return len(await ctx.map("item", _item, range(n)))
+
+
+@app.workflow("bench_sequence")
+async def bench_sequence(ctx: perdure.Context, n: int) -> int:
+    """The same ``n`` steps as bench_map, one after another."""
+    for i in range(n):
+        await ctx.step(f"item[{i}]", _item, i)
+    return n
+
+
+async def _nap() -> int:
+    await asyncio.sleep(0.05)
+    return 1
+
+
+@app.workflow("bench_gather_sleep")
+async def bench_gather_sleep(ctx: perdure.Context, n: int) -> int:
+    """``ctx.gather`` of ``n`` steps that each sleep 50 ms."""
+    return sum(await ctx.gather(*(ctx.step(f"nap{i}", _nap) for i in range(n))))
+
+
 fanout = app.graph("bench_fanout")
 
 
@@ -69,6 +103,26 @@ for _i in range(FANOUT):
 
 @fanout.step(depends_on=[f"leaf{i:03d}" for i in range(FANOUT)])
 async def join(ctx: perdure.StepContext, outputs: dict[str, int]) -> int:
+    """The join: the sum of the leaves."""
+    return sum(outputs.values())
+
+
+WIDE = 1000
+wide = app.graph("bench_fanout1000")
+
+
+@wide.step()
+async def wide_root(ctx: perdure.StepContext, _: Any) -> int:
+    """The wide fan-out's first step."""
+    return 0
+
+
+for _i in range(WIDE):
+    wide.step(f"leaf{_i:04d}", depends_on=[wide_root])(_leaf_async)
+
+
+@wide.step(depends_on=[f"leaf{i:04d}" for i in range(WIDE)])
+async def wide_join(ctx: perdure.StepContext, outputs: dict[str, int]) -> int:
     """The join: the sum of the leaves."""
     return sum(outputs.values())
 

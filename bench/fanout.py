@@ -1,4 +1,4 @@
-"""Graph runs: a fan-out of 100 parallel steps and their join, and a 10-step chain.
+"""Graph runs: a fan-out of 100 (and of 1,000) parallel steps and their join, a 10-step chain.
 
 Usage: python bench/fanout.py [--repeat R] [--concurrency C] [--database-url URL]
 
@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench_app import CHAIN, FANOUT
+from bench_app import CHAIN, FANOUT, WIDE
 from harness import Probe, WorkerProcess, drop_schema, standalone
 
 import perdure
@@ -30,6 +30,7 @@ def measure(url: str, probe: Probe, concurrency: int) -> dict[str, Any]:
         try:
             worker.wait_ready(probe)
             fan = _seconds(app, "bench_fanout", {"join": FANOUT})
+            wide = _seconds(app, "bench_fanout1000", {"wide_join": WIDE})
             chain = _seconds(app, "bench_chain", {f"link{CHAIN - 1}": CHAIN})
         finally:
             worker.stop()
@@ -38,6 +39,7 @@ def measure(url: str, probe: Probe, concurrency: int) -> dict[str, Any]:
     return {
         "fanout_ms": fan * 1000,
         "fanout_steps_per_s": (FANOUT + 2) / fan,
+        "fanout1000_ms": wide * 1000,
         "chain_ms": chain * 1000,
         "chain_steps_per_s": CHAIN / chain,
     }
@@ -62,7 +64,8 @@ def main() -> None:
             f = measure(server.url, probe, args.concurrency)
             print(
                 f"fan-out {FANOUT} + join: {f['fanout_ms']:.0f} ms "
-                f"({f['fanout_steps_per_s']:.0f} steps/s); chain of {CHAIN}: "
+                f"({f['fanout_steps_per_s']:.0f} steps/s); fan-out {WIDE} + join: "
+                f"{f['fanout1000_ms']:.0f} ms; chain of {CHAIN}: "
                 f"{f['chain_ms']:.0f} ms ({f['chain_steps_per_s']:.0f} steps/s)"
             )
 

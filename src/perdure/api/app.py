@@ -239,6 +239,8 @@ class App:
 
     start = forms.blocking(starting.start)
     start_async = forms.awaiting(starting.start, here=starting.on_callers_loop)
+    start_many = forms.blocking(starting.start_many)
+    start_many_async = forms.awaiting(starting.start_many, here=starting.on_callers_loop)
     handle = forms.blocking(reading.handle)
     handle_async = forms.awaiting(reading.handle)
     get_run = forms.blocking(reading.get_run)

@@ -7,7 +7,7 @@ same methods that block instead; both drive one engine execution.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
@@ -171,7 +171,7 @@ class _Base:
         return waits.publish(self._execution, kind, key, value, closed=closed)
 
     def _gather(
-        self, calls: tuple[StepCall[Any], ...], return_exceptions: bool
+        self, calls: Sequence[StepCall[Any]], return_exceptions: bool
     ) -> Coroutine[Any, Any, list[Any]]:
         arguments.flag("return_exceptions", return_exceptions)
         return parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
@@ -355,7 +355,9 @@ class Context(_Base):
         The same as :meth:`gather` over one step per item, keyed by index.
         """
         calls = self._map_calls(name, fn, items, retry, timeout)
-        return await self._gather(tuple(calls), return_exceptions)
+        # MappedSteps builds a step only when read: a parallel step's task
+        # replaying the map reads its own, not all n.
+        return await self._gather(calls, return_exceptions)
 
     async def start_child(
         self,

@@ -58,9 +58,9 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     "--concurrency",
     "-c",
     type=click.IntRange(min=1),
-    default=10,
+    default=64,
     show_default=True,
-    help="Runs executed at once.",
+    help="Tasks executed at once (see docs/operating.md for choosing it).",
 )
 @click.option(
     "--queue",

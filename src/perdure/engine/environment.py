@@ -60,6 +60,9 @@ class ExecutionEnv:
     observer: Observer = field(default_factory=Observer)
     #: Group commit of the worker's checkpoints (None: each is written alone).
     committer: Committer | None = None
+    #: Tasks the worker executes at once: an execution that runs a batch of
+    #: parallel steps in its one slot runs at most this many at a time.
+    concurrency: int = 64
 
     async def write(self, task_id: int, statement: Statement[T]) -> T:
         """Commit one write fenced on task ``task_id``, in a transaction shared with

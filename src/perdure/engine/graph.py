@@ -7,7 +7,9 @@ completion decides what comes next in its own transaction, under the run's
 row lock: its checkpoint, the deletion of its task, and the tasks of every
 step whose dependencies are now satisfied (or the 'skipped' rows of those
 whose condition says no) commit together, so independent steps run in
-parallel on any workers and nothing is scheduled twice.
+parallel on any workers and nothing is scheduled twice. The worker whose
+decision made steps ready runs them first itself, a batch at a time (one
+transaction per batch, not per step), while other workers claim the rest.
 
 When a step fails for good, steps not started are cancelled, those running
 finish, and then the compensations of the completed steps run one at a time
@@ -18,11 +20,13 @@ in reverse topological order, each a durable, retried step. The run ends
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from perdure.engine import serialization, typed
+from perdure.engine import parallel, serialization, typed
 from perdure.engine.control import Suspend
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executor import Execution
@@ -31,10 +35,11 @@ from perdure.engine.stops import STOPS, stopped
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import SignalTimeout, StepFailed
 from perdure.steps import StepContext
-from perdure.store.rows import ClaimedTask
+from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
 
+log = logging.getLogger("perdure.graph")
 _DONE = (StepStatus.COMPLETED, StepStatus.SKIPPED)
 _FINAL = (*_DONE, StepStatus.FAILED, StepStatus.CANCELLED)
 
@@ -79,12 +84,85 @@ async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
             if not await execute_async(conn, statements.tasks.finish(task.fence)):
                 env.lease_lost(task)
                 return "abandoned"
-            await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+            scheduled = await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+        if scheduled:
+            await _run_here(task, spec, env)
         return "scheduled"
-    return await _execute_step(task, spec, env)
+    decided: list[bool] = []
+    outcome = await _execute_step(task, spec, env, decided=decided)
+    if outcome == "branch_completed" and any(decided):
+        # This completion made steps ready: run them here.
+        await _run_here(task, spec, env)
+    return outcome
 
 
-async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> str:
+async def _run_here(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> None:
+    """Run the steps this task's decision made ready, here, a batch at a time.
+
+    The worker that scheduled them claims them (as a gather's steps are
+    claimed, see engine.parallel), runs a batch at once and writes the
+    batch's checkpoints and the decision of what runs next in one
+    transaction, instead of one each. Other workers claim the rest as usual.
+    A database error ends it: the steps it claimed lapse and run again.
+    """
+    store, statements, n = env.store, env.store.statements, len(spec.steps)
+    try:
+        while True:
+            claimed = await store.execute(
+                statements.steps.claim_gathered(
+                    task.run_id,
+                    task.fence.worker_id,
+                    gather_start=None,
+                    after=0,
+                    before=n,
+                    limit=parallel.batch_size(env, parallel.GATHER_BATCH),
+                    lease_seconds=env.lease_seconds,
+                )
+            )
+            if not claimed:
+                return
+            listed: list[Step] = await store.execute(statements.steps.list(task.run_id))
+            found = tuple(listed)
+            held: list[GatheredCompletion] = []
+            await asyncio.gather(
+                *(
+                    _execute_step(
+                        dataclasses.replace(
+                            task,
+                            fence=g.fence,
+                            kind="step",
+                            step_position=g.position,
+                            step_name=g.name,
+                            gather_start=None,
+                            steps=found,
+                        ),
+                        spec,
+                        env,
+                        held=(g, held),
+                    )
+                    for g in claimed
+                ),
+                return_exceptions=True,
+            )
+
+            async def decide(conn: Any) -> None:
+                await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+
+            await parallel.complete_batch(env, task, held, then=decide)
+    except Exception:
+        log.warning("run %s: running its graph steps here stopped", task.run_id, exc_info=True)
+
+
+async def _execute_step(
+    task: ClaimedTask,
+    spec: GraphSpec,
+    env: ExecutionEnv,
+    held: tuple[GatheredStep, list[GatheredCompletion]] | None = None,
+    decided: list[bool] | None = None,
+) -> str:
+    """Execute one graph step (or compensation). With ``held``, its completion is
+    appended to the batch's list instead of being written; ``decided`` is told
+    whether the decision after its checkpoint made steps ready."""
     position = task.step_position
     assert position is not None
     n = len(spec.steps)
@@ -99,9 +177,12 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
         return await _finish_duplicate(task, spec, env)
 
     async def decide(conn: Any) -> None:
-        await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+        scheduled = await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+        if decided is not None:
+            decided.append(scheduled)
 
-    ex = Execution(
+    made = Execution if held is None else parallel.HeldExecution
+    ex = made(
         task,
         spec,
         env,
@@ -151,6 +232,10 @@ async def _execute_step(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -
         return "branch_failed"
     except STOPS as stop:
         return await stopped(ex, stop)
+    if held is not None and isinstance(ex, parallel.HeldExecution):
+        completion = ex.completion(held[0])
+        if completion is not None:
+            held[1].append(completion)
     return "branch_completed"
 
 
@@ -206,8 +291,9 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
 
 async def advance(
     conn: Any, env: ExecutionEnv, spec: GraphSpec, run_id: str, run_input: Any, task_id: int
-) -> None:
-    """Decide what a graph run does next; the caller holds the run's row lock."""
+) -> bool:
+    """Decide what a graph run does next; whether steps were made ready. The caller
+    holds the run's row lock."""
     statements = env.store.statements
     status = await execute_async(conn, statements.runs.lock(run_id))
     if status is None or status in (
@@ -217,15 +303,15 @@ async def advance(
         "compensated",
         "compensation_failed",
     ):
-        return
+        return False
     found = await execute_async(conn, statements.steps.list(run_id))
     rows = {s.position: s for s in found}
     n = len(spec.steps)
     failed = [rows[p] for p in range(n) if p in rows and rows[p].status == StepStatus.FAILED]
     if status == "compensating" or failed:
         await _unwind(conn, env, spec, run_id, rows, failed, status, task_id)
-        return
-    await _forward(conn, env, spec, run_id, rows, run_input, task_id)
+        return False
+    return await _forward(conn, env, spec, run_id, rows, run_input, task_id)
 
 
 async def _forward(
@@ -236,7 +322,7 @@ async def _forward(
     rows: dict[int, Step],
     run_input: Any,
     task_id: int,
-) -> None:
+) -> bool:
     statements = env.store.statements
     state = {p: r.status for p, r in rows.items() if p < len(spec.steps)}
     outputs = {p: r.output for p, r in rows.items() if r.status == StepStatus.COMPLETED}
@@ -263,8 +349,7 @@ async def _forward(
                 await _record(
                     conn, statements, run_id, step, "failed", serialization.error_json(record)
                 )
-                await advance(conn, env, spec, run_id, run_input, task_id)
-                return
+                return await advance(conn, env, spec, run_id, run_input, task_id)
         if skip:
             await _record(conn, statements, run_id, step, "skipped", json.dumps({"reason": reason}))
             state[step.position] = StepStatus.SKIPPED
@@ -275,7 +360,11 @@ async def _forward(
         await execute_async(
             conn,
             statements.steps.schedule(
-                run_id, [s.position for s in ready], [s.name for s in ready], ["step"] * len(ready)
+                run_id,
+                [s.position for s in ready],
+                [s.name for s in ready],
+                ["step"] * len(ready),
+                head_start=parallel.head_start(len(ready)),
             ),
         )
     await execute_async(conn, statements.runs.progress(run_id))
@@ -286,6 +375,7 @@ async def _forward(
         )
         if await execute_async(conn, statements.runs.finish(run_id, "completed", output_json=text)):
             env.run_finished(run_id, spec.name, "completed")
+    return bool(ready)
 
 
 async def _record(

@@ -13,7 +13,7 @@ from perdure.errors import ConfigurationError
 class WorkerOptions:
     """How a worker claims and holds work. Every duration is in seconds."""
 
-    concurrency: int = 10
+    concurrency: int = 64
     queues: list[str] | None = None
     lease_seconds: float = 30.0
     heartbeat_seconds: float | None = None

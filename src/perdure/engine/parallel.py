@@ -9,6 +9,21 @@ parallel step, and writes its checkpoint, deletes its task and, when it was the 
 parallel step (or it failed: gathers fail fast), wakes the run, in one transaction.
 The run's task then replays the gather from the checkpoints and moves on.
 
+The worker whose run reaches a gather does not leave the parallel steps to
+the claim loops alone: it holds the workflow's steps in memory, so before it
+parks the run it claims them itself (the run's task still claimed, in its one
+slot), in batches in position order (step_claim_gathered), runs each batch at
+once and writes the batch's completions in one statement
+(step_complete_gathered), without replaying the workflow for each step. Then
+it parks the run as above; the run is due at once when nothing is left. Every
+claimed step is a task leased like any other: other workers claim the ones it
+has not reached (SKIP LOCKED) once a head start has passed (see
+HEAD_START_SECONDS: claim loops would replay the workflow for steps this
+worker is about to run), and if it dies only its batch in flight runs
+again, by whoever claims those tasks after their lease lapses. A step that
+fails, retries or snoozes is recorded by the same path as any parallel
+step's. So a map over n items costs O(1) per item, not a replay each.
+
 Fail-fast policy: without ``return_exceptions``, the gather raises the first
 failed parallel step's StepFailed (in argument order among the parallel steps that had
 failed when the run woke) as soon as one fails; parallel steps still running
@@ -20,22 +35,44 @@ StepFailed instances in place of failed parallel steps' results.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import inspect
 import json
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TypeVar, overload
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, overload
 
 from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
-from perdure.engine.control import Suspend
+from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.deferred import DeferredCheckpoint
+from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, StepTaskDone
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import ConfigurationError, StepFailed
 from perdure.steps import StepCall
+from perdure.store.rows import ClaimedTask, Fenced, GatheredCompletion, GatheredStep
+from perdure.store.statement import Statement
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
 
+log = logging.getLogger("perdure.parallel")
 T = TypeVar("T")
+#: How many of a gather's parallel steps the parking worker claims and runs at once.
+GATHER_BATCH = 128
+#: How long the worker that reached a gather has its parallel steps to
+#: itself before claim loops (other workers', its own) take them too: about
+#: the time it needs to run them alone when they are quick (HEAD_START_RATE
+#: a second), at least HEAD_START_SECONDS, at most HEAD_START_MAX_SECONDS.
+HEAD_START_SECONDS = 0.5
+HEAD_START_RATE = 2000.0
+HEAD_START_MAX_SECONDS = 120.0
+#: Fewer at once when the step is a plain ``def``: they share the worker's threads.
+GATHER_BATCH_THREADS = 8
+#: The rests of batches still running after their gather failed fast (kept referenced).
+_FINISHING: set[asyncio.Task[None]] = set()
 _FINAL = (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.SKIPPED)
 
 
@@ -142,7 +179,12 @@ async def gather(
             _outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
         ]
     ex.end_of_history()
-    await _park(ex, pending, gather_start)
+    await _fanout(ex, pending, gather_start, park=False)
+    failed = await _execute_here(ex, calls, gather_start, not return_exceptions)
+    # Failed fast: due at once, to raise the failure; else when the last
+    # step still running elsewhere completes.
+    await _fanout(ex, pending, gather_start, park=True, seconds=0.0 if failed else FOREVER_SECONDS)
+    raise Suspend()
 
 
 def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
@@ -152,30 +194,242 @@ def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
     return ex.recorded_failure(recorded)
 
 
-async def _park(ex: Execution, pending: list[tuple[int, str]], gather_start: int) -> NoReturn:
+def batch_size(env: ExecutionEnv, most: int) -> int:
+    """How many steps one batch claims: ``most``, at most the worker's concurrency."""
+    return min(most, env.concurrency)
+
+
+def head_start(steps: int) -> float:
+    """How long the worker that made ``steps`` steps claimable has them to itself."""
+    return min(HEAD_START_SECONDS + steps / HEAD_START_RATE, HEAD_START_MAX_SECONDS)
+
+
+async def _fanout(
+    ex: Execution,
+    pending: list[tuple[int, str]],
+    gather_start: int,
+    *,
+    park: bool,
+    seconds: float = FOREVER_SECONDS,
+) -> None:
+    """Spawn the pending parallel steps (those without a task yet) and, if ``park``,
+    park the run until they are done."""
     statements = ex.env.store.statements
     waiting_for = {"steps": len(pending), "first": pending[0][1]}
     async with ex.env.store.transaction() as conn:
         # The run's row lock orders this park against the parallel steps'
         # completions: a parallel step finishing after it sees the parked task.
-        await execute_async(conn, statements.runs.lock(ex.task.run_id))
+        status = await execute_async(conn, statements.runs.lock(ex.task.run_id))
+        if status == "cancelled":
+            # Cancelled while this worker ran the steps: stop (the task is
+            # settled like any cancelled run's), do not park.
+            ex.run_status = status
+            ex.check_alive()
         parked = await execute_async(
             conn,
             statements.steps.fanout(
                 ex.task.fence,
                 positions=[p for p, _ in pending],
                 names=[n for _, n in pending],
-                seconds=FOREVER_SECONDS,
+                seconds=seconds,
                 waiting_for_json=json.dumps(waiting_for),
                 gather_start=gather_start,
+                head_start=head_start(len(pending)),
+                park=park,
+                lease_seconds=ex.env.lease_seconds,
             ),
         )
     if not parked.leased:
         ex.lose_lease()
-    ex.env.emit(
-        "steps_scheduled", run_id=ex.task.run_id, steps=parked.spawned, waiting=len(pending)
+    if not park:
+        ex.env.emit(
+            "steps_scheduled", run_id=ex.task.run_id, steps=parked.spawned, waiting=len(pending)
+        )
+
+
+async def _execute_here(
+    ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, fail_fast: bool
+) -> bool:
+    """Claim and run the gather's parallel steps on this worker, a batch at a time;
+    whether one failed for good while ``fail_fast`` (then the rest of its batch
+    finishes in the background and no further batch is claimed).
+
+    Stops when none is left to claim (the rest are done or claimed
+    elsewhere). A database error ends it quietly: the steps it claimed lapse
+    and are claimed again, as after a crash.
+    """
+    env, run_id = ex.env, ex.task.run_id
+    statements, worker_id = env.store.statements, ex.task.fence.worker_id
+    threaded = any(not inspect.iscoroutinefunction(calls[i].fn) for i in range(min(len(calls), 8)))
+    limit = batch_size(env, GATHER_BATCH_THREADS if threaded else GATHER_BATCH)
+    after = gather_start
+    try:
+        while True:
+            claimed = await env.store.execute(
+                statements.steps.claim_gathered(
+                    run_id,
+                    worker_id,
+                    gather_start=gather_start,
+                    after=after,
+                    before=gather_start + len(calls),
+                    limit=limit,
+                    lease_seconds=env.lease_seconds,
+                )
+            )
+            if not claimed:
+                if after == gather_start:
+                    return False
+                after = gather_start  # once more from the start: steps skipped while locked
+                continue
+            after = claimed[-1].position + 1
+            leases = asyncio.create_task(_keep_leases(ex, [g.fence.task_id for g in claimed]))
+            running: set[asyncio.Future[Any]] = {
+                asyncio.ensure_future(_run_claimed(ex, calls, gather_start, g)) for g in claimed
+            }
+            completed: list[GatheredCompletion] = []
+            failed = False
+            while running and not failed:
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for job in done:
+                    outcome = job.result()
+                    if isinstance(outcome, GatheredCompletion):
+                        completed.append(outcome)
+                    failed = failed or (outcome == "failed" and fail_fast)
+            await complete_batch(ex.env, ex.task, completed)
+            if running:
+                # Failed fast: the run goes on now; the rest of the batch
+                # finishes and is recorded, as parallel steps still running do.
+                rest = asyncio.create_task(_finish(ex, running, leases))
+                _FINISHING.add(rest)
+                rest.add_done_callback(_FINISHING.discard)
+                return True
+            leases.cancel()
+            if failed:
+                return True
+    except Exception:
+        log.warning("run %s: executing its parallel steps here stopped", run_id, exc_info=True)
+        return False
+
+
+async def _finish(
+    ex: Execution, running: set[asyncio.Future[Any]], leases: asyncio.Task[None]
+) -> None:
+    """Wait for the rest of a batch and record its completions."""
+    try:
+        await asyncio.wait(running)
+        outcomes = [job.result() for job in running if not job.exception()]
+        await complete_batch(
+            ex.env, ex.task, [c for c in outcomes if isinstance(c, GatheredCompletion)]
+        )
+    except Exception:
+        log.warning("run %s: finishing its parallel steps stopped", ex.task.run_id, exc_info=True)
+    finally:
+        leases.cancel()
+
+
+async def complete_batch(
+    env: ExecutionEnv,
+    task: ClaimedTask,
+    completed: list[GatheredCompletion],
+    then: Callable[[Any], Awaitable[None]] | None = None,
+) -> None:
+    """Write a batch's completions in one statement, under the run's row lock, and
+    call ``then(conn)`` in the same transaction (a graph decides what runs next)."""
+    if not completed:
+        return
+    run_id, statements = task.run_id, env.store.statements
+    async with env.store.transaction() as conn:
+        await execute_async(conn, statements.runs.lock(run_id))
+        await execute_async(
+            conn, statements.steps.complete_gathered(run_id, task.fence.worker_id, completed)
+        )
+        if then is not None:
+            await then(conn)
+    for c in completed:
+        env.emit("step_checkpointed", run_id=run_id, step=c.step.name, status="completed")
+
+
+async def _keep_leases(ex: Execution, task_ids: list[int]) -> None:
+    """Extend the leases of a batch's steps while they run (the heartbeat does not know
+    them)."""
+    env = ex.env
+    while True:
+        await asyncio.sleep(env.lease_seconds / 3)
+        await env.store.execute(
+            env.store.statements.tasks.heartbeat(
+                ex.task.fence.worker_id, task_ids, env.lease_seconds
+            )
+        )
+
+
+class HeldExecution(Execution):
+    """A claimed parallel step run in the execution that parked its gather.
+
+    Its completed checkpoint is held (not written) and its output noted, so
+    that the batch's completions are written together; a failure, a retry or
+    a snooze is written at once, as for any parallel step.
+    """
+
+    output_json: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.deferred = DeferredCheckpoint(self.loop, self.record, True)
+
+    def completion(self, claimed: GatheredStep) -> GatheredCompletion | None:
+        """The completion held for the batch, if the step completed and was not written."""
+        held = self.deferred.take()
+        if held is None or self.output_json is None:
+            return None
+        return GatheredCompletion(
+            claimed, held.attempt.number, self.output_json, held.attempt.started
+        )
+
+    def checkpoint_statement(
+        self,
+        attempt: Attempt,
+        status: str,
+        output_json: str | None,
+        error_json: str | None = None,
+        **publish: Any,
+    ) -> Statement[Fenced]:
+        """Note a completed output, then build the statement as any execution does."""
+        if status == "completed":
+            self.output_json = output_json
+        return super().checkpoint_statement(attempt, status, output_json, error_json, **publish)
+
+
+async def _run_claimed(
+    ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, claimed: GatheredStep
+) -> GatheredCompletion | str | None:
+    """Run one claimed parallel step; its completion to write, "failed" if it failed
+    for good (written), or None if it was written otherwise (retrying, snoozed,
+    or with test faults installed) or its lease was lost."""
+    index = claimed.position - gather_start
+    if not 0 <= index < len(calls) or calls[index].name != claimed.name:
+        return None  # not this gather's step: its lease lapses, the claim loop takes it
+    call = calls[index]
+    task = dataclasses.replace(
+        ex.task,
+        fence=claimed.fence,
+        kind="step",
+        step_position=claimed.position,
+        step_name=claimed.name,
+        gather_start=gather_start,
+        steps=None,
     )
-    raise Suspend()
+    position = claimed.position
+    sub = HeldExecution(task, ex.spec, ex.env, {}, ex.loop, step_task_position=position)
+    step: StepCall[Any] = StepCall(
+        sub, call.name, call.fn, call.args, call.kwargs, call.retry, call.timeout
+    )
+    try:
+        await step.run((claimed.position, None))
+    except StepFailed:
+        return "failed"
+    except (Suspend, LeaseLost, StaleHistory):
+        return None
+    return sub.completion(claimed)
 
 
 async def _run_step_task(

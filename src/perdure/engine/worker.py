@@ -173,6 +173,7 @@ class Worker:
             specs=self.specs,
             observer=self.observer,
             committer=committer,
+            concurrency=opts.concurrency,
         )
         wakeup = Wakeup(store.endpoints.session_url, self.statements.channel, f"{name}-listen")
         services = Services([wakeup, *self._loops(store), committer])

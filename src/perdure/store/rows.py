@@ -106,6 +106,41 @@ class ClaimedTask:
     steps: tuple[Step, ...] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class GatheredStep:
+    """A parallel step of a gather claimed by the worker that parked the run there."""
+
+    fence: Fence
+    position: int
+    name: str
+    #: Attempts the step already made (0 for a step never tried).
+    attempts: int
+
+    @staticmethod
+    def decode(found: list[Row]) -> list[GatheredStep]:
+        """One per claimed row, in position order."""
+        claimed = [
+            GatheredStep(
+                Fence(int(r["task_id"]), str(r["worker_id"]), int(r["attempt"])),
+                int(r["step_position"]),
+                str(r["step_name"]),
+                int(r["step_attempts"] or 0),
+            )
+            for r in found
+        ]
+        return sorted(claimed, key=lambda g: g.position)
+
+
+@dataclass(frozen=True, slots=True)
+class GatheredCompletion:
+    """A claimed parallel step that completed: what its checkpoint records."""
+
+    step: GatheredStep
+    attempts: int
+    output_json: str
+    started_at: datetime
+
+
 @dataclass(frozen=True)
 class Queueing:
     """How a new run queues, beyond its priority: partition key, dedup key, tags (JSON)."""

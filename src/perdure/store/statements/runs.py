@@ -82,6 +82,44 @@ class RunStatements(Namespace):
             lookup=lookup,
         )
 
+    def insert_many(
+        self,
+        *,
+        run_ids: Sequence[str],
+        workflow: str,
+        version: int,
+        queue: str | None,
+        keys: Sequence[str | None],
+        inputs_json: Sequence[str],
+        priority: int = 0,
+        delay_seconds: float = 0.0,
+        timeout_seconds: float | None = None,
+        tags_json: str | None = None,
+        newest: bool = False,
+        trace_context_json: str | None = None,
+        lookup: bool = False,
+    ) -> Statement[dict[int, StartResult]]:
+        """Start one run per item (``run_ids``, ``keys`` and ``inputs_json`` in step), as
+        :meth:`insert` does each; the answers by item index (0-based). An index
+        missing from the answer raced a concurrent start of its key: start it again."""
+        return self._build(
+            "run_insert_many",
+            lambda found: {int(r["n"]) - 1: rows.start_result(r) for r in found},
+            run_ids=list(run_ids),
+            workflow=workflow,
+            version=version,
+            queue=queue,
+            keys=list(keys),
+            inputs=list(inputs_json),
+            priority=priority,
+            delay_seconds=delay_seconds,
+            timeout_seconds=timeout_seconds,
+            newest=newest,
+            tags=tags_json,
+            trace_context=trace_context_json,
+            lookup=lookup,
+        )
+
     def get(self, run_id: str) -> Statement[Run | None]:
         """One run by id."""
         return self._build("run_get", first(rows.run), run_id=run_id)

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from perdure.store import rows
-from perdure.store.rows import Fence, Fenced
-from perdure.store.statement import Namespace, Row, Statement, count
+from perdure.store.rows import Fence, Fenced, GatheredCompletion, GatheredStep
+from perdure.store.statement import Namespace, Row, Statement, count, pair
 from perdure.types import Step
 
 
@@ -114,12 +114,20 @@ class StepStatements(Namespace):
         seconds: float,
         waiting_for_json: str,
         gather_start: int,
+        head_start: float = 0.0,
+        park: bool = True,
+        lease_seconds: float = 0.0,
     ) -> Statement[Fenced]:
-        """Park a run at a gather and spawn its parallel steps; (leased, spawned)."""
+        """Spawn a gather's parallel steps, due after ``head_start`` seconds, and park
+        the run (or, not ``park``, keep its task and extend its lease by
+        ``lease_seconds``); (leased, spawned)."""
         return self._build(
             "step_fanout",
             Fenced.decode,
             gather_start=gather_start,
+            head_start=head_start,
+            park=park,
+            lease_seconds=lease_seconds,
             positions=list(positions),
             names=list(names),
             seconds=seconds,
@@ -159,14 +167,65 @@ class StepStatements(Namespace):
             **fence.params(),
         )
 
+    def claim_gathered(
+        self,
+        run_id: str,
+        worker_id: str,
+        *,
+        gather_start: int | None,
+        after: int,
+        before: int,
+        limit: int,
+        lease_seconds: float,
+    ) -> Statement[list[GatheredStep]]:
+        """Claim up to ``limit`` ready parallel steps of the gather at ``gather_start``
+        (None: a graph's steps), at positions from ``after`` to before ``before``."""
+        return self._build(
+            "step_claim_gathered",
+            GatheredStep.decode,
+            run_id=run_id,
+            after=after,
+            before=before,
+            worker_id=worker_id,
+            gather_start=gather_start,
+            limit=limit,
+            lease_seconds=lease_seconds,
+        )
+
+    def complete_gathered(
+        self, run_id: str, worker_id: str, completed: Sequence[GatheredCompletion]
+    ) -> Statement[tuple[int, int]]:
+        """Checkpoint many completed parallel steps of one run and delete their tasks;
+        (leased, written)."""
+        return self._build(
+            "step_complete_gathered",
+            pair("leased", "written"),
+            run_id=run_id,
+            worker_id=worker_id,
+            task_ids=[c.step.fence.task_id for c in completed],
+            fence_attempts=[c.step.fence.attempt for c in completed],
+            positions=[c.step.position for c in completed],
+            names=[c.step.name for c in completed],
+            attempts=[c.attempts for c in completed],
+            outputs=[c.output_json for c in completed],
+            started=[c.started_at for c in completed],
+        )
+
     def schedule(
-        self, run_id: str, positions: Sequence[int], names: Sequence[str], kinds: Sequence[str]
+        self,
+        run_id: str,
+        positions: Sequence[int],
+        names: Sequence[str],
+        kinds: Sequence[str],
+        head_start: float = 0.0,
     ) -> Statement[int]:
-        """Make graph steps claimable; how many tasks were created."""
+        """Make graph steps claimable, by other workers after ``head_start`` seconds;
+        how many tasks were created."""
         return self._build(
             "step_schedule",
             count("spawned"),
             run_id=run_id,
+            head_start=head_start,
             positions=list(positions),
             names=list(names),
             kinds=list(kinds),

@@ -135,6 +135,10 @@ SELECT count(*) AS leased, max(available_at) AS wake_at FROM lease;
 -- that have neither a final checkpoint nor a task get a 'pending' row and a
 -- task any worker can claim; the run's own task waits for them without
 -- holding a slot (it is due now if nothing is left to wait for). Fenced.
+-- With %(park)s false the parallel steps are spawned but the run's task
+-- stays claimed (its lease extended): its worker runs them itself first
+-- (step_claim_gathered) and parks afterwards. The tasks are due after
+-- %(head_start)s seconds: other workers join in after that head start.
 WITH branches AS (
     SELECT b.position, b.name
     FROM unnest(%(positions)s::integer[], %(names)s::text[]) AS b(position, name)
@@ -161,8 +165,15 @@ WITH branches AS (
             THEN {now} + make_interval(secs => %(seconds)s)
             ELSE {now} END
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
-      AND status = 'claimed'
+      AND status = 'claimed' AND %(park)s
     RETURNING run_id, available_at
+), kept AS (
+    -- Not parking: the run's task stays claimed, its lease extended.
+    UPDATE {schema}.tasks
+    SET lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
+    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
+      AND status = 'claimed' AND NOT %(park)s
+    RETURNING run_id
 ), pending AS (
     INSERT INTO {schema}.steps (run_id, position, name, kind, status, attempts, started_at)
     SELECT h.run_id, t.position, t.name, 'step', 'pending', 0, {now}
@@ -173,7 +184,8 @@ WITH branches AS (
                                 workflow, version, priority, partition_key, status, available_at,
                                 created_at)
     SELECT h.run_id, 'step', t.position, t.name, %(gather_start)s, h.queue, h.workflow,
-           h.version, h.priority, h.partition_key, 'ready', {now}, {now}
+           h.version, h.priority, h.partition_key, 'ready',
+           {now} + make_interval(secs => %(head_start)s), {now}
     FROM todo t, held h
     RETURNING id
 ), waiting AS (
@@ -185,9 +197,10 @@ WITH branches AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
     SELECT run_id, {now}, 'steps_scheduled', %(attempt)s, %(worker_id)s,
            jsonb_build_object('steps', (SELECT jsonb_agg(name ORDER BY position) FROM todo))
-    FROM lease WHERE EXISTS (SELECT 1 FROM todo)
+    FROM held WHERE EXISTS (SELECT 1 FROM todo)
 )
-SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM spawned) AS spawned;
+SELECT (SELECT count(*) FROM lease) + (SELECT count(*) FROM kept) AS leased,
+       (SELECT count(*) FROM spawned) AS spawned;
 
 -- name: step_complete_parallel
 -- Finish a parallel step's task: its final checkpoint (completed or failed)
@@ -235,10 +248,110 @@ WITH lease AS (
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint) AS written,
        (SELECT r.status FROM {schema}.runs r JOIN lease ON r.id = lease.run_id) AS run_status;
 
+-- name: step_claim_gathered
+-- Claim up to %(limit)s ready parallel steps of one gather (the run's tasks of
+-- kind 'step' at %(gather_start)s; NULL: a graph's steps), at positions from
+-- %(after)s to before %(before)s, for the worker that reached the gather (or
+-- scheduled the graph steps) and executes them itself, without replaying the
+-- workflow for each. Only
+-- steps never tried ('pending') of a run still waiting or running: a retry,
+-- a duplicate of a final step, a step due later are left to the claim loop.
+-- A task never claimed (attempt 0) is taken before it is due: its head
+-- start (see step_fanout) is for this worker. Only positions from %(after)s
+-- on: the worker moves on past the steps it claimed, so that the index scan
+-- does not walk over the tasks its earlier batches deleted. Other workers claim the rest as usual: SKIP
+-- LOCKED, in position order. Each row: the task's fence, its step and the
+-- attempts the step already made.
+WITH picked AS (
+    SELECT t.id
+    FROM {schema}.tasks t
+    WHERE t.run_id = %(run_id)s AND t.kind = 'step'
+      AND t.gather_start IS NOT DISTINCT FROM %(gather_start)s::integer
+      AND t.step_position >= %(after)s AND t.step_position < %(before)s
+      AND t.status = 'ready' AND (t.available_at <= {now} OR t.attempt = 0)
+      AND EXISTS (SELECT 1 FROM {schema}.steps s
+                  WHERE s.run_id = t.run_id AND s.position = t.step_position
+                    AND s.status = 'pending')
+      AND EXISTS (SELECT 1 FROM {schema}.runs r
+                  WHERE r.id = %(run_id)s AND r.status IN ('waiting', 'running'))
+    ORDER BY t.step_position
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.tasks t
+    SET status = 'claimed', worker_id = %(worker_id)s, attempt = t.attempt + 1,
+        claimed_at = {now}, lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s),
+        wait_signal = NULL
+    FROM picked
+    WHERE t.id = picked.id
+    RETURNING t.id AS task_id, t.run_id, t.worker_id, t.attempt, t.step_position, t.step_name,
+              (SELECT s.attempts FROM {schema}.steps s
+               WHERE s.run_id = t.run_id AND s.position = t.step_position
+                 AND s.status IN ('pending', 'retrying')) AS step_attempts
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id)
+    SELECT run_id, {now}, 'step_claimed', step_position, step_name, attempt, %(worker_id)s
+    FROM claimed
+)
+SELECT * FROM claimed;
+
+-- name: step_complete_gathered
+-- step_complete_parallel for many completed parallel steps of one run, in one
+-- statement: each step's final checkpoint and the deletion of its task, each
+-- fenced on its own task (a step whose lease was lost is not written); the
+-- run's task becomes due when no other parallel step remains. Executed after
+-- run_lock in the same transaction, like step_complete_parallel.
+WITH done AS (
+    SELECT *
+    FROM unnest(%(task_ids)s::bigint[], %(fence_attempts)s::integer[],
+                %(positions)s::integer[], %(names)s::text[], %(attempts)s::integer[],
+                %(outputs)s::text[], %(started)s::timestamptz[])
+         AS d(task_id, fence_attempt, position, name, attempts, output, started_at)
+), lease AS (
+    DELETE FROM {schema}.tasks t
+    USING done d
+    WHERE t.id = d.task_id AND t.worker_id = %(worker_id)s AND t.attempt = d.fence_attempt
+      AND t.status = 'claimed' AND t.run_id = %(run_id)s
+    RETURNING t.id, t.run_id, d.position, d.name, d.attempts, d.output, d.started_at
+), checkpoint AS (
+    INSERT INTO {schema}.steps (run_id, position, name, kind, status, attempts, output, error,
+                                worker_id, started_at, completed_at)
+    SELECT run_id, position, name, 'step', 'completed', attempts, output::jsonb, NULL,
+           %(worker_id)s, started_at, clock_timestamp()
+    FROM lease
+    ON CONFLICT (run_id, position) DO UPDATE
+    SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, output = EXCLUDED.output,
+        error = EXCLUDED.error, worker_id = EXCLUDED.worker_id,
+        started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at, wake_at = NULL
+    WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
+      AND {schema}.steps.name = EXCLUDED.name
+    RETURNING run_id, position, name, attempts, started_at, completed_at
+), parent AS (
+    UPDATE {schema}.tasks SET available_at = {now}
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t
+                 WHERE t.run_id = %(run_id)s AND t.kind = 'run' AND t.status = 'ready'
+                   AND EXISTS (SELECT 1 FROM lease)
+                   AND NOT EXISTS (
+                        SELECT 1 FROM {schema}.tasks o
+                        WHERE o.run_id = %(run_id)s AND o.kind = 'step'
+                          AND o.id NOT IN (SELECT id FROM lease))
+                 FOR UPDATE OF t SKIP LOCKED)
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id,
+                                  duration)
+    SELECT run_id, {now}, 'step_completed', position, name, attempts, %(worker_id)s,
+           completed_at - started_at
+    FROM checkpoint
+)
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint) AS written,
+       (SELECT r.status FROM {schema}.runs r WHERE r.id = %(run_id)s) AS run_status;
+
 -- name: step_schedule
 -- Make graph steps (or their compensations) claimable: a 'pending' row and a
 -- task for each position at %(positions)s that has neither a final row nor a
--- task. The tasks take the run's queue, workflow and version.
+-- task. The tasks take the run's queue, workflow and version, and are due
+-- after %(head_start)s seconds: the worker that scheduled them claims them
+-- before that (step_claim_gathered), other workers join in after.
 WITH branches AS (
     SELECT b.position, b.name, b.kind
     FROM unnest(%(positions)s::integer[], %(names)s::text[], %(kinds)s::text[])
@@ -262,7 +375,8 @@ WITH branches AS (
     INSERT INTO {schema}.tasks (run_id, kind, step_position, step_name, queue, workflow, version,
                                 priority, partition_key, status, available_at, created_at)
     SELECT run.id, 'step', t.position, t.name, run.queue, run.workflow, run.version,
-           run.priority, run.partition_key, 'ready', {now}, {now}
+           run.priority, run.partition_key, 'ready',
+           {now} + make_interval(secs => %(head_start)s), {now}
     FROM todo t, run
     RETURNING step_name
 ), event AS (
