@@ -106,7 +106,8 @@ def test_the_previous_release_serves_while_the_schema_migrates(
         plan = _cli(pg_url, schema, "migrate", "--plan")
         print(plan)
         assert f"version {target - 1} -> {target}" in plan, plan
-        assert f"{target:04d}_" in plan and "ACCESS EXCLUSIVE" in plan, plan
+        # Each pending migration with the locks it takes and for how long.
+        assert f"{target:04d}_" in plan and "holds its locks" in plan, plan
         # Releases that predate the versions column show as unknown, later ones as compatible.
         assert "live workers: 2 (" in plan and ", 0 not," in plan, plan
         applied = _cli(pg_url, schema, "migrate")
