@@ -141,7 +141,19 @@ def schema(pg_url: str) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        conn.execute("SET lock_timeout = '10s'")
+        try:
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        except psycopg.errors.LockNotAvailable:
+            # A worker the test stopped left a transaction open (it is reported
+            # by the test's own assertions when it matters): end it, then drop.
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND state = 'idle in transaction'"
+            )
+            conn.execute("SET lock_timeout = 0")
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
 
 @pytest.fixture
