@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -25,11 +26,18 @@ from perdure.engine import graph, maintenance, outcome, retention, schedules
 from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
-from perdure.engine.observer import LoggingObserver, Observer, Observers, task_fields
+from perdure.engine.observer import (
+    LoggingObserver,
+    Observer,
+    Observers,
+    StepAttempt,
+    task_fields,
+)
 from perdure.engine.options import WorkerOptions
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.services import Loop, Service, Services
 from perdure.engine.wakeup import Wakeup
+from perdure.engine.watchdog import LoopWatch
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
 from perdure.store.statement import Statement
@@ -37,6 +45,27 @@ from perdure.store.statements import Statements
 from perdure.store.store import AsyncStore
 
 log = logging.getLogger("perdure.worker")
+
+
+class _StepsInFlight(Observer):
+    """The step each run of this worker is executing, for the loop watch's warning."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, str] = {}
+
+    def step_started(self, step: StepAttempt) -> Any:
+        self.steps[step.task.run_id] = step.name
+        return None
+
+    def step_finished(
+        self,
+        step: StepAttempt,
+        token: Any,
+        status: str,
+        seconds: float,
+        error: BaseException | None,
+    ) -> None:
+        self.steps.pop(step.task.run_id, None)
 
 
 @dataclass
@@ -47,6 +76,9 @@ class _Held:
 
 class Worker:
     """A worker process's engine: give it workflow specs, then ``await run()``."""
+
+    #: The event loop :meth:`run` serves on.
+    _loop: asyncio.AbstractEventLoop
 
     def __init__(
         self,
@@ -85,7 +117,8 @@ class Worker:
         self.max_payload_bytes = max_payload_bytes
         self.on_event = on_event
         self.before_start = before_start
-        self.observer = Observers([LoggingObserver(), *observers])
+        self._steps = _StepsInFlight()
+        self.observer = Observers([LoggingObserver(), self._steps, *observers])
         #: The worker's connection pool while it runs.
         self.store: AsyncStore | None = None
         self.stop_requested = asyncio.Event()
@@ -132,13 +165,15 @@ class Worker:
         store = AsyncStore(
             self.url,
             self.statements,
-            min_size=2,
+            min_size=1,
             max_size=opts.concurrency + 4,
+            max_idle=60.0,
             name=name,
             unavailable=Disconnected,
             direct_url=self.direct_url,
         )
         await store.open(timeout=opts.connect_seconds)
+        self._loop = asyncio.get_running_loop()
         threads = ThreadPoolExecutor(
             max_workers=opts.concurrency * 2 + 4, thread_name_prefix="perdure-step"
         )
@@ -153,8 +188,29 @@ class Worker:
             observer=self.observer,
             committer=committer,
         )
-        wakeup = Wakeup(store.endpoints.session_url, self.statements.channel, f"{name}-listen")
-        services = Services([wakeup, *self._loops(store), committer])
+        heartbeat = maintenance.Heartbeat(
+            self.statements,
+            self.id,
+            opts.lease_seconds,
+            opts.heartbeat_interval,
+            opts.idle_heartbeat_interval,
+            lambda: list(self.running),
+            self._leases_lost,
+            self._beat,
+        )
+        watch = LoopWatch(
+            asyncio.get_running_loop(),
+            opts.blocked_loop_seconds,
+            self._steps.steps.get,
+            self.observer.loop_blocked,
+        )
+        wakeup = Wakeup(
+            store.endpoints.session_url,
+            self.statements.channel,
+            f"{name}-listen",
+            chores=[heartbeat, watch],
+        )
+        services = Services([wakeup, *self._loops(store, heartbeat.duty), committer])
         try:
             await self._register(store)
             self.store = store
@@ -173,38 +229,40 @@ class Worker:
             await services.stop()
             await self._close(store, env, committer)
 
-    def _loops(self, store: AsyncStore) -> list[Service]:
-        """The periodic loops beside the claim loop (fewer in inline mode)."""
+    def _loops(self, store: AsyncStore, duty: threading.Event) -> list[Service]:
+        """The periodic loops beside the claim loop (fewer in inline mode).
+
+        The reaper and the schedule ticker run only while this worker holds
+        the fleet's duties (see :mod:`perdure.engine.maintenance`).
+        """
         opts = self.options
-        heartbeat = Loop(
-            "heartbeat",
-            lambda: maintenance.heartbeat_loop(
-                store,
-                self.id,
-                opts.lease_seconds,
-                opts.heartbeat_interval,
-                lambda: set(self.running),
-                self._lease_lost,
-                self.observer.heartbeat,
-            ),
-        )
         status = Loop(
             "status",
-            lambda: maintenance.status_loop(store, self.queues, 10.0, self._report_waiting),
+            lambda: maintenance.status_loop(store, self.queues, 60.0, self._report_waiting),
         )
         reaper = Loop(
             "reaper",
-            lambda: maintenance.reaper_loop(
-                store,
-                opts.reap_interval,
-                opts.max_lapses,
-                opts.lease_seconds * 2,
-                self.observer.dead_lettered,
+            lambda: maintenance.on_duty(
+                duty,
+                lambda: maintenance.reaper_loop(
+                    store,
+                    opts.reap_interval,
+                    opts.max_lapses,
+                    opts.lease_seconds * 2,
+                    self.observer.dead_lettered,
+                ),
             ),
         )
-        loops: list[Service] = [heartbeat, status, reaper]
+        loops: list[Service] = [status, reaper]
         if not opts.exit_when_idle:
-            loops.append(Loop("ticker", lambda: schedules.tick_loop(store, opts.poll_seconds)))
+            loops.append(
+                Loop(
+                    "ticker",
+                    lambda: maintenance.on_duty(
+                        duty, lambda: schedules.tick_loop(store, opts.poll_seconds)
+                    ),
+                )
+            )
             loops.append(Loop("retention", lambda: self._maintenance(store)))
         return loops
 
@@ -265,7 +323,7 @@ class Worker:
                         self._start(task, env)
                     if len(claimed) == want:
                         continue
-                    timeout = opts.poll_seconds
+                    timeout = self._poll_seconds(wakeup)
                     if claimed:
                         # Let the executions just started reach their first
                         # await before this loop's next query: a woken run's
@@ -296,6 +354,12 @@ class Worker:
                 timeout = backoff
                 wakeup.event.clear()
             await self._wait(wakeup.event, timeout)
+
+    def _poll_seconds(self, wakeup: Wakeup) -> float:
+        """The fallback poll: rare while notifications wake the worker."""
+        if wakeup.connected.is_set() and self._limited == []:
+            return max(self.options.idle_poll_seconds, self.options.poll_seconds)
+        return self.options.poll_seconds
 
     async def _claim(
         self, store: AsyncStore, want: int, names: list[str], versions: list[int]
@@ -498,9 +562,21 @@ class Worker:
         when = next_wake.astimezone().strftime("%Y-%m-%d %H:%M:%S") if next_wake else "-"
         log.info("%d run(s) waiting in %s; next wake-up %s", waiting, ",".join(self.queues), when)
 
-    def _lease_lost(self, task_id: int) -> None:
-        held = self.running.get(task_id)
-        if held is not None:
+    def _beat(self) -> None:
+        """Tell the observers of a heartbeat (called on the wakeup thread)."""
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            self._loop.call_soon_threadsafe(self.observer.heartbeat)
+
+    def _leases_lost(self, task_ids: set[int]) -> None:
+        """Log the tasks taken away (called on the wakeup thread)."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._report_lost, task_ids)
+
+    def _report_lost(self, task_ids: set[int]) -> None:
+        for task_id in task_ids:
+            held = self.running.get(task_id)
+            if held is None:
+                continue
             log.warning(
                 "worker %s lost the lease on task %d (run %s)",
                 self.id,

@@ -40,6 +40,15 @@ class WorkerStatements(Namespace):
         """Mark a worker stopped."""
         return self._build("worker_stop", lambda found: None, worker_id=worker_id)
 
+    def beat(self, worker_id: str, fresh_seconds: float) -> Statement[bool]:
+        """Mark the worker alive; whether it holds the fleet's duties (see worker_beat)."""
+        return self._build(
+            "worker_beat",
+            lambda found: bool(found[0]["duty"]),
+            worker_id=worker_id,
+            fresh_seconds=fresh_seconds,
+        )
+
     def mark_lost(self, stale_seconds: float) -> Statement[None]:
         """Mark workers with stale heartbeats as lost."""
         return self._build("worker_mark_lost", lambda found: None, stale_seconds=stale_seconds)
