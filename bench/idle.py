@@ -1,9 +1,10 @@
 """What idle workers cost the server: connections held and transactions per second.
 
-Usage: python bench/idle.py [--workers 10] [--seconds 30] [--database-url URL]
+Usage: python bench/idle.py [--workers 10] [--seconds 30] [--settle 30] [--database-url URL]
 
 Starts N `perdure worker` processes (bench_app.py) on a fresh schema with no
-work at all, waits until each listens, lets them settle, then counts over
+work at all, waits until each listens, lets them settle (``--settle``: their
+pools shrink back after 10 s idle), then counts over
 ``--seconds``:
   - server connections: backends of the workers (application_name
     perdure-worker-*), listener included, at the end of the window;
@@ -25,7 +26,9 @@ from harness import Probe, WorkerProcess, drop_schema, standalone
 import perdure
 
 
-def measure(url: str, probe: Probe, workers: int, seconds: float) -> dict[str, Any]:
+def measure(
+    url: str, probe: Probe, workers: int, seconds: float, settle: float = 30.0
+) -> dict[str, Any]:
     """Idle cost of ``workers`` processes over ``seconds``, on a fresh schema."""
     schema = f"bench_{uuid.uuid4().hex[:8]}"
     perdure.App(url, schema=schema).ensure_schema()
@@ -36,7 +39,11 @@ def measure(url: str, probe: Probe, workers: int, seconds: float) -> dict[str, A
         try:
             for worker in fleet:
                 worker.wait_ready(probe)
-            time.sleep(3.0)  # first heartbeats, maintenance pass, claim loops settle
+            # First heartbeats, the maintenance pass, the claim loops; the
+            # pools shrink back to one connection after their idle time.
+            time.sleep(settle)
+            if probe.statements_available:
+                probe.run("SELECT pg_stat_statements_reset()")
             before, own = _transactions(probe), probe.own
             began = time.monotonic()
             time.sleep(seconds)
@@ -55,7 +62,20 @@ def measure(url: str, probe: Probe, workers: int, seconds: float) -> dict[str, A
                     " WHERE application_name LIKE 'perdure-worker-%%-listen'"
                 )
             )
+            kinds = probe.query(
+                "SELECT regexp_replace(application_name, '^perdure-worker-[^-]+-[0-9]+-[0-9a-f]+',"
+                " 'worker') AS kind, count(*) FROM pg_stat_activity"
+                " WHERE application_name LIKE 'perdure-%%' GROUP BY 1 ORDER BY 1"
+            )
             transactions = after - before - (probe.own - own)
+            top = (
+                probe.query(
+                    "SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)"
+                    " FROM pg_stat_statements ORDER BY calls DESC LIMIT 8"
+                )
+                if probe.statements_available
+                else []
+            )
         finally:
             for worker in fleet:
                 worker.stop()
@@ -65,6 +85,8 @@ def measure(url: str, probe: Probe, workers: int, seconds: float) -> dict[str, A
         "seconds": round(elapsed, 1),
         "connections": connections,
         "listeners": listeners,
+        "by_name": {str(kind): int(n) for kind, n in kinds},
+        "top_statements": [(int(calls), str(text)) for calls, text in top],
         "connections_per_worker": connections / workers,
         "transactions_per_second": transactions / elapsed,
         "transactions_per_second_per_worker": transactions / elapsed / workers,
@@ -86,8 +108,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--settle", type=float, default=30.0)
     with standalone(parser) as (args, server, probe):
-        found = measure(server.url, probe, args.workers, args.seconds)
+        found = measure(server.url, probe, args.workers, args.seconds, args.settle)
         print(
             f"{found['workers']} idle workers over {found['seconds']} s: "
             f"{found['connections']} server connections "
@@ -96,6 +119,9 @@ def main() -> None:
             f"{found['transactions_per_second']:.1f} transactions/s "
             f"({found['transactions_per_second_per_worker']:.2f} per worker)"
         )
+        print("connections by name:", found["by_name"])
+        for calls, text in found["top_statements"]:
+            print(f"  {calls:6d}  {text}")
 
 
 if __name__ == "__main__":

@@ -38,9 +38,7 @@ def test_an_async_step_that_blocks_for_three_leases_runs_once(
     assert handle.status() == "completed"
     assert not any(e.event == "lease_expired" for e in app.history(handle.id))
     runner = next(w for w in workers if w.pid == pid)
-    wait_until(
-        lambda: "event loop was blocked" in runner.output(), 30, what="the end of the stall"
-    )
+    wait_until(lambda: "event loop was blocked" in runner.output(), 30, what="the end of the stall")
     output = runner.output()
     assert "event loop is blocked" in output
     assert f"run {handle.id} (step block)" in output

@@ -62,8 +62,11 @@ class Heartbeat:
         self.on_beat = on_beat
         #: Whether this worker holds the fleet's duties, as of its last beat.
         self.duty = threading.Event()
+        #: Live workers with a smaller id, as of the last beat (0: the duty holder).
+        self.rank = 0
         self._next = 0.0
         self._was_busy = False
+        self._beats = 0
 
     def tend(self, listener: Listener | None) -> None:
         """Beat if one is due (now, when tasks were just claimed after idling)."""
@@ -78,11 +81,14 @@ class Heartbeat:
         self._was_busy = bool(held)
         if now < self._next:
             return
-        self._next = now + (self.interval if held else self.idle_interval)
+        # The first beats come quickly: the rank settles while a fleet starts.
+        wait = self.interval if held else self.idle_interval
+        self._next = now + (wait if self._beats >= 3 else min(wait, 1.0))
+        self._beats += 1
         beat = self.statements.workers.beat(self.worker_id, self.lease_seconds)
         try:
             if held:
-                still, duty = listener.execute_together(
+                still, rank = listener.execute_together(
                     [
                         self.statements.tasks.heartbeat(
                             self.worker_id, sorted(held), self.lease_seconds
@@ -91,11 +97,13 @@ class Heartbeat:
                     ]
                 )
             else:
-                still, duty = set(), listener.execute(beat)
+                still, rank = set(), listener.execute(beat)
         except Exception as exc:
             log.warning("heartbeat failed: %s", exc)
             self._next = now + min(self.interval, 1.0)
             raise
+        self.rank = rank
+        duty = rank == 0
         if duty != self.duty.is_set():
             verb = "takes" if duty else "leaves"
             log.info("worker %s %s the fleet's duties", self.worker_id, verb)

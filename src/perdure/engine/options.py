@@ -21,7 +21,7 @@ class WorkerOptions:
     #: limit, whose freed slots are not notified).
     poll_seconds: float = 1.0
     #: The fallback poll while LISTEN works: notifications wake the worker.
-    idle_poll_seconds: float = 30.0
+    idle_poll_seconds: float = 60.0
     #: Warn (and count it) when a step blocks the event loop longer than this.
     blocked_loop_seconds: float = 1.0
     reap_seconds: float | None = None

@@ -167,7 +167,7 @@ class Worker:
             self.statements,
             min_size=1,
             max_size=opts.concurrency + 4,
-            max_idle=60.0,
+            max_idle=10.0,
             name=name,
             unavailable=Disconnected,
             direct_url=self.direct_url,

@@ -40,11 +40,11 @@ class WorkerStatements(Namespace):
         """Mark a worker stopped."""
         return self._build("worker_stop", lambda found: None, worker_id=worker_id)
 
-    def beat(self, worker_id: str, fresh_seconds: float) -> Statement[bool]:
-        """Mark the worker alive; whether it holds the fleet's duties (see worker_beat)."""
+    def beat(self, worker_id: str, fresh_seconds: float) -> Statement[int]:
+        """Mark the worker alive; its rank among the live workers (see worker_beat)."""
         return self._build(
             "worker_beat",
-            lambda found: bool(found[0]["duty"]),
+            lambda found: int(found[0]["rank"]),
             worker_id=worker_id,
             fresh_seconds=fresh_seconds,
         )

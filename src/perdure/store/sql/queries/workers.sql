@@ -18,20 +18,18 @@ SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
 UPDATE {schema}.workers SET status = 'stopped', stopped_at = {now} WHERE id = %(worker_id)s;
 
 -- name: worker_beat
--- Mark this worker alive, and tell it whether it holds the fleet's duties
--- (the reaper, the schedule ticker): the live worker with the smallest id
--- holds them, live meaning a heartbeat within %(fresh_seconds)s. A worker
--- that dies or freezes stops beating, and the next one takes over.
+-- Mark this worker alive, and tell it its rank: how many live workers (a
+-- heartbeat within %(fresh_seconds)s) have a smaller id. Rank 0 holds the
+-- fleet's duties (the reaper, the schedule ticker); a worker that dies or
+-- freezes stops beating, and the next one takes over.
 WITH alive AS (
     UPDATE {schema}.workers SET heartbeat_at = {now}, status = 'running'
     WHERE id = %(worker_id)s
     RETURNING id
 )
-SELECT NOT EXISTS (
-    SELECT 1 FROM {schema}.workers
-    WHERE status = 'running' AND id < %(worker_id)s
-      AND heartbeat_at > {now} - make_interval(secs => %(fresh_seconds)s)
-) AS duty;
+SELECT count(*) AS rank FROM {schema}.workers
+WHERE status = 'running' AND id < %(worker_id)s
+  AND heartbeat_at > {now} - make_interval(secs => %(fresh_seconds)s);
 
 -- name: worker_mark_lost
 -- Workers whose heartbeat is older than %(stale_seconds)s are marked lost, so
