@@ -1,6 +1,7 @@
 """What idle workers cost the server: connections held and transactions per second.
 
 Usage: python bench/idle.py [--workers 10] [--seconds 30] [--settle 30] [--database-url URL]
+       python bench/idle.py --busy 5000 [--workers 20] [--concurrency 10]
 
 Starts N `perdure worker` processes (bench_app.py) on a fresh schema with no
 work at all, waits until each listens, lets them settle (``--settle``: their
@@ -15,6 +16,7 @@ pools shrink back after 10 s idle), then counts over
 from __future__ import annotations
 
 import argparse
+import asyncio
 import tempfile
 import time
 import uuid
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import Probe, WorkerProcess, drop_schema, standalone
+from psycopg import sql
 
 import perdure
 
@@ -93,6 +96,81 @@ def measure(
     }
 
 
+def measure_busy(
+    url: str, probe: Probe, workers: int, runs: int, concurrency: int
+) -> dict[str, Any]:
+    """Connections and throughput of ``workers`` processes draining ``runs`` runs of bench_noop3.
+
+    The runs are enqueued due in an hour, the workers started, then every task
+    is made due at once; the connections are sampled every 0.2 s until all
+    runs complete.
+    """
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    app = perdure.App(url, schema=schema)
+    app.ensure_schema()
+    asyncio.run(_enqueue(app, runs))
+    name = sql.Identifier(schema)
+    with tempfile.TemporaryDirectory(prefix="perdure-bench-busy-") as folder:
+        fleet = [
+            WorkerProcess(url, schema, concurrency, Path(folder) / f"worker{i}.json")
+            for i in range(workers)
+        ]
+        try:
+            for worker in fleet:
+                worker.wait_ready(probe)
+            before = _transactions(probe)
+            began = time.monotonic()
+            probe.run(
+                sql.SQL("UPDATE {}.tasks SET available_at = now() WHERE status = 'ready'").format(
+                    name
+                )
+            )
+            completed = sql.SQL("SELECT count(*) FROM {}.runs WHERE status = 'completed'").format(
+                name
+            )
+            most = 0
+            deadline = began + max(300.0, runs / 10)
+            while time.monotonic() < deadline and probe.query_one(completed) < runs:
+                most = max(most, _connections(probe))
+                time.sleep(0.2)
+            elapsed = time.monotonic() - began
+            transactions = _transactions(probe) - before
+        finally:
+            for worker in fleet:
+                worker.stop()
+    app.close()
+    drop_schema(probe, schema)
+    return {
+        "workers": workers,
+        "concurrency": concurrency,
+        "runs": runs,
+        "seconds": round(elapsed, 1),
+        "runs_per_second": runs / elapsed,
+        "most_connections": most,
+        "most_connections_per_worker": most / workers,
+        "transactions_per_second": transactions / elapsed,
+    }
+
+
+async def _enqueue(app: perdure.App, runs: int) -> None:
+    """Start ``runs`` runs of bench_noop3 due in an hour, 50 at a time."""
+    for first in range(0, runs, 50):
+        await asyncio.gather(
+            *(
+                app.start_async("bench_noop3", delay=3600)
+                for _ in range(first, min(runs, first + 50))
+            )
+        )
+
+
+def _connections(probe: Probe) -> int:
+    return int(
+        probe.query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'perdure-worker-%%'"
+        )
+    )
+
+
 def _transactions(probe: Probe) -> int:
     probe.run("SELECT pg_stat_clear_snapshot()")
     return int(
@@ -109,7 +187,19 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--settle", type=float, default=30.0)
+    parser.add_argument("--busy", type=int, default=0, help="instead: drain this many runs")
+    parser.add_argument("--concurrency", type=int, default=10, help="per worker, with --busy")
     with standalone(parser) as (args, server, probe):
+        if args.busy:
+            busy = measure_busy(server.url, probe, args.workers, args.busy, args.concurrency)
+            print(
+                f"{busy['workers']} busy workers (concurrency {busy['concurrency']}) drained "
+                f"{busy['runs']} runs in {busy['seconds']} s ({busy['runs_per_second']:.0f} "
+                f"runs/s): at most {busy['most_connections']} server connections "
+                f"({busy['most_connections_per_worker']:.1f} per worker), "
+                f"{busy['transactions_per_second']:.0f} transactions/s"
+            )
+            return
         found = measure(server.url, probe, args.workers, args.seconds, args.settle)
         print(
             f"{found['workers']} idle workers over {found['seconds']} s: "
