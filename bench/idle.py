@@ -101,14 +101,13 @@ def measure_busy(
 ) -> dict[str, Any]:
     """Connections and throughput of ``workers`` processes draining ``runs`` runs of bench_noop3.
 
-    The runs are enqueued due in an hour, the workers started, then every task
+    The workers are started, the runs enqueued due in an hour, then every task
     is made due at once; the connections are sampled every 0.2 s until all
     runs complete.
     """
     schema = f"bench_{uuid.uuid4().hex[:8]}"
     app = perdure.App(url, schema=schema)
     app.ensure_schema()
-    asyncio.run(_enqueue(app, runs))
     name = sql.Identifier(schema)
     with tempfile.TemporaryDirectory(prefix="perdure-bench-busy-") as folder:
         fleet = [
@@ -118,6 +117,7 @@ def measure_busy(
         try:
             for worker in fleet:
                 worker.wait_ready(probe)
+            asyncio.run(_enqueue(app, runs))  # the workers have registered bench_noop3
             before = _transactions(probe)
             began = time.monotonic()
             probe.run(

@@ -72,6 +72,12 @@ class LoopWatch:
         if self._culprit is None and now - self._sent > self.threshold:
             self._culprit = self._running()
             run_id, step = self._culprit
+            if run_id is None:
+                # The worker's own code (starting up, a machine short of
+                # CPU): nothing a workflow's author can change.
+                log.debug("the event loop is slow to answer (%.1f s)", now - self._sent)
+                self._culprit = None
+                return
             log.warning(
                 "the event loop is blocked (%.1f s so far) by run %s (%s): an async step must "
                 "not block; await instead, or make it a plain def step (it runs on a thread). "
