@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from perdure.store.listener import Listener
@@ -45,17 +45,12 @@ class Wakeup:
         channel: str,
         application_name: str = "perdure-listen",
         chores: Sequence[Chore] = (),
-        delay: Callable[[], float] = lambda: 0.0,
     ) -> None:
-        """Listen on ``channel`` of the server at ``url`` once :meth:`start` is called.
-
-        A notification sets :attr:`event` after ``delay()`` seconds.
-        """
+        """Listen on ``channel`` of the server at ``url`` once :meth:`start` is called."""
         self.url = url
         self.channel = channel
         self.application_name = application_name
         self.chores = list(chores)
-        self.delay = delay
         self.event = asyncio.Event()
         #: Set while the LISTEN connection is up (read from any thread).
         self.connected = threading.Event()
@@ -77,13 +72,9 @@ class Wakeup:
             self._stopping.set()
             await asyncio.to_thread(thread.join, 10.0)
 
-    def _wake(self, after: float = 0.0) -> None:
+    def _wake(self) -> None:
         loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        if after > 0:
-            loop.call_soon_threadsafe(loop.call_later, after, self.event.set)
-        else:
+        if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.event.set)
 
     def _tend(self, listener: Listener | None) -> None:
@@ -108,7 +99,7 @@ class Wakeup:
                     delay = 0.1
                     while not self._stopping.is_set():
                         if listener.wait(TICK_SECONDS):
-                            self._wake(self.delay())
+                            self._wake()
                         self._tend(listener)
             except Exception as exc:
                 self.connected.clear()
