@@ -1,9 +1,11 @@
 """What idle workers cost the server: connections held and transactions per second.
 
-Usage: python bench/idle.py [--workers 10] [--seconds 30] [--database-url URL]
+Usage: python bench/idle.py [--workers 10] [--seconds 30] [--settle 30] [--database-url URL]
+       python bench/idle.py --busy 5000 [--workers 20] [--concurrency 10]
 
 Starts N `perdure worker` processes (bench_app.py) on a fresh schema with no
-work at all, waits until each listens, lets them settle, then counts over
+work at all, waits until each listens, lets them settle (``--settle``: their
+pools shrink back after 10 s idle), then counts over
 ``--seconds``:
   - server connections: backends of the workers (application_name
     perdure-worker-*), listener included, at the end of the window;
@@ -14,6 +16,7 @@ work at all, waits until each listens, lets them settle, then counts over
 from __future__ import annotations
 
 import argparse
+import asyncio
 import tempfile
 import time
 import uuid
@@ -21,11 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from harness import Probe, WorkerProcess, drop_schema, standalone
+from psycopg import sql
 
 import perdure
 
 
-def measure(url: str, probe: Probe, workers: int, seconds: float) -> dict[str, Any]:
+def measure(
+    url: str, probe: Probe, workers: int, seconds: float, settle: float = 30.0
+) -> dict[str, Any]:
     """Idle cost of ``workers`` processes over ``seconds``, on a fresh schema."""
     schema = f"bench_{uuid.uuid4().hex[:8]}"
     perdure.App(url, schema=schema).ensure_schema()
@@ -36,7 +42,11 @@ def measure(url: str, probe: Probe, workers: int, seconds: float) -> dict[str, A
         try:
             for worker in fleet:
                 worker.wait_ready(probe)
-            time.sleep(3.0)  # first heartbeats, maintenance pass, claim loops settle
+            # First heartbeats, the maintenance pass, the claim loops; the
+            # pools shrink back to one connection after their idle time.
+            time.sleep(settle)
+            if probe.statements_available:
+                probe.run("SELECT pg_stat_statements_reset()")
             before, own = _transactions(probe), probe.own
             began = time.monotonic()
             time.sleep(seconds)
@@ -55,7 +65,20 @@ def measure(url: str, probe: Probe, workers: int, seconds: float) -> dict[str, A
                     " WHERE application_name LIKE 'perdure-worker-%%-listen'"
                 )
             )
+            kinds = probe.query(
+                "SELECT regexp_replace(application_name, '^perdure-worker-[^-]+-[0-9]+-[0-9a-f]+',"
+                " 'worker') AS kind, count(*) FROM pg_stat_activity"
+                " WHERE application_name LIKE 'perdure-%%' GROUP BY 1 ORDER BY 1"
+            )
             transactions = after - before - (probe.own - own)
+            top = (
+                probe.query(
+                    "SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)"
+                    " FROM pg_stat_statements ORDER BY calls DESC LIMIT 8"
+                )
+                if probe.statements_available
+                else []
+            )
         finally:
             for worker in fleet:
                 worker.stop()
@@ -65,10 +88,87 @@ def measure(url: str, probe: Probe, workers: int, seconds: float) -> dict[str, A
         "seconds": round(elapsed, 1),
         "connections": connections,
         "listeners": listeners,
+        "by_name": {str(kind): int(n) for kind, n in kinds},
+        "top_statements": [(int(calls), str(text)) for calls, text in top],
         "connections_per_worker": connections / workers,
         "transactions_per_second": transactions / elapsed,
         "transactions_per_second_per_worker": transactions / elapsed / workers,
     }
+
+
+def measure_busy(
+    url: str, probe: Probe, workers: int, runs: int, concurrency: int
+) -> dict[str, Any]:
+    """Connections and throughput of ``workers`` processes draining ``runs`` runs of bench_noop3.
+
+    The workers are started, the runs enqueued due in an hour, then every task
+    is made due at once; the connections are sampled every 0.2 s until all
+    runs complete.
+    """
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    app = perdure.App(url, schema=schema)
+    app.ensure_schema()
+    name = sql.Identifier(schema)
+    with tempfile.TemporaryDirectory(prefix="perdure-bench-busy-") as folder:
+        fleet = [
+            WorkerProcess(url, schema, concurrency, Path(folder) / f"worker{i}.json")
+            for i in range(workers)
+        ]
+        try:
+            for worker in fleet:
+                worker.wait_ready(probe)
+            asyncio.run(_enqueue(app, runs))  # the workers have registered bench_noop3
+            before = _transactions(probe)
+            began = time.monotonic()
+            probe.run(
+                sql.SQL("UPDATE {}.tasks SET available_at = now() WHERE status = 'ready'").format(
+                    name
+                )
+            )
+            completed = sql.SQL("SELECT count(*) FROM {}.runs WHERE status = 'completed'").format(
+                name
+            )
+            most = 0
+            deadline = began + max(300.0, runs / 10)
+            while time.monotonic() < deadline and probe.query_one(completed) < runs:
+                most = max(most, _connections(probe))
+                time.sleep(0.2)
+            elapsed = time.monotonic() - began
+            transactions = _transactions(probe) - before
+        finally:
+            for worker in fleet:
+                worker.stop()
+    app.close()
+    drop_schema(probe, schema)
+    return {
+        "workers": workers,
+        "concurrency": concurrency,
+        "runs": runs,
+        "seconds": round(elapsed, 1),
+        "runs_per_second": runs / elapsed,
+        "most_connections": most,
+        "most_connections_per_worker": most / workers,
+        "transactions_per_second": transactions / elapsed,
+    }
+
+
+async def _enqueue(app: perdure.App, runs: int) -> None:
+    """Start ``runs`` runs of bench_noop3 due in an hour, 50 at a time."""
+    for first in range(0, runs, 50):
+        await asyncio.gather(
+            *(
+                app.start_async("bench_noop3", delay=3600)
+                for _ in range(first, min(runs, first + 50))
+            )
+        )
+
+
+def _connections(probe: Probe) -> int:
+    return int(
+        probe.query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'perdure-worker-%%'"
+        )
+    )
 
 
 def _transactions(probe: Probe) -> int:
@@ -86,8 +186,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--settle", type=float, default=30.0)
+    parser.add_argument("--busy", type=int, default=0, help="instead: drain this many runs")
+    parser.add_argument("--concurrency", type=int, default=10, help="per worker, with --busy")
     with standalone(parser) as (args, server, probe):
-        found = measure(server.url, probe, args.workers, args.seconds)
+        if args.busy:
+            busy = measure_busy(server.url, probe, args.workers, args.busy, args.concurrency)
+            print(
+                f"{busy['workers']} busy workers (concurrency {busy['concurrency']}) drained "
+                f"{busy['runs']} runs in {busy['seconds']} s ({busy['runs_per_second']:.0f} "
+                f"runs/s): at most {busy['most_connections']} server connections "
+                f"({busy['most_connections_per_worker']:.1f} per worker), "
+                f"{busy['transactions_per_second']:.0f} transactions/s"
+            )
+            return
+        found = measure(server.url, probe, args.workers, args.seconds, args.settle)
         print(
             f"{found['workers']} idle workers over {found['seconds']} s: "
             f"{found['connections']} server connections "
@@ -96,6 +209,9 @@ def main() -> None:
             f"{found['transactions_per_second']:.1f} transactions/s "
             f"({found['transactions_per_second_per_worker']:.2f} per worker)"
         )
+        print("connections by name:", found["by_name"])
+        for calls, text in found["top_statements"]:
+            print(f"  {calls:6d}  {text}")
 
 
 if __name__ == "__main__":

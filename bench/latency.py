@@ -1,9 +1,10 @@
 """Wake-up latency with an idle worker: start -> first step, signal -> continue.
 
-Usage: python bench/latency.py [--samples N] [--database-url URL]
+Usage: python bench/latency.py [--samples N] [--workers 1] [--database-url URL]
 
-One `perdure worker` process (bench_app.py) serves; one run at a time, so
-the worker is idle each time:
+``--workers`` `perdure worker` processes (bench_app.py, default one) serve; one
+run at a time, so the workers are idle each time (with many, a NOTIFY must
+not send all of them racing for the one task):
   - start -> first step: from just before ``app.start()`` to the moment the
     first step function begins (it returns ``time.time()``);
   - signal -> continue: from just before ``app.signal()`` to the moment the
@@ -25,19 +26,23 @@ from harness import Probe, WorkerProcess, drop_schema, quantile, standalone
 import perdure
 
 
-def measure(url: str, probe: Probe, samples: int) -> dict[str, Any]:
+def measure(url: str, probe: Probe, samples: int, workers: int = 1) -> dict[str, Any]:
     """Both latencies over ``samples`` runs each, in ms, on a fresh schema."""
     schema = f"bench_{uuid.uuid4().hex[:8]}"
     app = perdure.App(url, schema=schema)
     with tempfile.TemporaryDirectory(prefix="perdure-bench-stats-") as folder:
-        worker = WorkerProcess(url, schema, 4, Path(folder) / "worker.json")
+        fleet = [
+            WorkerProcess(url, schema, 4, Path(folder) / f"worker{i}.json") for i in range(workers)
+        ]
         try:
-            worker.wait_ready(probe)
+            for worker in fleet:
+                worker.wait_ready(probe)
             app.start("bench_first").result(timeout=60)  # warm: connected, prepared
             starts = [_start_once(app) for _ in range(samples)]
             signals = [_signal_once(app) for _ in range(samples)]
         finally:
-            worker.stop()
+            for worker in fleet:
+                worker.stop()
     app.close()
     drop_schema(probe, schema)
     return {
@@ -46,6 +51,7 @@ def measure(url: str, probe: Probe, samples: int) -> dict[str, Any]:
         "signal_p50_ms": _ms(quantile(signals, 0.5)),
         "signal_p99_ms": _ms(quantile(signals, 0.99)),
         "samples": samples,
+        "workers": workers,
     }
 
 
@@ -75,13 +81,14 @@ def main() -> None:
     """Measure and print both latencies."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=1)
     with standalone(parser) as (args, server, probe):
-        f = measure(server.url, probe, args.samples)
+        f = measure(server.url, probe, args.samples, args.workers)
         print(
             f"start  -> first step: p50 {f['start_p50_ms']:.2f} ms  "
             f"p99 {f['start_p99_ms']:.2f} ms\n"
             f"signal -> continue  : p50 {f['signal_p50_ms']:.2f} ms  "
-            f"p99 {f['signal_p99_ms']:.2f} ms  (n={args.samples} each)"
+            f"p99 {f['signal_p99_ms']:.2f} ms  (n={args.samples} each, {args.workers} worker(s))"
         )
 
 

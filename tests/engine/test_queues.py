@@ -20,7 +20,8 @@ import perdure
 from helpers import BackgroundWorker, claimed_while_queue_settings_locked, wait_until
 from perdure.cli.main import cli
 
-FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
+#: The tests count the workers' fallback polls: those run often here.
+FAST = {"concurrency": 4, "poll_seconds": 0.05, "idle_poll_seconds": 0.05, "lease_seconds": 5}
 
 
 class Gate:

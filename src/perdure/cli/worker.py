@@ -84,6 +84,13 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     help="Fallback polling interval when no notification arrives.",
 )
 @click.option(
+    "--blocked-loop-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Warn when a step blocks the worker's event loop longer than this.",
+)
+@click.option(
     "--shutdown-seconds",
     type=click.FloatRange(min=0),
     default=30.0,
@@ -160,6 +167,7 @@ def worker(
     queues: tuple[str, ...],
     lease_seconds: float,
     poll_seconds: float,
+    blocked_loop_seconds: float,
     shutdown_seconds: float,
     connect_timeout: float,
     worker_id: str | None,
@@ -212,6 +220,7 @@ def worker(
             queues=list(queues) or None,
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
+            blocked_loop_seconds=blocked_loop_seconds,
             shutdown_seconds=shutdown_seconds,
             worker_id=worker_id,
             metrics_port=metrics_port,

@@ -1,51 +1,144 @@
-"""Housekeeping every worker runs: heartbeats, and the reaper for expired leases.
+"""Housekeeping: heartbeats on the wakeup thread, and the fleet's duties on one worker.
 
-Every worker runs the reaper; ``FOR UPDATE SKIP LOCKED`` in ``task_rescue``
-makes concurrent reapers share the expired tasks instead of racing on them.
+Every worker beats (its row, and the leases of the tasks it executes) from
+its wakeup thread, so that a blocked event loop does not cost its leases. The
+fleet's duties (the reaper for expired leases, the schedule ticker) are taken
+by one worker at a time, the duty holder: the live worker with the smallest
+id, as each worker's row heartbeat tells it (``worker_beat``). If two
+workers hold them for a moment, ``FOR UPDATE SKIP LOCKED`` in ``task_rescue``
+and the schedules' row locks make them share the work instead of racing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Coroutine
 from datetime import datetime
+from typing import Any
 
 from perdure.engine.control import Disconnected
+from perdure.store.listener import Listener
+from perdure.store.statements import Statements
 from perdure.store.store import AsyncStore
 
 log = logging.getLogger("perdure.maintenance")
 
+#: Seconds between two checks of the duty flag by a worker without the duty.
+DUTY_CHECK_SECONDS = 1.0
 
-async def heartbeat_loop(
-    store: AsyncStore,
-    worker_id: str,
-    lease_seconds: float,
-    interval: float,
-    held: Callable[[], set[int]],
-    on_lost: Callable[[int], None],
-    on_beat: Callable[[], None] = lambda: None,
-) -> None:
-    """Extend the leases of the tasks this worker executes every ``interval`` s.
 
-    Reports the tasks taken away. A failed heartbeat is logged and tried again
-    at the next interval: if the database stays away longer than the lease,
-    the tasks are rescued by another worker and this one's writes are fenced.
+class Heartbeat:
+    """The wakeup thread's heartbeat chore: the worker row, and the leases it holds.
+
+    With tasks held it beats every ``interval`` s, in one transaction: the
+    leases of exactly the tasks the worker still executes (``held()``), and
+    its row. Idle it beats only its row, every ``idle_interval`` s. Tasks
+    taken away are passed to ``on_lost``; each beat to ``on_beat``. Both are
+    called on the wakeup thread.
     """
-    while True:
-        await asyncio.sleep(interval)
-        before = held()
+
+    def __init__(
+        self,
+        statements: Statements,
+        worker_id: str,
+        lease_seconds: float,
+        interval: float,
+        idle_interval: float,
+        held: Callable[[], list[int]],
+        on_lost: Callable[[set[int]], None],
+        on_beat: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Beat for ``worker_id``; see the class."""
+        self.statements = statements
+        self.worker_id = worker_id
+        self.lease_seconds = lease_seconds
+        self.interval = interval
+        self.idle_interval = idle_interval
+        self.held = held
+        self.on_lost = on_lost
+        self.on_beat = on_beat
+        #: Whether this worker holds the fleet's duties, as of its last beat.
+        self.duty = threading.Event()
+        #: Live workers with a smaller id, as of the last beat (0: the duty holder).
+        self.rank = 0
+        self._next = 0.0
+        self._was_busy = False
+        self._beats = 0
+
+    def tend(self, listener: Listener | None) -> None:
+        """Beat if one is due (now, when tasks were just claimed after idling)."""
+        now = time.monotonic()
+        held = _snapshot(self.held)
+        if listener is None:
+            return
+        if held and not self._was_busy:
+            # Tasks were just claimed: their first beat comes within an
+            # interval, however long the idle beat's wait was.
+            self._next = min(self._next, now + self.interval)
+        self._was_busy = bool(held)
+        if now < self._next:
+            return
+        # The first beats come quickly: the rank settles while a fleet starts.
+        wait = self.interval if held else self.idle_interval
+        self._next = now + (wait if self._beats >= 3 else min(wait, 1.0))
+        self._beats += 1
+        beat = self.statements.workers.beat(self.worker_id, self.lease_seconds)
         try:
-            still = await store.execute(
-                store.statements.tasks.heartbeat(worker_id, sorted(before), lease_seconds)
-            )
-        except (Exception, Disconnected) as exc:
+            if held:
+                still, rank = listener.execute_together(
+                    [
+                        self.statements.tasks.heartbeat(
+                            self.worker_id, sorted(held), self.lease_seconds
+                        ),
+                        beat,
+                    ]
+                )
+            else:
+                still, rank = set(), listener.execute(beat)
+        except Exception as exc:
             log.warning("heartbeat failed: %s", exc)
+            self._next = now + min(self.interval, 1.0)
+            raise
+        self.rank = rank
+        duty = rank == 0
+        if duty != self.duty.is_set():
+            verb = "takes" if duty else "leaves"
+            log.info("worker %s %s the fleet's duties", self.worker_id, verb)
+        if duty:
+            self.duty.set()
+        else:
+            self.duty.clear()
+        self.on_beat()
+        lost = set(held) - still
+        if lost:
+            self.on_lost(lost)
+
+
+def _snapshot(held: Callable[[], list[int]]) -> list[int]:
+    """``held()``, taken again if the loop changed it while it was copied."""
+    for _ in range(10):
+        try:
+            return held()
+        except RuntimeError:
             continue
-        on_beat()
-        for task_id in before - still:
-            if task_id in held():
-                on_lost(task_id)
+    return held()
+
+
+async def on_duty(duty: threading.Event, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``run()`` while ``duty`` is set; cancel it when the duty moves to another worker."""
+    while True:
+        while not duty.is_set():
+            await asyncio.sleep(DUTY_CHECK_SECONDS)
+        task = asyncio.create_task(run())
+        try:
+            while duty.is_set() and not task.done():
+                await asyncio.sleep(DUTY_CHECK_SECONDS)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 async def reaper_loop(
@@ -56,20 +149,28 @@ async def reaper_loop(
 ) -> None:
     """Every ``interval`` s: revive expired leases, enforce deadlines, mark silent workers.
 
-    ``on_dead`` is told how many tasks each pass dead-lettered.
+    One transaction a pass. ``on_dead`` is told how many tasks each pass dead-lettered.
     """
+    statements = store.statements
     while True:
         await asyncio.sleep(interval)
         try:
-            revived, dead = await store.execute(store.statements.tasks.rescue(limit=500))
+            ((rescued, expired, _),) = await store.execute_batch(
+                [
+                    [
+                        statements.tasks.rescue(limit=500),
+                        statements.runs.expire(),
+                        statements.workers.mark_lost(stale_seconds),
+                    ]
+                ]
+            )
+            revived, dead = rescued
             if revived or dead:
                 log.info("reaper revived %d task(s), dead-lettered %d", revived, dead)
             if dead:
                 on_dead(dead)
-            expired = await store.execute(store.statements.runs.expire())
             if expired:
                 log.info("cancelled %d run(s) past their deadline", expired)
-            await store.execute(store.statements.workers.mark_lost(stale_seconds))
         except (Exception, Disconnected) as exc:
             log.warning("reaper failed: %s", exc)
 

@@ -157,6 +157,9 @@ class Observer:
     def dead_lettered(self, count: int) -> None:
         """This worker's reaper failed ``count`` tasks whose lease lapsed too often."""
 
+    def loop_blocked(self, run_id: str | None, step: str | None, seconds: float) -> None:
+        """A step (or workflow code) held the event loop ``seconds`` without yielding."""
+
     def trace_context(self, task: ClaimedTask) -> str | None:
         """Propagation headers (JSON) for a run that ``task``'s execution starts now."""
         return None
@@ -268,6 +271,10 @@ class Observers(Observer):
     def dead_lettered(self, count: int) -> None:
         """Tell each observer."""
         self._all("dead_lettered", count)
+
+    def loop_blocked(self, run_id: str | None, step: str | None, seconds: float) -> None:
+        """Tell each observer."""
+        self._all("loop_blocked", run_id, step, seconds)
 
     def trace_context(self, task: ClaimedTask) -> str | None:
         """The first trace context an observer gives."""

@@ -17,7 +17,13 @@ class WorkerOptions:
     queues: list[str] | None = None
     lease_seconds: float = 30.0
     heartbeat_seconds: float | None = None
+    #: The fallback poll while LISTEN is down (or a served queue has a global
+    #: limit, whose freed slots are not notified).
     poll_seconds: float = 1.0
+    #: The fallback poll while LISTEN works: notifications wake the worker.
+    idle_poll_seconds: float = 60.0
+    #: Warn (and count it) when a step blocks the event loop longer than this.
+    blocked_loop_seconds: float = 1.0
     reap_seconds: float | None = None
     #: Tasks one claim takes at most. Runs claimed together advance together
     #: and share their checkpoints' commits, so a claim takes every free slot
@@ -51,6 +57,8 @@ class WorkerOptions:
             self.queues = [validate_name("queue", queue) for queue in self.queues]
         arguments.seconds("lease_seconds", self.lease_seconds, positive=True)
         arguments.seconds("poll_seconds", self.poll_seconds, positive=True)
+        arguments.seconds("idle_poll_seconds", self.idle_poll_seconds, positive=True)
+        arguments.seconds("blocked_loop_seconds", self.blocked_loop_seconds, positive=True)
         arguments.seconds("shutdown_seconds", self.shutdown_seconds)
         arguments.seconds("connect_seconds", self.connect_seconds)
         arguments.optional_seconds("heartbeat_seconds", self.heartbeat_seconds, positive=True)
@@ -69,6 +77,11 @@ class WorkerOptions:
     def heartbeat_interval(self) -> float:
         """A third of the lease unless set: two heartbeats may fail before it lapses."""
         return self.heartbeat_seconds or self.lease_seconds / 3
+
+    @property
+    def idle_heartbeat_interval(self) -> float:
+        """An idle worker beats only its row: every half lease (at least every beat interval)."""
+        return max(self.heartbeat_interval, self.lease_seconds / 2)
 
     @property
     def reap_interval(self) -> float:

@@ -1,67 +1,117 @@
-"""LISTEN/NOTIFY: wake an idle worker the moment work becomes claimable.
+"""The worker's own thread: LISTEN/NOTIFY wakeups, and chores that must not wait for the loop.
 
 The ``tasks`` triggers NOTIFY ``<schema>_wakeup`` when a task becomes ready
-now. A worker holds one dedicated connection that LISTENs on that channel and
-sets an event on every notification. If that connection drops, the worker
-keeps polling (the fallback) while the listener reconnects with backoff.
+now. A worker holds one dedicated connection (the direct URL: LISTEN needs a
+session) on a thread of its own, which sets :attr:`Wakeup.event` on the
+event loop at each notification. Between notifications, at least every
+:data:`TICK_SECONDS`, the thread runs its chores (the heartbeat, the loop
+watch): they go on while the event loop is blocked by a step that does not
+yield. If the connection drops, the worker polls (the fallback) while the
+thread reconnects with backoff; the chores are still run, without a session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Sequence
+from typing import Protocol
 
-from perdure.store import session
+from perdure.store.listener import Listener
 
 log = logging.getLogger("perdure.wakeup")
 
+#: The longest the thread waits for a notification before its chores run.
+TICK_SECONDS = 0.2
+
+
+class Chore(Protocol):
+    """Work the wakeup thread does between notifications."""
+
+    def tend(self, listener: Listener | None) -> None:
+        """Do what is due now; ``listener`` is None while disconnected.
+
+        An error raised with a listener drops its connection (and reconnects).
+        """
+
 
 class Wakeup:
-    """A background LISTEN loop that sets :attr:`event` on each notification."""
+    """A thread LISTENing on a channel, setting :attr:`event` on each notification."""
 
-    def __init__(self, url: str, channel: str, application_name: str = "perdure-listen") -> None:
+    def __init__(
+        self,
+        url: str,
+        channel: str,
+        application_name: str = "perdure-listen",
+        chores: Sequence[Chore] = (),
+    ) -> None:
         """Listen on ``channel`` of the server at ``url`` once :meth:`start` is called."""
         self.url = url
         self.channel = channel
         self.application_name = application_name
+        self.chores = list(chores)
         self.event = asyncio.Event()
-        self.connected = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        #: Set while the LISTEN connection is up (read from any thread).
+        self.connected = threading.Event()
+        self._stopping = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start listening in the background."""
-        self._task = asyncio.create_task(self._listen(), name="perdure-listen")
+        """Start the thread; call it from the event loop it wakes."""
+        self._loop = asyncio.get_running_loop()
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="perdure-listen", daemon=True)
+        self._thread.start()
 
     async def stop(self) -> None:
-        """Stop listening and close the connection."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        """Stop the thread and close its connection."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stopping.set()
+            await asyncio.to_thread(thread.join, 10.0)
 
-    async def _listen(self) -> None:
-        delay = 0.1
-        while True:
+    def _wake(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.event.set)
+
+    def _tend(self, listener: Listener | None) -> None:
+        for chore in self.chores:
+            if listener is not None:
+                chore.tend(listener)
+                continue
             try:
-                async with session.listen(
-                    self.url, self.channel, self.application_name
-                ) as notifications:
+                chore.tend(None)
+            except Exception:
+                log.exception("a chore of the wakeup thread failed")
+
+    def _run(self) -> None:
+        delay = 0.1
+        while not self._stopping.is_set():
+            try:
+                with Listener(self.url, self.channel, self.application_name) as listener:
                     self.connected.set()
                     # Anything that became ready while we were not listening is
                     # found by one claim attempt.
-                    self.event.set()
+                    self._wake()
                     delay = 0.1
-                    async for _ in notifications:
-                        self.event.set()
-            except asyncio.CancelledError:
-                raise
+                    while not self._stopping.is_set():
+                        if listener.wait(TICK_SECONDS):
+                            self._wake()
+                        self._tend(listener)
             except Exception as exc:
                 self.connected.clear()
+                if self._stopping.is_set():
+                    return
                 log.warning("listener lost its connection (%s); retrying in %.1f s", exc, delay)
-                self.event.set()
-                await asyncio.sleep(delay)
+                self._wake()
+                waited = 0.0
+                while waited < delay and not self._stopping.wait(TICK_SECONDS):
+                    waited += TICK_SECONDS
+                    self._tend(None)
                 # Capped, like the pools' reconnection: back within a few
                 # seconds of the server, a handful of attempts a minute.
                 delay = min(delay * 2, 5.0)
+        self.connected.clear()

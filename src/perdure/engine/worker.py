@@ -13,27 +13,34 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from perdure.engine import graph, maintenance, outcome, retention, schedules
+from perdure.engine.claiming import Claims
 from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.handback import hand_back
-from perdure.engine.observer import LoggingObserver, Observer, Observers, task_fields
+from perdure.engine.observer import (
+    LoggingObserver,
+    Observer,
+    Observers,
+    task_fields,
+)
 from perdure.engine.options import WorkerOptions
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.services import Loop, Service, Services
 from perdure.engine.threads import StepThreads
 from perdure.engine.wakeup import Wakeup
+from perdure.engine.watchdog import LoopWatch, StepsInFlight
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
-from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.store.store import AsyncStore
 
@@ -48,6 +55,9 @@ class _Held:
 
 class Worker:
     """A worker process's engine: give it workflow specs, then ``await run()``."""
+
+    #: The event loop :meth:`run` serves on.
+    _loop: asyncio.AbstractEventLoop
 
     def __init__(
         self,
@@ -86,7 +96,16 @@ class Worker:
         self.max_payload_bytes = max_payload_bytes
         self.on_event = on_event
         self.before_start = before_start
-        self.observer = Observers([LoggingObserver(), *observers])
+        self._steps = StepsInFlight()
+        self.observer = Observers([LoggingObserver(), self._steps, *observers])
+        self.claims = Claims(
+            statements,
+            self.id,
+            self.queues,
+            list(self.specs),
+            self.options.lease_seconds,
+            self.observer,
+        )
         #: The worker's connection pool while it runs.
         self.store: AsyncStore | None = None
         self.stop_requested = asyncio.Event()
@@ -94,14 +113,6 @@ class Worker:
         self.running: dict[int, _Held] = {}
         self.counts: dict[str, int] = {}
         self._slot_freed = asyncio.Event()
-        #: The served queues with a global concurrency limit, as the last claim
-        #: under their locks found them; None when unknown. While it is empty,
-        #: claims take the plain one-statement path.
-        self._limited: list[str] | None = None
-        #: Those of them with a partition or rate limit: claimed by
-        #: task_claim_throttled, left out of task_next_due.
-        self._throttled: list[str] = []
-        self._throttled_first = False
         #: Runs of this worker's queues waiting for a future time, and the next wake-up.
         self.waiting = 0
         self.next_wake: datetime | None = None
@@ -150,14 +161,15 @@ class Worker:
         store = AsyncStore(
             self.url,
             self.statements,
-            min_size=2,
+            min_size=1,
             max_size=opts.concurrency + 4,
+            max_idle=10.0,
             name=name,
             unavailable=Disconnected,
             direct_url=self.direct_url,
         )
         await store.open(timeout=opts.connect_seconds)
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         threads = self.threads = StepThreads(
             opts.concurrency * 2 + 4,
             on_stuck=lambda stuck: self._emit("thread_stuck", {"stuck": stuck}),
@@ -175,8 +187,29 @@ class Worker:
             committer=committer,
             concurrency=opts.concurrency,
         )
-        wakeup = Wakeup(store.endpoints.session_url, self.statements.channel, f"{name}-listen")
-        services = Services([wakeup, *self._loops(store), committer])
+        heartbeat = maintenance.Heartbeat(
+            self.statements,
+            self.id,
+            opts.lease_seconds,
+            opts.heartbeat_interval,
+            opts.idle_heartbeat_interval,
+            lambda: list(self.running),
+            self._leases_lost,
+            self._beat,
+        )
+        watch = LoopWatch(
+            asyncio.get_running_loop(),
+            opts.blocked_loop_seconds,
+            self._steps.steps.get,
+            self.observer.loop_blocked,
+        )
+        wakeup = Wakeup(
+            store.endpoints.session_url,
+            self.statements.channel,
+            f"{name}-listen",
+            chores=[heartbeat, watch],
+        )
+        services = Services([wakeup, *self._loops(store, heartbeat.duty), committer])
         try:
             await self._register(store)
             self.store = store
@@ -195,37 +228,39 @@ class Worker:
             await services.stop()
             await self._close(store, env, committer)
 
-    def _loops(self, store: AsyncStore) -> list[Service]:
-        """The periodic loops beside the claim loop (fewer in inline mode)."""
+    def _loops(self, store: AsyncStore, duty: threading.Event) -> list[Service]:
+        """The periodic loops beside the claim loop (fewer in inline mode).
+
+        The reaper and the schedule ticker run only while this worker holds
+        the fleet's duties (see :mod:`perdure.engine.maintenance`).
+        """
         opts = self.options
-        heartbeat = Loop(
-            "heartbeat",
-            lambda: maintenance.heartbeat_loop(
-                store,
-                self.id,
-                opts.lease_seconds,
-                opts.heartbeat_interval,
-                lambda: set(self.running),
-                self._lease_lost,
-                self.observer.heartbeat,
-            ),
-        )
         status = Loop(
             "status",
-            lambda: maintenance.status_loop(store, self.queues, 10.0, self._report_waiting),
+            lambda: maintenance.status_loop(store, self.queues, 60.0, self._report_waiting),
         )
         reaper = Loop(
             "reaper",
-            lambda: maintenance.reaper_loop(
-                store,
-                opts.reap_interval,
-                opts.lease_seconds * 2,
-                self.observer.dead_lettered,
+            lambda: maintenance.on_duty(
+                duty,
+                lambda: maintenance.reaper_loop(
+                    store,
+                    opts.reap_interval,
+                    opts.lease_seconds * 2,
+                    self.observer.dead_lettered,
+                ),
             ),
         )
-        loops: list[Service] = [heartbeat, status, reaper]
+        loops: list[Service] = [status, reaper]
         if not opts.exit_when_idle:
-            loops.append(Loop("ticker", lambda: schedules.tick_loop(store, opts.poll_seconds)))
+            loops.append(
+                Loop(
+                    "ticker",
+                    lambda: maintenance.on_duty(
+                        duty, lambda: schedules.tick_loop(store, opts.poll_seconds)
+                    ),
+                )
+            )
             loops.append(Loop("retention", lambda: self._maintenance(store)))
         return loops
 
@@ -262,8 +297,6 @@ class Worker:
 
     async def _claim_loop(self, store: AsyncStore, env: ExecutionEnv, wakeup: Wakeup) -> None:
         opts = self.options
-        names = [n for n, _ in self.specs]
-        versions = [v for _, v in self.specs]
         backoff = 0.0
         while not self.stop_requested.is_set():
             # A stuck thread holds the slot of the step it ran (engine/threads.py);
@@ -287,19 +320,19 @@ class Worker:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
                     self._slot_freed.clear()
-                    claimed = await self._claim(store, want, names, versions)
+                    claimed = await self.claims.claim(store, want)
                     for task in claimed:
                         self._start(task, env)
                     if len(claimed) == want:
                         continue
-                    timeout = opts.poll_seconds
+                    timeout = self._poll_seconds(wakeup)
                     if claimed:
                         # Let the executions just started reach their first
                         # await before this loop's next query: a woken run's
                         # first step starts without waiting for it.
                         await asyncio.sleep(0)
                     self._emit("worker_idle", {"free": free - len(claimed)})
-                    due = await self._next_due(store, names, versions)
+                    due = await self.claims.next_due(store)
                     if due is not None:
                         timeout = min(timeout, max(due, 0.0))
                         if due <= 0:
@@ -307,7 +340,7 @@ class Worker:
                             # was claiming it, or its queue got a global limit
                             # since this worker last looked. Look again, under
                             # the queue locks.
-                            self._limited = None
+                            self.claims.forget_limits()
                     # A run that finished since the claim may have left
                     # work its limit held back: look again before leaving.
                     idle = not self.running and not self._slot_freed.is_set()
@@ -324,92 +357,11 @@ class Worker:
                 wakeup.event.clear()
             await self._wait(wakeup.event, timeout)
 
-    async def _claim(
-        self, store: AsyncStore, want: int, names: list[str], versions: list[int]
-    ) -> list[ClaimedTask]:
-        """Claim up to ``want`` tasks, within the limits of their queues, with their checkpoints.
-
-        A queue with a global limit is claimed from only under its row lock
-        (``queue_lock`` then ``task_claim``, in one transaction), so that
-        workers claiming at once never exceed the limit together. When none of
-        the served queues has one, the claim is the plain single statement,
-        pipelined with the read of the claimed tasks' checkpoints: one round
-        trip, one transaction.
-        """
-
-        def claim(
-            locked: list[str], queues: list[str], limit: int, throttled: bool = False
-        ) -> Statement[list[ClaimedTask]]:
-            return self.statements.tasks.claim(
-                worker_id=self.id,
-                queues=queues,
-                names=names,
-                versions=versions,
-                limit=limit,
-                lease_seconds=self.options.lease_seconds,
-                locked=locked,
-                throttled=throttled,
-            )
-
-        began = time.perf_counter()
-        read = self.statements.steps.list_claimed_now(self.id)
-        if self._limited == []:
-            found, steps = (await store.execute_batch([[claim([], self.queues, want), read]]))[0]
-            self.observer.claimed(found, time.perf_counter() - began)
-            return _with_steps(found, steps)
-        async with store.transaction() as conn:
-            locks = await store.execute(self.statements.queues.lock(self.queues), conn)
-            locked = [name for name, _ in locks]
-            throttled = [name for name, is_throttled in locks if is_throttled]
-            plain = [queue for queue in self.queues if queue not in throttled]
-            # Throttled queues (partition or rate limits) have a claim of their
-            # own; the others keep task_claim. The two take turns going first,
-            # so that neither kind crowds the other out of a worker's batch.
-            claims: list[Callable[[int], Statement[list[ClaimedTask]]]] = []
-            if plain:
-                claims.append(lambda limit: claim(locked, plain, limit))
-            if throttled:
-                claims.insert(
-                    0 if self._throttled_first else len(claims),
-                    lambda limit: claim(locked, throttled, limit, throttled=True),
-                )
-            self._throttled_first = not self._throttled_first
-            claimed: list[ClaimedTask] = []
-            for make in claims:
-                if len(claimed) < want:
-                    more = await store.execute(make(want - len(claimed)), conn)
-                    claimed.extend(more)
-            # Read after the claims, in their transaction: a later statement's
-            # snapshot sees every checkpoint committed before the claim.
-            steps = await store.execute(read, conn) if claimed else {}
-        self._limited = locked
-        self._throttled = throttled
-        self.observer.claimed(claimed, time.perf_counter() - began)
-        return _with_steps(claimed, steps)
-
-    async def _next_due(
-        self, store: AsyncStore, names: list[str], versions: list[int]
-    ) -> float | None:
-        """Seconds until the next task this worker may claim is due (None: none known).
-
-        Throttled queues answer separately, with only future moments: their
-        due tasks may be held back by a limit, and must not make the worker spin.
-        """
-        plain = [queue for queue in self.queues if queue not in self._throttled]
-        found: list[float] = []
-        if plain:
-            due = await store.execute(
-                self.statements.tasks.next_due(self.id, plain, names, versions)
-            )
-            if due is not None:
-                found.append(due)
-        if self._throttled:
-            due = await store.execute(
-                self.statements.tasks.next_due_throttled(self._throttled, names, versions)
-            )
-            if due is not None:
-                found.append(due)
-        return min(found) if found else None
+    def _poll_seconds(self, wakeup: Wakeup) -> float:
+        """The fallback poll: rare while notifications wake the worker."""
+        if wakeup.connected.is_set() and self.claims.unlimited:
+            return max(self.options.idle_poll_seconds, self.options.poll_seconds)
+        return self.options.poll_seconds
 
     async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
         self._slot_freed.clear()
@@ -462,7 +414,7 @@ class Worker:
             env.lost_tasks.discard(task.fence.task_id)
             self._slot_freed.set()
             self._emit("task_done", {"run_id": task.run_id, "outcome": result})
-        if self._limited and task.queue in self._limited:
+        if self.claims.is_limited(task.queue):
             # Its queue's limit counts across workers: the others may be
             # waiting for this slot; wake them now rather than at their poll.
             with contextlib.suppress(Exception, Disconnected):
@@ -501,9 +453,21 @@ class Worker:
             await store.execute(self.statements.workers.report_stuck(self.id, stuck))
             self._stuck_reported = stuck
 
-    def _lease_lost(self, task_id: int) -> None:
-        held = self.running.get(task_id)
-        if held is not None:
+    def _beat(self) -> None:
+        """Tell the observers of a heartbeat (called on the wakeup thread)."""
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            self._loop.call_soon_threadsafe(self.observer.heartbeat)
+
+    def _leases_lost(self, task_ids: set[int]) -> None:
+        """Log the tasks taken away (called on the wakeup thread)."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._report_lost, task_ids)
+
+    def _report_lost(self, task_ids: set[int]) -> None:
+        for task_id in task_ids:
+            held = self.running.get(task_id)
+            if held is None:
+                continue
             log.warning(
                 "worker %s lost the lease on task %d (run %s)",
                 self.id,
@@ -558,10 +522,3 @@ class Worker:
         finally:
             at_once.cancel()
         return pending
-
-
-def _with_steps(
-    claimed: list[ClaimedTask], steps: Mapping[int, Sequence[Any]]
-) -> list[ClaimedTask]:
-    """The claimed tasks, each with the checkpoints read for it in the claim's round trip."""
-    return [replace(t, steps=tuple(steps.get(t.fence.task_id, ()))) for t in claimed]

@@ -150,6 +150,11 @@ class WorkerMetrics(Observer):
             "Tasks this worker's reaper failed because their lease lapsed too often.",
             registry=r,
         )
+        self.loop_blocks = Counter(
+            "perdure_event_loop_blocked",
+            "Times a step held this worker's event loop past the blocked-loop threshold.",
+            registry=r,
+        )
         self.tasks_running = Gauge(
             "perdure_tasks_running", "Tasks this worker is executing now.", registry=r
         )
@@ -280,6 +285,10 @@ class WorkerMetrics(Observer):
     def dead_lettered(self, count: int) -> None:
         """Count the tasks."""
         self.tasks_dead_lettered.inc(count)
+
+    def loop_blocked(self, run_id: str | None, step: str | None, seconds: float) -> None:
+        """Count the stall."""
+        self.loop_blocks.inc()
 
     def _running(self) -> float:
         worker = self._worker

@@ -73,6 +73,7 @@ class AsyncStore:
         reconnect_seconds: float = 5.0,
         unavailable: type[BaseException] = DatabaseUnavailable,
         direct_url: str | None = None,
+        max_idle: float = 600.0,
     ) -> None:
         """Prepare a pool of up to ``max_size`` connections to ``url`` (opened by :meth:`open`).
 
@@ -81,7 +82,8 @@ class AsyncStore:
         pool is back within a few seconds of the server, however long it was
         gone, without trying more than a few times a second. With
         ``direct_url``, ``url`` is taken to go through a transaction-mode
-        pooler (see :mod:`perdure.store.connect`).
+        pooler (see :mod:`perdure.store.connect`). Connections above
+        ``min_size`` idle for ``max_idle`` s are closed.
         """
         self.url = url
         self.endpoints = Endpoints(url, direct_url)
@@ -96,6 +98,7 @@ class AsyncStore:
             url,
             min_size=min_size,
             max_size=max_size,
+            max_idle=max_idle,
             kwargs=self.endpoints.kwargs(name),
             open=False,
             name=name,

@@ -46,6 +46,15 @@ class WorkerStatements(Namespace):
             "worker_report_stuck", lambda found: None, worker_id=worker_id, stuck=stuck
         )
 
+    def beat(self, worker_id: str, fresh_seconds: float) -> Statement[int]:
+        """Mark the worker alive; its rank among the live workers (see worker_beat)."""
+        return self._build(
+            "worker_beat",
+            lambda found: int(found[0]["rank"]),
+            worker_id=worker_id,
+            fresh_seconds=fresh_seconds,
+        )
+
     def mark_lost(self, stale_seconds: float) -> Statement[None]:
         """Mark workers with stale heartbeats as lost."""
         return self._build("worker_mark_lost", lambda found: None, stale_seconds=stale_seconds)

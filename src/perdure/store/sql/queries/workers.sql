@@ -17,6 +17,20 @@ SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
 -- Mark a worker stopped after a graceful shutdown.
 UPDATE {schema}.workers SET status = 'stopped', stopped_at = {now} WHERE id = %(worker_id)s;
 
+-- name: worker_beat
+-- Mark this worker alive, and tell it its rank: how many live workers (a
+-- heartbeat within %(fresh_seconds)s) have a smaller id. Rank 0 holds the
+-- fleet's duties (the reaper, the schedule ticker); a worker that dies or
+-- freezes stops beating, and the next one takes over.
+WITH alive AS (
+    UPDATE {schema}.workers SET heartbeat_at = {now}, status = 'running'
+    WHERE id = %(worker_id)s
+    RETURNING id
+)
+SELECT count(*) AS rank FROM {schema}.workers
+WHERE status = 'running' AND id < %(worker_id)s
+  AND heartbeat_at > {now} - make_interval(secs => %(fresh_seconds)s);
+
 -- name: worker_mark_lost
 -- Workers whose heartbeat is older than %(stale_seconds)s are marked lost, so
 -- listings tell a dead worker from a live one.

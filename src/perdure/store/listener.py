@@ -1,0 +1,75 @@
+"""A blocking session that LISTENs, and runs short statements between notifications.
+
+A worker keeps one of these on its own thread, over the direct URL (LISTEN
+needs a session): it carries the worker's wakeups and its heartbeats, so that
+both go on while the worker's event loop is busy or blocked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+
+from perdure.store.statement import Statement
+from perdure.store.store import execute_sync
+
+T = TypeVar("T")
+
+
+class Listener:
+    """One direct connection LISTENing on a channel; a context manager."""
+
+    def __init__(
+        self, url: str, channel: str, application_name: str, connect_timeout: int = 5
+    ) -> None:
+        """Connect to ``url`` and LISTEN on ``channel`` once entered."""
+        self.url = url
+        self.channel = channel
+        self.application_name = application_name
+        self.connect_timeout = connect_timeout
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def __enter__(self) -> Listener:
+        conn = psycopg.connect(
+            self.url,
+            autocommit=True,
+            application_name=self.application_name,
+            connect_timeout=self.connect_timeout,
+        )
+        try:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        """The open connection (inside the ``with`` block only)."""
+        if self._conn is None:
+            raise RuntimeError("the listener is not connected")
+        return self._conn
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a notification; whether one came."""
+        for _ in self.conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
+            return True
+        return False
+
+    def execute(self, stmt: Statement[T]) -> T:
+        """Run one statement (its own transaction)."""
+        return execute_sync(self.conn, stmt)
+
+    def execute_together(self, stmts: Sequence[Statement[Any]]) -> list[Any]:
+        """Run ``stmts`` in one transaction; their decoded results, in order."""
+        with self.conn.transaction():
+            return [execute_sync(self.conn, stmt) for stmt in stmts]
