@@ -299,10 +299,7 @@ class Worker:
         opts = self.options
         backoff = 0.0
         while not self.stop_requested.is_set():
-            # A stuck thread holds the slot of the step it ran (engine/threads.py);
-            # inline mode, which stops once nothing is due, does not wait for it.
-            stuck = 0 if opts.exit_when_idle else self.stuck_threads
-            free = opts.concurrency - len(self.running) - stuck
+            free = self._free_slots()
             timeout: float | None = None
             try:
                 await self._report_stuck(store)
@@ -316,6 +313,9 @@ class Worker:
                     # Every slot is taken (by runs, or by stuck threads): claim
                     # nothing until one frees up.
                     self._emit("worker_full", {"stuck": self.stuck_threads})
+                    self._slot_freed.clear()
+                    if self._free_slots() > 0:
+                        continue  # a run finished during the awaits above
                 else:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
@@ -357,6 +357,13 @@ class Worker:
                 wakeup.event.clear()
             await self._wait(wakeup.event, timeout)
 
+    def _free_slots(self) -> int:
+        """Slots for more runs: a stuck thread holds the slot of the step it ran
+        (engine/threads.py); inline mode, which stops once nothing is due, does
+        not wait for it."""
+        stuck = 0 if self.options.exit_when_idle else self.stuck_threads
+        return self.options.concurrency - len(self.running) - stuck
+
     def _poll_seconds(self, wakeup: Wakeup) -> float:
         """The fallback poll: rare while notifications wake the worker."""
         if wakeup.connected.is_set() and self.claims.unlimited:
@@ -364,7 +371,12 @@ class Worker:
         return self.options.poll_seconds
 
     async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
-        self._slot_freed.clear()
+        """Sleep until a notification, a freed slot, a stop, or ``timeout`` s.
+
+        A slot freed since the last claim wakes it at once: the flag is cleared
+        only right before a claim (or when every slot is taken), never here,
+        so a run that finishes during the idle queries is not missed.
+        """
         waiters = [
             asyncio.create_task(e.wait()) for e in (wake, self._slot_freed, self.stop_requested)
         ]
