@@ -53,6 +53,7 @@ class Options:
     pgbench_seconds: int = 5
     json_path: str | None = None
     sweep: tuple[int, ...] = ()
+    map_widths: tuple[int, ...] = (1000, 10_000)
 
 
 @dataclass
@@ -122,8 +123,16 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
             keep("latency.", latency.measure(server.url, probe, options.samples))
             say(f"repetition {rep}/{options.repeat}: graphs")
             keep("graph.", fanout.measure(server.url, probe, options.concurrency))
-            say(f"repetition {rep}/{options.repeat}: map of 10,000 items, gather of 10 naps")
-            keep("map.", map_width.measure(server.url, probe, options.concurrency, 10_000))
+            for width in options.map_widths:
+                say(f"repetition {rep}/{options.repeat}: map of {width:,} items, and in sequence")
+                figures = map_width.measure(server.url, probe, options.concurrency, width)
+                if width == 10_000:
+                    keep("map.", figures)
+                keep(
+                    f"map.w{width}.",
+                    {"steps_per_s": figures["map_steps_per_s"], "ratio": figures["ratio"]},
+                )
+            say(f"repetition {rep}/{options.repeat}: gather of 10 naps")
             keep(
                 "gather.",
                 {"naps_ms": map_width.gather_sleep_ms(server.url, probe, options.concurrency, 3)},
@@ -294,6 +303,17 @@ def _report(
             at_least=20000.0,
         ),
     ]
+    for width in options.map_widths:
+        rows.append(row(f"map.w{width}.steps_per_s", f"ctx.map over {width:,} items", "steps/s"))
+        rows.append(
+            row(
+                f"map.w{width}.ratio",
+                f"ratio: map / sequence, {width:,} items",
+                "",
+                "≥ 0.6",
+                at_least=0.6,
+            )
+        )
     for peer, label in PEERS.items():
         rows.append(row(f"{peer}.runs_per_s", f"{label}: 3-step runs", "runs/s"))
         rows[-1].note = notes.get(peer, "")

@@ -41,6 +41,10 @@ ROWS = [
     "start.threads:16_runs_per_s",
     "start.threads:16_cpu_ms",
     "start.many_runs_per_s",
+    "map.w100.steps_per_s",
+    "map.w100.ratio",
+    "map.w300.steps_per_s",
+    "map.w300.ratio",
     "dbos.runs_per_s",
     "dbos.commits_per_step",
     "dbos.statements_per_step",
@@ -68,6 +72,8 @@ MEASURED = [
     "latency.signal_p50_ms",
     "graph.fanout_ms",
     "graph.chain_ms",
+    "map.w100.steps_per_s",
+    "map.w300.ratio",
     "preloaded.runs_per_s",
     "steps_vs_pgbench",
     "preloaded_vs_empty",
@@ -80,6 +86,7 @@ def test_bench_prints_the_table_and_writes_the_same_as_json(pg_url: str, tmp_pat
     command = [sys.executable, "-m", "perdure", "bench", "--database-url", pg_url]
     command += ["--runs", "20", "--repeat", "1", "--no-peers", "--samples", "5"]
     command += ["--preload", "200", "--pgbench-seconds", "1", "--json", str(out)]
+    command += ["--map-widths", "100,300"]
     env = dict(os.environ, COLUMNS="200")
     done = subprocess.run(command, capture_output=True, text=True, timeout=280, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -140,6 +147,7 @@ def test_bench_with_its_peers_measures_each_peer_and_the_ratios(
     command = [sys.executable, "-m", "perdure", "bench", "--database-url", pg_url]
     command += ["--runs", "20", "--repeat", "1", "--peers", "--samples", "3", "--concurrency", "8"]
     command += ["--preload", "0", "--pgbench-seconds", "1", "--json", str(out)]
+    command += ["--map-widths", "100"]
     env = dict(os.environ, COLUMNS="200")
     done = subprocess.run(command, capture_output=True, text=True, timeout=580, env=env)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -69,12 +69,18 @@ def test_a_bad_sweep_is_refused() -> None:
     assert done.exit_code == 2 and "not a list of integers" in done.output
 
 
+def test_a_bad_map_width_is_refused() -> None:
+    done = CliRunner().invoke(cli, ["bench", "--map-widths", "0,10", "--runs", "1"])
+    assert done.exit_code == 2 and "--map-widths" in done.output and "at least 1" in done.output
+
+
 @pytest.mark.timeout(300)
 def test_a_sweep_is_recorded_and_drawn_as_a_curve(pg_url: str, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     command = [sys.executable, "-m", "perdure", "bench", "--database-url", pg_url]
     command += ["--runs", "20", "--repeat", "1", "--no-peers", "--samples", "5"]
     command += ["--preload", "0", "--pgbench-seconds", "1", "--sweep", "2,8"]
+    command += ["--map-widths", "50,200"]
     command += ["--json", str(out), "--plot", str(tmp_path / "pictures")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -82,8 +88,10 @@ def test_a_sweep_is_recorded_and_drawn_as_a_curve(pg_url: str, tmp_path: Path) -
     for level in (2, 8):
         assert rows[f"sweep.perdure.c{level}.runs_per_s"]["median"] > 0
     pictures = sorted(p.name for p in (tmp_path / "pictures").iterdir())
-    # No preload, no map rows: those two pictures are not drawn rather than drawn empty.
-    assert pictures == ["bench-latency.png", "bench-throughput.png"]
+    for width in (50, 200):
+        assert rows[f"map.w{width}.steps_per_s"]["median"] > 0
+    # No preload: the history picture is not drawn rather than drawn empty.
+    assert pictures == ["bench-latency.png", "bench-map-width.png", "bench-throughput.png"]
     with Image.open(tmp_path / "pictures" / "bench-throughput.png") as image:
         assert image.text["Source"].startswith("bench.json sha256:")
 

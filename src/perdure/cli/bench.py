@@ -96,6 +96,13 @@ def bench_dir() -> Path:
     help="Also measure perdure and each peer at these concurrencies (throughput curve).",
 )
 @click.option(
+    "--map-widths",
+    default="1000,10000",
+    show_default=True,
+    metavar="N1,N2,...",
+    help="Measure ctx.map (and the same steps in sequence) at these widths (the map curve).",
+)
+@click.option(
     "--plot",
     "plot_dir",
     type=click.Path(file_okay=False, writable=True),
@@ -123,6 +130,7 @@ def bench(
     database_url: str | None,
     json_path: str | None,
     sweep: str,
+    map_widths: str,
     plot_dir: str | None,
     from_json: str | None,
     **options: Any,
@@ -145,7 +153,13 @@ def bench(
         url = database_url or state.url
         err = render.err_console()
         report = suite.run(
-            suite.Options(url=url, json_path=json_path, sweep=_levels(sweep), **options),
+            suite.Options(
+                url=url,
+                json_path=json_path,
+                sweep=_levels(sweep, "--sweep"),
+                map_widths=_levels(map_widths, "--map-widths"),
+                **options,
+            ),
             say=lambda line: err.print(Text(line, style="dim")),
         )
     render.console().print(report_table(report, suite.number))
@@ -163,16 +177,14 @@ def bench(
             click.echo(f"wrote {path}")
 
 
-def _levels(text: str) -> tuple[int, ...]:
-    """``8,32,128`` as concurrencies; a bad list is a usage error."""
+def _levels(text: str, option: str) -> tuple[int, ...]:
+    """``8,32,128`` as positive integers (concurrencies, widths); a bad list is a usage error."""
     try:
         levels = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a list of integers", param_hint="--sweep"
-        ) from None
+        raise click.BadParameter(f"{text!r} is not a list of integers", param_hint=option) from None
     if any(level < 1 for level in levels):
-        raise click.BadParameter("every concurrency must be at least 1", param_hint="--sweep")
+        raise click.BadParameter("every number must be at least 1", param_hint=option)
     return levels
 
 
