@@ -130,7 +130,11 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
                     keep("map.", figures)
                 keep(
                     f"map.w{width}.",
-                    {"steps_per_s": figures["map_steps_per_s"], "ratio": figures["ratio"]},
+                    {
+                        "steps_per_s": figures["map_steps_per_s"],
+                        "ratio": figures["ratio"],
+                        "rss_mib": figures["worker_rss_peak_mib"],
+                    },
                 )
             say(f"repetition {rep}/{options.repeat}: gather of 10 naps")
             keep(
@@ -312,6 +316,15 @@ def _report(
                 "",
                 "≥ 0.6",
                 at_least=0.6,
+            )
+        )
+        rows.append(
+            row(
+                f"map.w{width}.rss_mib",
+                f"map of {width:,}: worker peak RSS",
+                "MiB",
+                "< 500",
+                at_most=500.0,
             )
         )
     for peer, label in PEERS.items():
