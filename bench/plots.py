@@ -65,8 +65,10 @@ def plot(report: dict[str, Any], folder: Path, source: str = "") -> list[Path]:
 
 def _caption(report: dict[str, Any]) -> str:
     machine = report["machine"]
+    load = machine.get("load_average")
+    busy = f", load {load[0]:.1f}" if load else ""
     return (
-        f"perdure bench, {report['when']}, {machine['cores']} cores; "
+        f"perdure bench, {report['when']}, {machine['cores']} cores{busy}; "
         f"medians of {report['options']['repeat']} repetitions"
     )
 
@@ -153,8 +155,23 @@ def _map_width(found: dict[str, float], report: dict[str, Any]) -> Any:
     widths = sorted(points)
     figure, axes = _figure("ctx.map: steps per second against the map's width")
     axes.plot(widths, [points[w] for w in widths], marker="o", color=COLOURS["perdure"])
+    # The same steps one after another in one run, where the report has the ratio.
+    chained = {w: points[w] / r for w in widths if (r := found.get(f"map.w{w}.ratio"))}
+    if chained:
+        sequence = sorted(chained)
+        axes.plot(
+            sequence,
+            [chained[w] for w in sequence],
+            marker="s",
+            linestyle="--",
+            color="#888",
+            label="the same steps in sequence",
+        )
+        axes.lines[0].set_label("ctx.map")
+        axes.legend(frameon=False)
     axes.set_xscale("log")
-    axes.set_xlabel("steps in one ctx.map")
+    axes.set_ylim(bottom=0)
+    axes.set_xlabel("steps in one ctx.map (or in one sequence)")
     axes.set_ylabel("steps/s")
     return figure
 

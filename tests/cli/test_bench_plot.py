@@ -103,3 +103,23 @@ def test_map_rows_are_drawn_when_a_report_has_them(tmp_path: Path) -> None:
     plots = _bench_module("plots")
     written = plots.plot(report, tmp_path)  # type: ignore[attr-defined]
     assert tmp_path / "bench-map-width.png" in written and len(written) == 4
+
+
+def newest_curves() -> Path:
+    """The newest committed curves report (bench/results/curves/): the sweep and map widths."""
+    return sorted((ROOT / "bench" / "results" / "curves").glob("*.json"))[-1]
+
+
+def test_the_committed_curves_show_the_newest_curves_report() -> None:
+    report = newest_curves()
+    plots = _bench_module("plots")
+    source = plots.source_of(report)  # type: ignore[attr-defined]
+    rows = {row["key"] for row in json.loads(report.read_text())["rows"]}
+    assert any(key.startswith("sweep.perdure.c") for key in rows)
+    assert any(key.startswith("map.w") for key in rows)
+    for name in ("bench-throughput.png", "bench-map-width.png"):
+        with Image.open(IMAGES / "curves" / name) as image:
+            assert image.text.get("Source") == source, (
+                f"docs/images/curves/{name} was not drawn from {report.name}: run "
+                f"perdure bench --plot docs/images/curves --from {report.relative_to(ROOT)}"
+            )
