@@ -46,12 +46,25 @@ def test_each_workflow_dead_letters_at_its_own_max_lapses(
     ]
     weak, strong = app.start("fragile"), app.start("sturdy")
     lapse(app, db, 2)
+    # Dead-lettered at 2: handed on to compensate, with the error it will end with.
+    handed = app.get_run(weak.id)
+    assert handed.status == perdure.RunStatus.COMPENSATING
+    assert handed.error is not None and handed.error["type"] == "LeaseExpired"
+    assert "expired 2 times" in handed.error["message"]
+    assert app.get_run(strong.id).status == perdure.RunStatus.QUEUED
+    lapse(app, db, 3)
+    # The compensating execution died twice more: the run fails without them.
     failed = app.get_run(weak.id)
     assert failed.status == perdure.RunStatus.FAILED
     assert failed.error is not None and failed.error["type"] == "LeaseExpired"
-    assert app.get_run(strong.id).status == perdure.RunStatus.QUEUED
-    lapse(app, db, 3)
-    assert app.get_run(strong.id).status == perdure.RunStatus.FAILED
+    assert "while it ran its compensations" in failed.error["message"]
+    assert failed.error["failure"]["message"] == handed.error["message"]
+    assert app.get_run(strong.id).status == perdure.RunStatus.COMPENSATING
+    testing.drain(app)  # nothing to undo: the compensating execution ends it
+    ended = app.get_run(strong.id)
+    assert ended.status == perdure.RunStatus.FAILED
+    assert ended.error is not None and ended.error["type"] == "LeaseExpired"
+    assert "expired 5 times" in ended.error["message"]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1001, 2.5, True])
@@ -92,11 +105,6 @@ def test_a_dead_lettered_graph_step_fails_its_run_after_the_compensations(
     assert car_step.error["type"] == "LeaseExpired"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="a gather's steps now run first in the execution that reached the gather, so "
-    "the crash lands on the run's own task, whose dead letter does not compensate yet",
-)
 def test_a_dead_lettered_parallel_step_fails_its_run_after_the_compensations(
     make_app: Any,
 ) -> None:
