@@ -1,13 +1,16 @@
-"""The reaper's dead-letter threshold is the workflow's ``max_lapses``, the same on every worker."""
+"""Dead letters: the reaper's threshold is the workflow's ``max_lapses``, the same on every
+worker, and a run compensates however it fails, its own task dead-lettered included."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import psycopg
 import pytest
 
 import perdure
+from helpers import wait_until
 from perdure import testing
 from perdure.store.store import execute_sync
 
@@ -125,3 +128,173 @@ def test_a_dead_lettered_parallel_step_fails_its_run_after_the_compensations(
     testing.drain(app, lease_seconds=30)
     assert app.get_run(handle.id).status == perdure.RunStatus.COMPENSATED
     assert undone == ["B1"]
+
+
+def _order(app: perdure.App, ran: Counter[str], undone: list[str], max_lapses: int) -> None:
+    """reserve -> charge -> ship -> notify, reserve and charge undone if the run fails."""
+
+    def act(name: str) -> str:
+        ran[name] += 1
+        return name
+
+    def undo(name: str) -> None:
+        ran[f"undo:{name}"] += 1
+        undone.append(name)
+
+    @app.workflow("order", max_lapses=max_lapses)
+    async def order(ctx: perdure.Context) -> None:
+        reserved = await ctx.step("reserve", act, "reserve")
+        ctx.on_rollback(undo, reserved, name="release")
+        charged = await ctx.step("charge", act, "charge")
+        ctx.on_rollback(undo, charged, name="refund")
+        await ctx.step("ship", act, "ship", retry=perdure.RetryPolicy(max_attempts=5))
+        await ctx.step("notify", act, "notify")
+
+
+def _drain_past_leases(app: perdure.App, clock: perdure.VirtualClock, rounds: int) -> None:
+    """Drain, then let the leases of whatever died lapse; ``rounds`` times, then drain once more."""
+    for _ in range(rounds):
+        testing.drain(app, lease_seconds=30)
+        clock.advance(seconds=31)
+    testing.drain(app, lease_seconds=30)
+
+
+def _events(app: perdure.App, run_id: str) -> list[str]:
+    return [e.event for e in app.history(run_id)]
+
+
+def test_a_step_that_kills_its_worker_every_time_is_dead_lettered_and_the_run_compensates(
+    make_app: Any,
+) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    ran: Counter[str] = Counter()
+    undone: list[str] = []
+    _order(app, ran, undone, max_lapses=3)
+    handle = app.start("order")
+    # ship runs, and its worker dies before its checkpoint, every time.
+    with testing.crash_after("ship", before=True, times=100):
+        _drain_past_leases(app, clock, 4)
+
+    run = app.get_run(handle.id)
+    assert run.status == perdure.RunStatus.COMPENSATED
+    assert run.error is not None and run.error["type"] == "LeaseExpired"
+    assert "expired 3 times" in run.error["message"]
+    assert ran == {"reserve": 1, "charge": 1, "ship": 3, "undo:charge": 1, "undo:reserve": 1}
+    assert undone == ["charge", "reserve"], "compensations run newest first"
+    steps = [(s.name, s.status) for s in app.steps(handle.id)]
+    assert steps == [
+        ("reserve", "completed"),
+        ("charge", "completed"),
+        ("compensate:refund", "completed"),
+        ("compensate:release", "completed"),
+    ]
+    events = _events(app, handle.id)
+    assert events.count("run_claimed") == 4, "three executions died, one compensated"
+    assert events.count("lease_expired") == 2
+    handed = [e for e in app.history(handle.id) if e.event == "run_compensating"]
+    assert len(handed) == 1 and handed[0].detail is not None
+    assert handed[0].detail["type"] == "LeaseExpired" and handed[0].detail["lapses"] == 3
+    assert events[-1] == "run_compensated"
+    assert events.index("run_compensating") < events.index("run_compensated")
+
+
+def test_the_compensating_execution_never_runs_the_step_again(make_app: Any) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    ran: Counter[str] = Counter()
+    undone: list[str] = []
+    _order(app, ran, undone, max_lapses=2)
+    handle = app.start("order")
+    # ship fails once (its retry is recorded, due later), then kills its worker.
+    with testing.fail_step("ship", times=1), testing.crash_after("ship", before=True, times=100):
+        testing.drain(app, lease_seconds=30)
+        ship = next(s for s in app.steps(handle.id) if s.name == "ship")
+        assert ship.status == "retrying"
+        clock.advance(seconds=60)  # the retry is due
+        _drain_past_leases(app, clock, 2)
+
+    assert app.get_run(handle.id).status == perdure.RunStatus.COMPENSATED
+    # Two executions ran ship and died (max_lapses); the third only compensated.
+    assert ran["ship"] == 2 and ran["notify"] == 0
+    assert undone == ["charge", "reserve"]
+    ship = next(s for s in app.steps(handle.id) if s.name == "ship")
+    assert ship.status == "retrying", "its recorded attempt is left as it was"
+    claimed = [e for e in app.history(handle.id) if e.event == "run_claimed"]
+    compensating = claimed[-1].at
+    assert not [
+        e
+        for e in app.history(handle.id)
+        if e.at >= compensating and e.step_name == "ship" and e.event != "run_claimed"
+    ], "the compensating execution did something to ship"
+
+
+def test_a_compensating_execution_that_dies_max_lapses_times_fails_the_run_and_says_so(
+    make_app: Any,
+) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    ran: Counter[str] = Counter()
+    undone: list[str] = []
+    _order(app, ran, undone, max_lapses=2)
+    handle = app.start("order")
+    with (
+        testing.crash_after("ship", before=True, times=100),
+        testing.crash_after("compensate:refund", before=True, times=100),
+    ):
+        _drain_past_leases(app, clock, 6)
+
+    run = app.get_run(handle.id)
+    assert run.status == perdure.RunStatus.FAILED
+    assert run.error is not None and run.error["type"] == "LeaseExpired"
+    assert "expired 2 times while it ran its compensations" in run.error["message"]
+    assert "did not run" in run.error["message"]
+    assert run.error["failure"]["type"] == "LeaseExpired"
+    assert "expired 2 times" in run.error["failure"]["message"]
+    # Each phase died max_lapses times, and then it stopped: no loop.
+    assert ran == {"reserve": 1, "charge": 1, "ship": 2, "undo:charge": 2}
+    assert undone == ["charge", "charge"]
+    last = app.history(handle.id)[-1]
+    assert last.event == "run_failed" and last.detail is not None
+    assert last.detail["compensating"] is True and last.detail["lapses"] == 2
+    clock.advance(seconds=31)
+    testing.drain(app, lease_seconds=30)
+    assert ran["undo:charge"] == 2 and app.get_run(handle.id).status == perdure.RunStatus.FAILED
+
+
+@pytest.mark.timeout(240)  # about 20 s: three workers started one after another
+def test_a_step_that_sigkills_its_worker_dead_letters_and_compensates_across_processes(
+    app: perdure.App, db: psycopg.Connection[Any], spawn_worker: Any
+) -> None:
+    db.execute("CREATE TABLE ledger (id serial PRIMARY KEY, run_id uuid, step text, pid int)")
+    args = ["--concurrency", "1", "--lease-seconds", "2", "--poll-seconds", "0.2"]
+    workers = [spawn_worker("apps.dead_letter_app:app", *args)]
+    wait_until(lambda: any(w.name == "doomed" for w in app.workflows()), 30, what="registration")
+    handle = app.start("doomed")
+
+    def finished() -> bool:
+        if app.get_run(handle.id).status.is_final:
+            return True
+        if workers[-1].proc.poll() is not None:  # killed by ship: start the next one
+            assert len(workers) < 6, "workers kept dying after the run was dead-lettered"
+            workers.append(spawn_worker("apps.dead_letter_app:app", *args))
+        return False
+
+    wait_until(finished, 180, interval=0.2, what="the run to be dead-lettered and compensated")
+    run = app.get_run(handle.id)
+    assert run.status == perdure.RunStatus.COMPENSATED, run.error
+    assert run.error is not None and run.error["type"] == "LeaseExpired"
+    ledger = db.execute(
+        "SELECT step, pid FROM ledger WHERE run_id = %s ORDER BY id", (handle.id,)
+    ).fetchall()
+    steps = [step for step, _ in ledger]
+    # ship killed max_lapses (2) workers; the third worker only compensated, newest first.
+    assert steps == ["reserve", "charge", "ship", "ship", "refund", "release"], steps
+    ship_pids = [pid for step, pid in ledger if step == "ship"]
+    assert ship_pids == [w.pid for w in workers[:2]], "each ship ran in a worker of its own"
+    assert all(w.proc.returncode == -9 for w in workers[:2])
+    assert workers[2].proc.poll() is None, "the compensating worker lives"
+    events = _events(app, handle.id)
+    assert events.count("lease_expired") == 1
+    assert events.count("run_compensating") == 1
+    assert events[-1] == "run_compensated"

@@ -364,7 +364,9 @@ class Worker:
         return self.options.poll_seconds
 
     async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
-        self._slot_freed.clear()
+        # A slot freed since the claim (cleared just before it) ends the wait
+        # at once: an execution that ended while the claim loop looked for
+        # due work must not leave the loop waiting for its poll.
         waiters = [
             asyncio.create_task(e.wait()) for e in (wake, self._slot_freed, self.stop_requested)
         ]
