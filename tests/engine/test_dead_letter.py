@@ -4,6 +4,7 @@ worker, and a run compensates however it fails, its own task dead-lettered inclu
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -130,19 +131,39 @@ def test_a_dead_lettered_parallel_step_fails_its_run_after_the_compensations(
     assert undone == ["B1"]
 
 
-def _order(app: perdure.App, ran: Counter[str], undone: list[str], max_lapses: int) -> None:
-    """reserve -> charge -> ship -> notify, reserve and charge undone if the run fails."""
+@dataclass
+class Order:
+    """A run of ``order`` (reserve -> charge -> ship -> notify; reserve and charge undone
+    if it fails) on a virtual clock, with what its steps and compensations did."""
+
+    app: perdure.App
+    clock: perdure.VirtualClock
+    run_id: str = ""
+    ran: Counter[str] = field(default_factory=Counter)
+    undone: list[str] = field(default_factory=list)
+
+    def drain_past_leases(self, rounds: int) -> None:
+        """Drain, then let the leases of whatever died lapse; ``rounds`` times, then once more."""
+        for _ in range(rounds):
+            testing.drain(self.app, lease_seconds=30)
+            self.clock.advance(seconds=31)
+        testing.drain(self.app, lease_seconds=30)
+
+
+def _order(make_app: Any, max_lapses: int) -> Order:
+    clock = perdure.VirtualClock()
+    order = Order(make_app(clock=clock), clock)
 
     def act(name: str) -> str:
-        ran[name] += 1
+        order.ran[name] += 1
         return name
 
     def undo(name: str) -> None:
-        ran[f"undo:{name}"] += 1
-        undone.append(name)
+        order.ran[f"undo:{name}"] += 1
+        order.undone.append(name)
 
-    @app.workflow("order", max_lapses=max_lapses)
-    async def order(ctx: perdure.Context) -> None:
+    @order.app.workflow("order", max_lapses=max_lapses)
+    async def workflow(ctx: perdure.Context) -> None:
         reserved = await ctx.step("reserve", act, "reserve")
         ctx.on_rollback(undo, reserved, name="release")
         charged = await ctx.step("charge", act, "charge")
@@ -150,13 +171,8 @@ def _order(app: perdure.App, ran: Counter[str], undone: list[str], max_lapses: i
         await ctx.step("ship", act, "ship", retry=perdure.RetryPolicy(max_attempts=5))
         await ctx.step("notify", act, "notify")
 
-
-def _drain_past_leases(app: perdure.App, clock: perdure.VirtualClock, rounds: int) -> None:
-    """Drain, then let the leases of whatever died lapse; ``rounds`` times, then drain once more."""
-    for _ in range(rounds):
-        testing.drain(app, lease_seconds=30)
-        clock.advance(seconds=31)
-    testing.drain(app, lease_seconds=30)
+    order.run_id = order.app.start("order").id
+    return order
 
 
 def _events(app: perdure.App, run_id: str) -> list[str]:
@@ -166,33 +182,28 @@ def _events(app: perdure.App, run_id: str) -> list[str]:
 def test_a_step_that_kills_its_worker_every_time_is_dead_lettered_and_the_run_compensates(
     make_app: Any,
 ) -> None:
-    clock = perdure.VirtualClock()
-    app = make_app(clock=clock)
-    ran: Counter[str] = Counter()
-    undone: list[str] = []
-    _order(app, ran, undone, max_lapses=3)
-    handle = app.start("order")
+    order = _order(make_app, max_lapses=3)
     # ship runs, and its worker dies before its checkpoint, every time.
     with testing.crash_after("ship", before=True, times=100):
-        _drain_past_leases(app, clock, 4)
+        order.drain_past_leases(4)
 
-    run = app.get_run(handle.id)
+    run = order.app.get_run(order.run_id)
     assert run.status == perdure.RunStatus.COMPENSATED
     assert run.error is not None and run.error["type"] == "LeaseExpired"
     assert "expired 3 times" in run.error["message"]
-    assert ran == {"reserve": 1, "charge": 1, "ship": 3, "undo:charge": 1, "undo:reserve": 1}
-    assert undone == ["charge", "reserve"], "compensations run newest first"
-    steps = [(s.name, s.status) for s in app.steps(handle.id)]
+    assert order.ran == {"reserve": 1, "charge": 1, "ship": 3, "undo:charge": 1, "undo:reserve": 1}
+    assert order.undone == ["charge", "reserve"], "compensations run newest first"
+    steps = [(s.name, s.status) for s in order.app.steps(order.run_id)]
     assert steps == [
         ("reserve", "completed"),
         ("charge", "completed"),
         ("compensate:refund", "completed"),
         ("compensate:release", "completed"),
     ]
-    events = _events(app, handle.id)
+    events = _events(order.app, order.run_id)
     assert events.count("run_claimed") == 4, "three executions died, one compensated"
     assert events.count("lease_expired") == 2
-    handed = [e for e in app.history(handle.id) if e.event == "run_compensating"]
+    handed = [e for e in order.app.history(order.run_id) if e.event == "run_compensating"]
     assert len(handed) == 1 and handed[0].detail is not None
     assert handed[0].detail["type"] == "LeaseExpired" and handed[0].detail["lapses"] == 3
     assert events[-1] == "run_compensated"
@@ -200,51 +211,42 @@ def test_a_step_that_kills_its_worker_every_time_is_dead_lettered_and_the_run_co
 
 
 def test_the_compensating_execution_never_runs_the_step_again(make_app: Any) -> None:
-    clock = perdure.VirtualClock()
-    app = make_app(clock=clock)
-    ran: Counter[str] = Counter()
-    undone: list[str] = []
-    _order(app, ran, undone, max_lapses=2)
-    handle = app.start("order")
+    order = _order(make_app, max_lapses=2)
     # ship fails once (its retry is recorded, due later), then kills its worker.
     with testing.fail_step("ship", times=1), testing.crash_after("ship", before=True, times=100):
-        testing.drain(app, lease_seconds=30)
-        ship = next(s for s in app.steps(handle.id) if s.name == "ship")
+        testing.drain(order.app, lease_seconds=30)
+        ship = next(s for s in order.app.steps(order.run_id) if s.name == "ship")
         assert ship.status == "retrying"
-        clock.advance(seconds=60)  # the retry is due
-        _drain_past_leases(app, clock, 2)
+        order.clock.advance(seconds=60)  # the retry is due
+        order.drain_past_leases(2)
 
-    assert app.get_run(handle.id).status == perdure.RunStatus.COMPENSATED
+    assert order.app.get_run(order.run_id).status == perdure.RunStatus.COMPENSATED
     # Two executions ran ship and died (max_lapses); the third only compensated.
-    assert ran["ship"] == 2 and ran["notify"] == 0
-    assert undone == ["charge", "reserve"]
-    ship = next(s for s in app.steps(handle.id) if s.name == "ship")
+    assert order.ran["ship"] == 2 and order.ran["notify"] == 0
+    assert order.undone == ["charge", "reserve"]
+    ship = next(s for s in order.app.steps(order.run_id) if s.name == "ship")
     assert ship.status == "retrying", "its recorded attempt is left as it was"
-    claimed = [e for e in app.history(handle.id) if e.event == "run_claimed"]
-    compensating = claimed[-1].at
-    assert not [
-        e
-        for e in app.history(handle.id)
-        if e.at >= compensating and e.step_name == "ship" and e.event != "run_claimed"
-    ], "the compensating execution did something to ship"
+    history = order.app.history(order.run_id)
+    last_claim = [e.id for e in history if e.event == "run_claimed"][-1]
+    after = [(e.event, e.step_name) for e in history if e.id > last_claim]
+    assert after == [
+        ("step_completed", "compensate:refund"),
+        ("step_completed", "compensate:release"),
+        ("run_compensated", None),
+    ], "the compensating execution did more than compensate"
 
 
 def test_a_compensating_execution_that_dies_max_lapses_times_fails_the_run_and_says_so(
     make_app: Any,
 ) -> None:
-    clock = perdure.VirtualClock()
-    app = make_app(clock=clock)
-    ran: Counter[str] = Counter()
-    undone: list[str] = []
-    _order(app, ran, undone, max_lapses=2)
-    handle = app.start("order")
+    order = _order(make_app, max_lapses=2)
     with (
         testing.crash_after("ship", before=True, times=100),
         testing.crash_after("compensate:refund", before=True, times=100),
     ):
-        _drain_past_leases(app, clock, 6)
+        order.drain_past_leases(6)
 
-    run = app.get_run(handle.id)
+    run = order.app.get_run(order.run_id)
     assert run.status == perdure.RunStatus.FAILED
     assert run.error is not None and run.error["type"] == "LeaseExpired"
     assert "expired 2 times while it ran its compensations" in run.error["message"]
@@ -252,14 +254,15 @@ def test_a_compensating_execution_that_dies_max_lapses_times_fails_the_run_and_s
     assert run.error["failure"]["type"] == "LeaseExpired"
     assert "expired 2 times" in run.error["failure"]["message"]
     # Each phase died max_lapses times, and then it stopped: no loop.
-    assert ran == {"reserve": 1, "charge": 1, "ship": 2, "undo:charge": 2}
-    assert undone == ["charge", "charge"]
-    last = app.history(handle.id)[-1]
+    assert order.ran == {"reserve": 1, "charge": 1, "ship": 2, "undo:charge": 2}
+    assert order.undone == ["charge", "charge"]
+    last = order.app.history(order.run_id)[-1]
     assert last.event == "run_failed" and last.detail is not None
     assert last.detail["compensating"] is True and last.detail["lapses"] == 2
-    clock.advance(seconds=31)
-    testing.drain(app, lease_seconds=30)
-    assert ran["undo:charge"] == 2 and app.get_run(handle.id).status == perdure.RunStatus.FAILED
+    order.clock.advance(seconds=31)
+    testing.drain(order.app, lease_seconds=30)
+    assert order.ran["undo:charge"] == 2, "a failed run's compensations do not start again"
+    assert order.app.get_run(order.run_id).status == perdure.RunStatus.FAILED
 
 
 @pytest.mark.timeout(240)  # about 20 s: three workers started one after another
