@@ -299,6 +299,8 @@ class Worker:
         opts = self.options
         backoff = 0.0
         while not self.stop_requested.is_set():
+            # Set again by any slot freed from here on: the wait below ends at once.
+            self._slot_freed.clear()
             # A stuck thread holds the slot of the step it ran (engine/threads.py);
             # inline mode, which stops once nothing is due, does not wait for it.
             stuck = 0 if opts.exit_when_idle else self.stuck_threads
@@ -364,9 +366,9 @@ class Worker:
         return self.options.poll_seconds
 
     async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
-        # A slot freed since the claim (cleared just before it) ends the wait
-        # at once: an execution that ended while the claim loop looked for
-        # due work must not leave the loop waiting for its poll.
+        # A slot freed during this pass of the claim loop ends the wait at
+        # once: an execution that ended while the loop looked for due work
+        # must not leave it waiting for its poll.
         waiters = [
             asyncio.create_task(e.wait()) for e in (wake, self._slot_freed, self.stop_requested)
         ]
