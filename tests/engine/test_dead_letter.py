@@ -301,3 +301,36 @@ def test_a_step_that_sigkills_its_worker_dead_letters_and_compensates_across_pro
     assert events.count("lease_expired") == 1
     assert events.count("run_compensating") == 1
     assert events[-1] == "run_compensated"
+
+
+def test_a_compensating_run_replayed_after_a_crash_runs_no_new_step(make_app: Any) -> None:
+    clock = perdure.VirtualClock()
+    app = make_app(clock=clock)
+    fails = [True]
+    ran: Counter[str] = Counter()
+
+    def act(name: str) -> str:
+        ran[name] += 1
+        return name
+
+    @app.workflow("flaky")
+    async def flaky(ctx: perdure.Context) -> None:
+        await ctx.step("book", act, "book")
+        ctx.on_rollback(act, "unbook", name="unbook")
+        if fails[0]:
+            raise perdure.PermanentError("no room")
+        await ctx.step("extra", act, "extra")
+
+    handle = app.start("flaky")
+    with testing.crash_after("compensate:unbook", before=True):
+        testing.drain(app, lease_seconds=30)
+    assert app.get_run(handle.id).status == perdure.RunStatus.COMPENSATING
+    fails[0] = False  # replayed, the body no longer fails where it did
+    clock.advance(seconds=31)
+    testing.drain(app, lease_seconds=30)
+
+    run = app.get_run(handle.id)
+    assert run.status == perdure.RunStatus.COMPENSATED
+    assert run.error is not None and run.error["type"].endswith("PermanentError")
+    assert ran == {"book": 1, "unbook": 2}, "a compensating run ran a new step"
+    assert [s.name for s in app.steps(handle.id)] == ["book", "compensate:unbook"]
