@@ -126,6 +126,29 @@ class LeaseLost(PerdureError):
         )
 
 
+class LeaseExpired(PerdureError):
+    """The run was dead-lettered: its lease lapsed ``max_lapses`` times.
+
+    Its workers died or stalled while running it, as many times as its
+    workflow allows. The run is replayed from its checkpoints without
+    running anything new, and this error is raised where it would have run
+    the first step without a final checkpoint (``position``, ``step``), so
+    that the compensations registered so far run and the run ends with the
+    recorded ``error``.
+    """
+
+    def __init__(self, run_id: str, error: dict[str, Any], position: int, step: str) -> None:
+        self.run_id = run_id
+        self.error = error
+        self.position = position
+        self.step = step
+        message = error.get("message", "its lease expired too many times")
+        super().__init__(
+            f"run {run_id}: {message}; stopped before {step!r} at position {position}, "
+            "which does not run again: the run compensates instead"
+        )
+
+
 class NonDeterminismError(PerdureError):
     """Replayed workflow code asked for a different step than the history recorded."""
 

@@ -1,4 +1,16 @@
-"""Compensation: a run that failed for good undoes its completed steps, newest first."""
+"""Compensation: a run that failed for good undoes its completed steps, newest first.
+
+A run compensates however it failed: a step's failure, its body's, or its
+own task dead-lettered by the reaper (its lease lapsed ``max_lapses`` times,
+task_rescue). A compensating run's error is recorded before its
+compensations run, and its task may be claimed again (after a crash, or,
+when it was dead-lettered, to compensate at all). That execution replays the
+workflow from its checkpoints to register the compensations again, but runs
+nothing new: at the first step (gather, wait, child) without a final
+checkpoint it raises the recorded failure (``LeaseExpired`` for a dead
+letter; Execution.end_of_history), so what killed the workers is not run
+again, and the failure path below runs the compensations.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +18,7 @@ import traceback
 from typing import Any
 
 from perdure.engine import serialization
+from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution
 from perdure.engine.stops import STOPS, stopped
 from perdure.errors import Cancelled, StepFailed
@@ -20,13 +33,21 @@ def failure_json(exc: BaseException) -> tuple[dict[str, Any], str]:
     return record, serialization.error_json(record)
 
 
+async def recorded_failure(env: ExecutionEnv, run_id: str) -> dict[str, Any]:
+    """The failure a compensating run recorded; its replay stops with it at new work."""
+    run = await env.store.execute(env.store.statements.runs.get(run_id))
+    return dict(run.error or {}) if run is not None else {}
+
+
 async def run(execution: Execution, cause: Exception | None) -> str:
     """Run the registered compensations, newest first, each a durable step; end the run.
 
-    The run turns 'compensating' first. Each compensation is a checkpointed
-    step at the positions after the failure, so a crash resumes after the
-    last one that completed. A compensation that fails for good does not stop
-    the others; the run ends 'compensation_failed' instead of 'compensated'.
+    The run turns 'compensating' first (its error kept if it already was).
+    Each compensation is a checkpointed step at the positions after the
+    failure, so a crash resumes after the last one that completed. A
+    compensation that fails for good does not stop the others; the run ends
+    'compensation_failed' instead of 'compensated', or 'failed' when nothing
+    was registered to undo.
     """
     task, env = execution.task, execution.env
     store, statements = env.store, env.store.statements
@@ -36,6 +57,7 @@ async def run(execution: Execution, cause: Exception | None) -> str:
             env.lease_lost(task)
             return "abandoned"
     env.emit("run_compensating", run_id=task.run_id, compensations=len(execution.rollbacks))
+    execution.failure = None  # the compensations are the new work this run does
     failed: list[str] = []
     try:
         for rollback in reversed(execution.rollbacks):
@@ -55,7 +77,7 @@ async def run(execution: Execution, cause: Exception | None) -> str:
     except Cancelled:
         await store.execute(statements.tasks.settle(task.fence))
         return "cancelled"
-    status = "compensation_failed" if failed else "compensated"
+    status = "compensation_failed" if failed else "compensated" if execution.rollbacks else "failed"
     error_json = serialization.error_json({"compensations_failed": failed}) if failed else None
     result = await store.execute(statements.runs.fail(task.fence, error_json, status))
     if not result.leased:

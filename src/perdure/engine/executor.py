@@ -106,6 +106,11 @@ class Execution:
     #: Called in the transaction of a step task's final checkpoint, under the
     #: run's row lock: a graph decides there what runs next.
     on_step_task_final: Callable[[Any], Awaitable[None]] | None = None
+    #: The failure a compensating run recorded, while its replay must run
+    #: nothing new (engine.compensation); None otherwise.
+    failure: dict[str, Any] | None = None
+    #: The position and name of the last step asked for.
+    requested: tuple[int, str] = (0, "")
     #: A completed step's checkpoint not written yet (see engine.deferred).
     deferred: DeferredCheckpoint = field(init=False)
 
@@ -143,9 +148,15 @@ class Execution:
         return result
 
     def end_of_history(self) -> None:
-        """Stop where the history ends when only replaying (check-replay, a parallel step)."""
+        """Stop where the history ends when only replaying (check-replay, a parallel step),
+        or, in a compensating run, with its failure (nothing new runs)."""
         if self.replay_only or self.step_task_position is not None:
             raise ReplayEnd(self.position)
+        if self.failure is not None:
+            position, name = self.requested
+            if self.failure.get("type") == "LeaseExpired":
+                raise errors.LeaseExpired(self.task.run_id, self.failure, position, name)
+            raise errors.RunFailed(self.task.run_id, self.failure, "compensating")
 
     async def gate(self) -> None:
         """Run before every ctx call: stop if lost or cancelled, park if paused."""
@@ -178,6 +189,7 @@ class Execution:
         self.check_alive()
         position = self.position
         self.position += 1
+        self.requested = (position, name)
         recorded = self.steps.get(position)
         if recorded is not None and (recorded.name != name or recorded.kind != kind):
             self.fatal = NonDeterminismError(

@@ -50,6 +50,7 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
         )
     else:
         steps = await store.execute(statements.steps.list(task.run_id))
+    compensating = task.kind == "run" and task.run_status == "compensating"
     return Execution(
         task,
         spec,
@@ -57,6 +58,7 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
         {s.position: s for s in steps},
         asyncio.get_running_loop(),
         step_task_position=task.step_position if task.kind == "step" else None,
+        failure=await compensation.recorded_failure(env, task.run_id) if compensating else None,
     )
 
 
@@ -183,7 +185,10 @@ async def _handle_failure(
         or not spec.retry.should_retry(cause, failures)
     )
     if final:
-        if execution.rollbacks and not isinstance(cause, NonDeterminismError):
+        # A compensating run ends through its compensations even with none
+        # registered: its error is recorded already and stays.
+        undo = execution.rollbacks or task.run_status == "compensating"
+        if undo and not isinstance(cause, NonDeterminismError):
             return await compensation.run(execution, cause)
         return await _fail(task, env, cause)
     delay = spec.retry.delay(failures)

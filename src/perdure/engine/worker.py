@@ -299,6 +299,8 @@ class Worker:
         opts = self.options
         backoff = 0.0
         while not self.stop_requested.is_set():
+            # Set again by any slot freed from here on: the wait below ends at once.
+            self._slot_freed.clear()
             free = self._free_slots()
             timeout: float | None = None
             try:
@@ -313,13 +315,9 @@ class Worker:
                     # Every slot is taken (by runs, or by stuck threads): claim
                     # nothing until one frees up.
                     self._emit("worker_full", {"stuck": self.stuck_threads})
-                    self._slot_freed.clear()
-                    if self._free_slots() > 0:
-                        continue  # a run finished during the awaits above
                 else:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
-                    self._slot_freed.clear()
                     claimed = await self.claims.claim(store, want)
                     for task in claimed:
                         self._start(task, env)
@@ -373,9 +371,9 @@ class Worker:
     async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
         """Sleep until a notification, a freed slot, a stop, or ``timeout`` s.
 
-        A slot freed since the last claim wakes it at once: the flag is cleared
-        only right before a claim (or when every slot is taken), never here,
-        so a run that finishes during the idle queries is not missed.
+        A slot freed during this pass of the claim loop ends the wait at once:
+        an execution that ended while the loop looked for due work must not
+        leave it waiting for its poll.
         """
         waiters = [
             asyncio.create_task(e.wait()) for e in (wake, self._slot_freed, self.stop_requested)

@@ -102,7 +102,8 @@ class TaskStatements(Namespace):
 
     def rescue(self, *, limit: int) -> Statement[tuple[int, int]]:
         """Revive tasks with expired leases; (revived, dead-lettered at their workflow's
-        ``max_lapses``)."""
+        ``max_lapses``: a step task fails its step, a run's own task hands its run on to
+        compensate, or fails it when it was compensating already)."""
         return self._build(
             "task_rescue",
             lambda found: (int(found[0]["revived"]), int(found[0]["dead"])) if found else (0, 0),

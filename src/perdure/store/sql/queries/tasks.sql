@@ -213,43 +213,78 @@ SELECT count(*) AS changed FROM released;
 -- or stalled). A task whose leases lapsed as many times as its workflow's
 -- max_lapses (stored with the definition, 5 when the version is not
 -- registered) is dead-lettered, so a run that kills every worker cannot cycle
--- forever: a run's own task fails its run; a step task fails its step, as if
--- the step had raised LeaseExpired, and the run is woken (or given a task, a
--- graph run having none of its own) to handle that failure like any other,
--- its compensations included. SKIP LOCKED: a task whose owner is
--- mid-checkpoint holds its row lock, and is skipped rather than waited for.
+-- forever, and its run still compensates:
+-- - a step task fails its step, as if the step had raised LeaseExpired, and
+--   the run is woken (or given a task, a graph run having none of its own) to
+--   handle that failure like any other, its compensations included;
+-- - a run's own task is handed on to compensate ('compensate' below): the run
+--   turns 'compensating' with the LeaseExpired error, and its task is ready
+--   again with its lapses counted afresh. The execution that claims it
+--   replays the run from its checkpoints but runs nothing new: at the first
+--   step without a final checkpoint it raises that error, so the workers are
+--   not killed again by what killed them, and the compensations registered
+--   so far run (engine/compensation.py);
+-- - a run's own task that lapses max_lapses times while its run is
+--   compensating fails the run without its compensations, and says so.
+-- SKIP LOCKED: a task whose owner is mid-checkpoint holds its row lock, and
+-- is skipped rather than waited for.
 WITH expired AS (
     SELECT t.id, t.run_id, t.kind, t.step_position, t.step_name, t.worker_id, t.attempt,
            t.lapses + 1 AS lapses,
            coalesce((SELECT w.max_lapses FROM {schema}.workflows w
-                     WHERE w.name = t.workflow AND w.version = t.version), 5) AS max_lapses
+                     WHERE w.name = t.workflow AND w.version = t.version), 5) AS max_lapses,
+           (SELECT r.status FROM {schema}.runs r WHERE r.id = t.run_id) AS run_status
     FROM {schema}.tasks t
     WHERE t.status = 'claimed' AND t.lease_expires_at < {now}
     ORDER BY t.id
     LIMIT %(limit)s
     FOR UPDATE OF t SKIP LOCKED
+), fated AS (
+    SELECT e.*,
+           CASE WHEN e.lapses < e.max_lapses THEN 'revive'
+                WHEN e.kind = 'run'
+                     AND e.run_status NOT IN ('compensating', 'completed', 'failed', 'cancelled',
+                                              'compensated', 'compensation_failed')
+                THEN 'compensate'
+                ELSE 'dead' END AS fate,
+           format('the lease on this run expired %%s times: its workers died or stalled '
+                  'while running it', e.lapses) AS message
+    FROM expired e
 ), revived AS (
+    -- Revived, or handed on to compensate with its lapses counted afresh.
     UPDATE {schema}.tasks t
     SET status = 'ready', worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL,
-        lapses = e.lapses, available_at = {now}
-    FROM expired e
-    WHERE t.id = e.id AND e.lapses < e.max_lapses
+        lapses = CASE WHEN e.fate = 'revive' THEN e.lapses ELSE 0 END, available_at = {now}
+    FROM fated e
+    WHERE t.id = e.id AND e.fate IN ('revive', 'compensate')
     RETURNING t.run_id, t.kind
 ), requeued AS (
     UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
-    FROM revived
-    WHERE r.id = revived.run_id AND revived.kind = 'run' AND r.status = 'running'
+    FROM fated e
+    WHERE r.id = e.run_id AND e.fate = 'revive' AND e.kind = 'run' AND r.status = 'running'
+), compensating AS (
+    UPDATE {schema}.runs r
+    SET status = 'compensating', waiting_for = NULL, updated_at = {now},
+        error = jsonb_build_object('type', 'LeaseExpired', 'message', e.message,
+                                   'lapses', e.lapses)
+    FROM fated e
+    WHERE r.id = e.run_id AND e.fate = 'compensate'
 ), dead AS (
-    DELETE FROM {schema}.tasks t USING expired e
-    WHERE t.id = e.id AND e.lapses >= e.max_lapses
+    DELETE FROM {schema}.tasks t USING fated e
+    WHERE t.id = e.id AND e.fate = 'dead'
     RETURNING t.run_id, t.kind, t.step_position, e.lapses
 ), dead_runs AS (
+    -- Only a compensating run's task is dead here: its compensations did
+    -- not all run, and the error says so, the failure that started them kept.
     UPDATE {schema}.runs r
-    SET status = 'failed', completed_at = {now}, updated_at = {now},
+    SET status = 'failed', completed_at = {now}, updated_at = {now}, waiting_for = NULL,
         error = jsonb_build_object(
             'type', 'LeaseExpired',
-            'message', format('the lease on this run expired %%s times: its workers died or '
-                              'stalled while running it', dead.lapses))
+            'message', format('the lease on this run expired %%s times while it ran its '
+                              'compensations: its workers died or stalled, and the '
+                              'compensations not completed by then did not run', dead.lapses),
+            'lapses', dead.lapses,
+            'failure', r.error)
     FROM dead
     WHERE r.id = dead.run_id AND dead.kind = 'run'
       AND r.status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
@@ -283,13 +318,24 @@ WITH expired AS (
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, step_position, attempt, worker_id, detail)
     SELECT e.run_id, {now},
-           CASE WHEN e.lapses < e.max_lapses THEN 'lease_expired'
+           CASE WHEN e.fate = 'revive' THEN 'lease_expired'
+                WHEN e.fate = 'compensate' THEN 'run_compensating'
                 WHEN e.kind = 'run' THEN 'run_failed'
                 ELSE 'step_failed' END,
-           e.step_position, e.attempt, e.worker_id, jsonb_build_object('lapses', e.lapses)
-    FROM expired e
+           e.step_position, e.attempt, e.worker_id,
+           CASE WHEN e.fate = 'compensate'
+                THEN jsonb_build_object('type', 'LeaseExpired', 'message', e.message,
+                                        'lapses', e.lapses)
+                WHEN e.fate = 'dead' AND e.kind = 'run'
+                THEN jsonb_build_object('lapses', e.lapses, 'compensating', true,
+                                        'compensations', 'not all run')
+                ELSE jsonb_build_object('lapses', e.lapses) END
+    FROM fated e
 )
-SELECT (SELECT count(*) FROM revived) AS revived, (SELECT count(*) FROM dead) AS dead;
+SELECT (SELECT count(*) FROM revived) - (SELECT count(*) FROM fated WHERE fate = 'compensate')
+           AS revived,
+       (SELECT count(*) FROM dead) + (SELECT count(*) FROM fated WHERE fate = 'compensate')
+           AS dead;
 
 -- name: task_lock_fenced
 -- Lock the held task row inside a ctx.transaction step before the user's SQL
