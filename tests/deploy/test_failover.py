@@ -34,12 +34,6 @@ RUNS_AFTER = 20
 LEASE = 5.0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="with steps run in batches at a gather, some runs do not finish after the "
-    "promotion: steps that met 'session is read-only' during the switch are not retried "
-    "to completion within the wait",
-)
 @pytest.mark.timeout(300)
 def test_a_failover_mid_workload_loses_and_repeats_nothing(pair: ReplicatedPair) -> None:
     app = perdure.App(pair.url, schema=SCHEMA, pool_size=4)

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from perdure.errors import DatabaseUnavailable
 from perdure.store.batch_statements import combine
-from perdure.store.connect import Endpoints, is_unavailable
+from perdure.store.connect import Endpoints, is_read_only, is_unavailable, refuse_read_only
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 
@@ -120,11 +120,23 @@ class AsyncStore:
         )
 
     async def _stamp(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Remember when ``conn`` came back to the pool (the pool's reset hook)."""
+        """Remember when ``conn`` came back to the pool (the pool's reset hook).
+
+        A connection the server reported read-only is discarded instead, when
+        the URL asks for the primary (see :func:`refuse_read_only`).
+        """
+        if self.endpoints.primary_only:
+            refuse_read_only(conn)
         self._returned[conn] = time.monotonic()
 
     async def _check_if_idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """The pool's check, skipped for a connection that was in use a moment ago."""
+        """The pool's check, skipped for a connection that was in use a moment ago.
+
+        A connection on a read-only server is refused either way (no round
+        trip) when the URL asks for the primary.
+        """
+        if self.endpoints.primary_only:
+            refuse_read_only(conn)
         returned = self._returned.get(conn)
         if returned is not None and time.monotonic() - returned < RECENT_SECONDS:
             return
@@ -150,7 +162,7 @@ class AsyncStore:
         with self.reachable():
             if conn is not None:
                 return await execute_async(conn, stmt)
-            async with self.pool.connection() as pooled:
+            async with self._pooled() as pooled:
                 return await execute_async(pooled, stmt)
 
     async def execute_batch(self, units: Sequence[Sequence[Statement[Any]]]) -> list[list[Any]]:
@@ -171,7 +183,7 @@ class AsyncStore:
         self.statement_count += len(statements)
         self.round_trips += 1
         with self.reachable():
-            async with self.pool.connection() as conn:
+            async with self._pooled() as conn:
                 async with conn.pipeline():
                     cursors = []
                     for stmt in statements:
@@ -190,7 +202,7 @@ class AsyncStore:
         """
         self.round_trips += 2  # BEGIN and COMMIT
         with self.reachable():
-            async with self.pool.connection() as conn, conn.transaction():
+            async with self._pooled() as conn, conn.transaction():
                 yield conn
 
     @asynccontextmanager
@@ -209,8 +221,20 @@ class AsyncStore:
                 ) as conn:
                     yield conn
                 return
-            async with self.pool.connection() as conn:
+            async with self._pooled() as conn:
                 yield conn
+
+    @asynccontextmanager
+    async def _pooled(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection, closed (so that the pool replaces it) if it proved to be
+        on a server that cannot write: reused, it would fail again."""
+        async with self.pool.connection() as conn:
+            try:
+                yield conn
+            except Exception as exc:
+                if is_read_only(exc):
+                    await conn.close()
+                raise
 
     def reachable(self) -> contextlib.AbstractContextManager[None]:
         """A block in which "database unreachable" errors become ``unavailable``."""
@@ -225,10 +249,21 @@ class AsyncStore:
             kwargs=self.endpoints.kwargs(name),
             open=True,
             name=name,
-            check=ConnectionPool.check_connection,
+            check=self._check_sync,
+            reset=self._reset_sync,
             reconnect_timeout=self.reconnect_seconds,
             reconnect_failed=_reconnect_again_sync,
         )
+
+    def _check_sync(self, conn: psycopg.Connection[Any]) -> None:
+        """The sync pool's check: refuse a read-only server's connection, then the usual."""
+        self._reset_sync(conn)
+        ConnectionPool.check_connection(conn)
+
+    def _reset_sync(self, conn: psycopg.Connection[Any]) -> None:
+        """The sync pool's reset hook: discard a read-only server's connection."""
+        if self.endpoints.primary_only:
+            refuse_read_only(conn)
 
 
 @contextlib.contextmanager
