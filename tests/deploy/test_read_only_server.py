@@ -16,6 +16,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import perdure
+from perdure.store import connect
 
 
 def build(app: perdure.App) -> None:
@@ -71,3 +72,34 @@ def test_a_write_refused_as_read_only_counts_as_a_lost_connection(pg_url: str, s
         assert len(app.list_runs(limit=10)) == 2
     finally:
         app.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "direct", "expected"),
+    [
+        # The pooled URL asks for the primary: so do the direct connections.
+        (
+            "postgresql://app@pooler/app?target_session_attrs=read-write",
+            "postgresql://app@db-a,db-b/app",
+            "postgresql://app@db-a,db-b/app?target_session_attrs=read-write",
+        ),
+        (
+            "host=pooler target_session_attrs=primary",
+            "postgresql://app@db-a,db-b/app?sslmode=require",
+            "postgresql://app@db-a,db-b/app?sslmode=require&target_session_attrs=read-write",
+        ),
+        # A direct URL that says what it wants, or a main URL that does not ask, is kept.
+        (
+            "postgresql://app@pooler/app?target_session_attrs=read-write",
+            "postgresql://app@db-a/app?target_session_attrs=any",
+            "postgresql://app@db-a/app?target_session_attrs=any",
+        ),
+        ("postgresql://app@pooler/app", "host=db-a dbname=app", "host=db-a dbname=app"),
+        ("postgresql://app@db/app?target_session_attrs=read-write", None, None),
+    ],
+)
+def test_the_direct_url_asks_for_the_primary_when_the_main_url_does(
+    url: str, direct: str | None, expected: str | None
+) -> None:
+    assert connect.session_url(url, direct) == (expected or url)
+    assert connect.Endpoints(url, direct).session_url == (expected or url)

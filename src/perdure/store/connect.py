@@ -17,6 +17,7 @@ server (or a session-mode pooler) and used for everything.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -49,10 +50,15 @@ class Endpoints:
         """Whether ``url`` goes through a transaction-mode pooler."""
         return self.direct_url is not None and self.direct_url != self.url
 
-    @property
+    @cached_property
     def session_url(self) -> str:
-        """The URL for LISTEN, session advisory locks and migrations."""
-        return self.direct_url or self.url
+        """The URL for LISTEN, session advisory locks and migrations.
+
+        A direct URL that does not say which server it wants gets
+        ``target_session_attrs=read-write`` when ``url`` asks for the primary
+        (see :func:`session_url`).
+        """
+        return session_url(self.url, self.direct_url)
 
     @cached_property
     def primary_only(self) -> bool:
@@ -132,6 +138,26 @@ def wants_primary(url: str) -> bool:
         return False
     attrs = given or os.environ.get("PGTARGETSESSIONATTRS")
     return attrs in ("read-write", "primary")
+
+
+def session_url(url: str, direct_url: str | None) -> str:
+    """The URL for session work: ``direct_url`` if given, else ``url``.
+
+    When ``url`` asks for the primary and ``direct_url`` names no
+    ``target_session_attrs`` of its own, the direct connections ask for the
+    primary too: a listener or a lock holder must not settle on a standby
+    after a failover.
+    """
+    if direct_url is None or direct_url == url:
+        return url
+    if not wants_primary(url) or wants_primary(direct_url):
+        return direct_url
+    with contextlib.suppress(psycopg.ProgrammingError):
+        if "target_session_attrs" in conninfo_to_dict(direct_url):
+            return direct_url
+    if "://" not in direct_url:  # key=value form
+        return f"{direct_url} target_session_attrs=read-write"
+    return f"{direct_url}{'&' if '?' in direct_url else '?'}target_session_attrs=read-write"
 
 
 def is_unavailable(exc: BaseException) -> bool:
