@@ -9,7 +9,8 @@ work at all, waits until each listens, lets them settle (``--settle``: their
 pools shrink back after 10 s idle), then counts over
 ``--seconds``:
   - server connections: backends of the workers (application_name
-    perdure-worker-*), listener included, at the end of the window;
+    perdure-worker-*), listener included, sampled each second: the most and
+    the mean (a snapshot could fall on a moment when chores overlap);
   - transactions/s: pg_stat_database.xact_commit + xact_rollback, less the
     bench's own readings, divided by the window.
 Each ``--workers`` count is measured in turn on the same server. Without
@@ -58,16 +59,16 @@ def measure(
                 probe.run("SELECT pg_stat_statements_reset()")
             before, own = _transactions(probe), probe.own
             began = time.monotonic()
-            time.sleep(seconds)
-            probe.run("SELECT pg_stat_clear_snapshot()")
+            # Sampled each second: a snapshot could fall on the one moment a
+            # minute when a worker's periodic chores overlap.
+            samples = []
+            while time.monotonic() - began < seconds:
+                samples.append(_connections(probe))
+                time.sleep(max(0.0, min(1.0, began + seconds - time.monotonic())))
             after = _transactions(probe)
             elapsed = time.monotonic() - began
-            connections = int(
-                probe.query_one(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE application_name LIKE 'perdure-worker-%%'"
-                )
-            )
+            connections = max(samples)
+            mean = sum(samples) / len(samples)
             listeners = int(
                 probe.query_one(
                     "SELECT count(*) FROM pg_stat_activity"
@@ -95,10 +96,12 @@ def measure(
         "workers": workers,
         "seconds": round(elapsed, 1),
         "connections": connections,
+        "mean_connections": mean,
         "listeners": listeners,
         "by_name": {str(kind): int(n) for kind, n in kinds},
         "top_statements": [(int(calls), str(text)) for calls, text in top],
         "connections_per_worker": connections / workers,
+        "mean_connections_per_worker": mean / workers,
         "transactions_per_second": transactions / elapsed,
         "transactions_per_second_per_worker": transactions / elapsed / workers,
     }
@@ -272,9 +275,11 @@ def _print_busy(busy: dict[str, Any]) -> None:
 def _print_idle(found: dict[str, Any]) -> None:
     print(
         f"{found['workers']} idle workers over {found['seconds']} s: "
-        f"{found['connections']} server connections "
-        f"({found['connections_per_worker']:.1f} per worker, "
-        f"{found['listeners']} of them listeners), "
+        f"at most {found['connections']} server connections "
+        f"({found['connections_per_worker']:.2f} per worker), "
+        f"{found['mean_connections']:.0f} on average "
+        f"({found['mean_connections_per_worker']:.2f} per worker, "
+        f"{found['listeners']} listeners), "
         f"{found['transactions_per_second']:.1f} transactions/s "
         f"({found['transactions_per_second_per_worker']:.2f} per worker)"
     )
