@@ -16,6 +16,7 @@ import asyncio
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -61,7 +62,7 @@ def test_a_failover_mid_workload_loses_and_repeats_nothing(pair: ReplicatedPair)
             workflow = rng.choice(list(chaos_app.STEPS))
             params = {"work": round(rng.uniform(0.05, 0.4), 2), "sleep": rng.uniform(0.2, 2.0)}
             key = f"failover-{n}"
-            app.start(workflow, params, key=key)
+            _keyed(lambda: app.start(workflow, params, key=key))
             keys.append(key)
             if workflow == "chaos_signal":
                 signalled.append(key)
@@ -96,7 +97,7 @@ def test_a_failover_mid_workload_loses_and_repeats_nothing(pair: ReplicatedPair)
         for n in range(RUNS_BEFORE, RUNS_BEFORE + RUNS_AFTER):
             start(n)
         for key in [*signalled, "waited"]:
-            app.signal(key, "go", {"key": key}, key="go")
+            _keyed(lambda k=key: app.signal(k, "go", {"key": k}, key="go"))
         for thread in waiters:
             thread.join(240)
         assert answers.get("sync") == {"key": "waited"}, answers
@@ -149,6 +150,21 @@ def test_a_failover_mid_workload_loses_and_repeats_nothing(pair: ReplicatedPair)
         for worker in workers:
             worker.kill()
             print(f"--- worker {worker.pid} ---\n{worker.output()[-3000:]}")
+
+
+def _keyed(call: Callable[[], object], timeout: float = 60.0) -> None:
+    """Make a keyed call, again while the database is unavailable (as the docs advise):
+    a call that does not wait raises at once when its connection was cut, and a
+    key makes it safe to repeat."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            call()
+            return
+        except perdure.DatabaseUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _value(url: str, query: str, *params: Any) -> Any:
