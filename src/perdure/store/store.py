@@ -22,12 +22,24 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from perdure.errors import DatabaseUnavailable
 from perdure.store.batch_statements import combine
-from perdure.store.connect import Endpoints, is_read_only, is_unavailable, refuse_read_only
+from perdure.store.connect import (
+    Endpoints,
+    is_read_only,
+    is_unavailable,
+    refuse_read_only,
+    reports_read_only,
+)
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 
 T = TypeVar("T")
 log = logging.getLogger("perdure.store")
+
+#: The longest a statement waits for a pooled connection. While the server is
+#: away the pool has none to give; the statement then fails as unreachable
+#: after this long rather than after psycopg_pool's default of 30 s, so that
+#: an execution cut off from the database hands its run back promptly.
+WAIT_SECONDS = 10.0
 
 #: A pooled connection returned less than this many seconds ago is handed out
 #: again without the pool's check (an empty query: one more round trip and one
@@ -102,11 +114,11 @@ class AsyncStore:
             kwargs=self.endpoints.kwargs(name),
             open=False,
             name=name,
+            timeout=WAIT_SECONDS,
             # A connection that died with the server is noticed at checkout
             # instead of failing the statement that happens to get it, unless
             # it was in use a moment ago (see RECENT_SECONDS).
             check=self._check_if_idle,
-            reset=self._stamp,
             # psycopg_pool doubles the wait between attempts until it gives up
             # after reconnect_timeout; after a long outage the next attempt
             # could be minutes away. Giving up early and starting a new round
@@ -118,16 +130,6 @@ class AsyncStore:
         self._returned: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
             weakref.WeakKeyDictionary()
         )
-
-    async def _stamp(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Remember when ``conn`` came back to the pool (the pool's reset hook).
-
-        A connection the server reported read-only is discarded instead, when
-        the URL asks for the primary (see :func:`refuse_read_only`).
-        """
-        if self.endpoints.primary_only:
-            refuse_read_only(conn)
-        self._returned[conn] = time.monotonic()
 
     async def _check_if_idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """The pool's check, skipped for a connection that was in use a moment ago.
@@ -226,8 +228,14 @@ class AsyncStore:
 
     @asynccontextmanager
     async def _pooled(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection, closed (so that the pool replaces it) if it proved to be
-        on a server that cannot write: reused, it would fail again."""
+        """A pooled connection, stamped with the moment it goes back (see
+        :data:`RECENT_SECONDS`), or closed, so that the pool replaces it, if it
+        proved to be on a server that cannot write: reused, it would fail again.
+
+        (Not the pool's reset hook: with one, psycopg_pool returns each
+        connection from a background task, so that a statement right after
+        another finds the pool empty and grows it by a connection.)
+        """
         async with self.pool.connection() as conn:
             try:
                 yield conn
@@ -235,6 +243,10 @@ class AsyncStore:
                 if is_read_only(exc):
                     await conn.close()
                 raise
+            finally:
+                self._returned[conn] = time.monotonic()
+                if self.endpoints.primary_only and not conn.closed and reports_read_only(conn):
+                    await conn.close()
 
     def reachable(self) -> contextlib.AbstractContextManager[None]:
         """A block in which "database unreachable" errors become ``unavailable``."""
@@ -250,20 +262,15 @@ class AsyncStore:
             open=True,
             name=name,
             check=self._check_sync,
-            reset=self._reset_sync,
             reconnect_timeout=self.reconnect_seconds,
             reconnect_failed=_reconnect_again_sync,
         )
 
     def _check_sync(self, conn: psycopg.Connection[Any]) -> None:
         """The sync pool's check: refuse a read-only server's connection, then the usual."""
-        self._reset_sync(conn)
-        ConnectionPool.check_connection(conn)
-
-    def _reset_sync(self, conn: psycopg.Connection[Any]) -> None:
-        """The sync pool's reset hook: discard a read-only server's connection."""
         if self.endpoints.primary_only:
             refuse_read_only(conn)
+        ConnectionPool.check_connection(conn)
 
 
 @contextlib.contextmanager
