@@ -65,7 +65,7 @@ class Endpoints:
         """Whether ``url`` asks for the primary (``target_session_attrs=read-write``).
 
         libpq checks it when it connects; the pools check it again each time
-        they hand a connection out (see :func:`refuse_read_only`), since a
+        they hand a connection out (see :func:`read_only_refused`), since a
         connection made to a primary can end up on a read-only server.
         """
         return wants_primary(self.url)
@@ -117,17 +117,16 @@ def reports_read_only(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[An
     )
 
 
-def refuse_read_only(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
-    """Raise :class:`ReadOnlyServer` if ``conn`` is on a server that cannot write.
+def read_only_refused() -> ReadOnlyServer:
+    """The error with which the pools refuse a connection on a read-only server.
 
-    The pools' check and reset hooks call it, so that they discard such a
-    connection instead of handing it out again.
+    Their checks close such a connection (so that the pool replaces it,
+    instead of taking it back and handing it out again) and raise this.
     """
-    if reports_read_only(conn):
-        raise ReadOnlyServer(
-            "the server is read-only (a standby?): the connection is discarded; name the "
-            "primary, or every host with target_session_attrs=read-write"
-        )
+    return ReadOnlyServer(
+        "the server is read-only (a standby?): the connection is discarded; name the "
+        "primary, or every host with target_session_attrs=read-write"
+    )
 
 
 def wants_primary(url: str) -> bool:

@@ -26,7 +26,7 @@ from perdure.store.connect import (
     Endpoints,
     is_read_only,
     is_unavailable,
-    refuse_read_only,
+    read_only_refused,
     reports_read_only,
 )
 from perdure.store.statement import Statement
@@ -137,8 +137,10 @@ class AsyncStore:
         A connection on a read-only server is refused either way (no round
         trip) when the URL asks for the primary.
         """
-        if self.endpoints.primary_only:
-            refuse_read_only(conn)
+        if self.endpoints.primary_only and reports_read_only(conn):
+            # Closed, or the pool would take it back and hand it out again.
+            await conn.close()
+            raise read_only_refused()
         returned = self._returned.get(conn)
         if returned is not None and time.monotonic() - returned < RECENT_SECONDS:
             return
@@ -268,8 +270,9 @@ class AsyncStore:
 
     def _check_sync(self, conn: psycopg.Connection[Any]) -> None:
         """The sync pool's check: refuse a read-only server's connection, then the usual."""
-        if self.endpoints.primary_only:
-            refuse_read_only(conn)
+        if self.endpoints.primary_only and reports_read_only(conn):
+            conn.close()
+            raise read_only_refused()
         ConnectionPool.check_connection(conn)
 
 
