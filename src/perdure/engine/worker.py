@@ -46,9 +46,6 @@ from perdure.store.store import AsyncStore
 
 log = logging.getLogger("perdure.worker")
 
-#: How often a worker logs how many runs wait for a time, and the next wake-up.
-STATUS_SECONDS = 60.0
-
 
 @dataclass
 class _Held:
@@ -211,6 +208,7 @@ class Worker:
             self.statements.channel,
             f"{name}-listen",
             chores=[heartbeat, watch],
+            rank=lambda: heartbeat.rank,
         )
         services = Services([wakeup, *self._loops(store, heartbeat.duty), committer])
         try:
@@ -238,7 +236,10 @@ class Worker:
         the fleet's duties (see :mod:`perdure.engine.maintenance`).
         """
         opts = self.options
-        status = Loop("status", lambda: self._status(store))
+        status = Loop(
+            "status",
+            lambda: maintenance.status_loop(store, self.queues, 60.0, self._report_waiting),
+        )
         reaper = Loop(
             "reaper",
             lambda: maintenance.on_duty(
@@ -263,13 +264,6 @@ class Worker:
             )
             loops.append(Loop("retention", lambda: self._maintenance(store)))
         return loops
-
-    async def _status(self, store: AsyncStore) -> None:
-        """The status report every minute, half a minute out of step with the fallback
-        poll: were they to run at once, an idle worker would need a second statement
-        connection every minute."""
-        await asyncio.sleep(STATUS_SECONDS / 2)
-        await maintenance.status_loop(store, self.queues, STATUS_SECONDS, self._report_waiting)
 
     async def _register(self, store: AsyncStore) -> None:
         """Run the ``before_start`` hook and register this worker in the workers table."""
