@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -75,6 +76,9 @@ class ReplicatedPair:
             "fsync = off",
             f"synchronous_standby_names = '{STANDBY_NAME}'",
             "hot_standby = on",
+            # promoted_at() reads the standby's log: its stamps in UTC.
+            "log_timezone = 'UTC'",
+            "log_line_prefix = '%m [%p] '",
         )
         self.start(self.primary)
         self._run(
@@ -122,6 +126,19 @@ class ReplicatedPair:
     def promote(self) -> None:
         """Promote the standby and wait until it accepts writes."""
         self._run("pg_ctl", "-D", str(self.standby.data), "-w", "promote")
+
+    def promoted_at(self) -> float:
+        """When the standby, promoted, began to accept connections (its log's clock, epoch s)."""
+        log = (self.base / f"{self.standby.data.name}.log").read_text()
+        ready = [
+            line
+            for line in log.splitlines()
+            if line.endswith("database system is ready to accept connections")
+        ]
+        if not ready:
+            raise AssertionError("the standby's log does not tell when it was promoted")
+        stamp = datetime.strptime(" ".join(ready[-1].split()[:2]), "%Y-%m-%d %H:%M:%S.%f")
+        return stamp.replace(tzinfo=UTC).timestamp()
 
     def wait_synchronous(self, timeout: float = 60.0) -> None:
         """Wait until the standby streams as the primary's synchronous standby."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -43,10 +44,17 @@ def test_result_event_and_stream_waits_ride_out_a_restart(server: OwnServer) -> 
     try:
         run = app.start("waits")
         answers: dict[str, Any] = {}
+
+        async def stream_async() -> list[Any]:
+            return [v async for v in app.read_stream_async(run.id, "out", timeout=120)]
+
         calls = {
             "result": lambda: run.result(timeout=120),
             "event": lambda: app.get_event(run.id, "seen", timeout=120),
             "stream": lambda: list(app.read_stream(run.id, "out", timeout=120)),
+            "result_async": lambda: asyncio.run(run.result_async(timeout=120)),
+            "event_async": lambda: asyncio.run(app.get_event_async(run.id, "seen", timeout=120)),
+            "stream_async": lambda: asyncio.run(stream_async()),
         }
 
         def call(name: str) -> None:
@@ -63,7 +71,14 @@ def test_result_event_and_stream_waits_ride_out_a_restart(server: OwnServer) -> 
             app.signal(run.id, "go", "hello")
             for thread in threads:
                 thread.join(120)
-        assert answers == {"result": "hello", "event": "hello", "stream": [1, 2]}
+        assert answers == {
+            "result": "hello",
+            "event": "hello",
+            "stream": [1, 2],
+            "result_async": "hello",
+            "event_async": "hello",
+            "stream_async": [1, 2],
+        }
     finally:
         app.close()
 

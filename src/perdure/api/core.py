@@ -24,7 +24,7 @@ from perdure.api.schedule_def import ScheduleDef
 from perdure.clock import Clock
 from perdure.engine import arguments
 from perdure.errors import ConfigurationError, RunNotFound
-from perdure.store import caller
+from perdure.store import caller, connect
 from perdure.store import migrate as migrations
 from perdure.store.connect import direct_url_from_env
 from perdure.store.statement import Statement
@@ -112,7 +112,7 @@ class Core:
     @property
     def session_url(self) -> str:
         """The URL for migrations and session work: the direct URL, else the main one."""
-        return self.direct_url or self.url
+        return connect.session_url(self.url, self.direct_url)
 
     def ensure_schema(self) -> None:
         """Migrate the schema (or check it is current without auto_migrate), once."""

@@ -263,6 +263,9 @@ async def _execute_here(
     threaded = any(not inspect.iscoroutinefunction(calls[i].fn) for i in range(min(len(calls), 8)))
     limit = batch_size(env, GATHER_BATCH_THREADS if threaded else GATHER_BATCH)
     after = gather_start
+    # Extends the current batch's leases; cancelled however the batch ends (a
+    # lost database included), or the steps it claimed would never lapse.
+    leases: asyncio.Task[None] | None = None
     try:
         while True:
             claimed = await env.store.execute(
@@ -302,6 +305,7 @@ async def _execute_here(
                 rest = asyncio.create_task(_finish(ex, running, leases))
                 _FINISHING.add(rest)
                 rest.add_done_callback(_FINISHING.discard)
+                leases = None  # _finish cancels it
                 return True
             leases.cancel()
             if failed:
@@ -309,6 +313,9 @@ async def _execute_here(
     except Exception:
         log.warning("run %s: executing its parallel steps here stopped", run_id, exc_info=True)
         return False
+    finally:
+        if leases is not None:
+            leases.cancel()
 
 
 async def _finish(

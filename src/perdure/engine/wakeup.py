@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from perdure.store.listener import Listener
@@ -24,6 +24,12 @@ log = logging.getLogger("perdure.wakeup")
 
 #: The longest the thread waits for a notification before its chores run.
 TICK_SECONDS = 0.2
+
+#: How much later than the previous one each worker of a fleet answers a
+#: notification (see :class:`Wakeup`), in waves of STAGGER_WAVE workers: at
+#: most about 0.1 s late, whatever the size of the fleet.
+STAGGER_SECONDS = 0.004
+STAGGER_WAVE = 25
 
 
 class Chore(Protocol):
@@ -37,7 +43,15 @@ class Chore(Protocol):
 
 
 class Wakeup:
-    """A thread LISTENing on a channel, setting :attr:`event` on each notification."""
+    """A thread LISTENing on a channel, setting :attr:`event` on each notification.
+
+    Every worker of a fleet gets every notification, though one task is ready.
+    Were they all to claim at once, they would race for it and slow the one
+    that wins (no thundering herd): each waits ``rank() % STAGGER_WAVE *
+    STAGGER_SECONDS`` first, where ``rank()`` is its place in the fleet (0 for
+    the first). The first worker with a free slot takes the task; the others
+    look a moment later and find it gone, one at a time.
+    """
 
     def __init__(
         self,
@@ -45,12 +59,14 @@ class Wakeup:
         channel: str,
         application_name: str = "perdure-listen",
         chores: Sequence[Chore] = (),
+        rank: Callable[[], int] = lambda: 0,
     ) -> None:
         """Listen on ``channel`` of the server at ``url`` once :meth:`start` is called."""
         self.url = url
         self.channel = channel
         self.application_name = application_name
         self.chores = list(chores)
+        self.rank = rank
         self.event = asyncio.Event()
         #: Set while the LISTEN connection is up (read from any thread).
         self.connected = threading.Event()
@@ -72,10 +88,14 @@ class Wakeup:
             self._stopping.set()
             await asyncio.to_thread(thread.join, 10.0)
 
-    def _wake(self) -> None:
+    def _wake(self, delay: float = 0.0) -> None:
         loop = self._loop
-        if loop is not None and not loop.is_closed():
+        if loop is None or loop.is_closed():
+            return
+        if delay <= 0:
             loop.call_soon_threadsafe(self.event.set)
+        else:
+            loop.call_soon_threadsafe(loop.call_later, delay, self.event.set)
 
     def _tend(self, listener: Listener | None) -> None:
         for chore in self.chores:
@@ -99,7 +119,7 @@ class Wakeup:
                     delay = 0.1
                     while not self._stopping.is_set():
                         if listener.wait(TICK_SECONDS):
-                            self._wake()
+                            self._wake(self.rank() % STAGGER_WAVE * STAGGER_SECONDS)
                         self._tend(listener)
             except Exception as exc:
                 self.connected.clear()

@@ -208,6 +208,7 @@ class Worker:
             self.statements.channel,
             f"{name}-listen",
             chores=[heartbeat, watch],
+            rank=lambda: heartbeat.rank,
         )
         services = Services([wakeup, *self._loops(store, heartbeat.duty), committer])
         try:

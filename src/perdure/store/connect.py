@@ -17,11 +17,14 @@ server (or a session-mode pooler) and used for everything.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
 from perdure.errors import DatabaseUnavailable
@@ -47,10 +50,25 @@ class Endpoints:
         """Whether ``url`` goes through a transaction-mode pooler."""
         return self.direct_url is not None and self.direct_url != self.url
 
-    @property
+    @cached_property
     def session_url(self) -> str:
-        """The URL for LISTEN, session advisory locks and migrations."""
-        return self.direct_url or self.url
+        """The URL for LISTEN, session advisory locks and migrations.
+
+        A direct URL that does not say which server it wants gets
+        ``target_session_attrs=read-write`` when ``url`` asks for the primary
+        (see :func:`session_url`).
+        """
+        return session_url(self.url, self.direct_url)
+
+    @cached_property
+    def primary_only(self) -> bool:
+        """Whether ``url`` asks for the primary (``target_session_attrs=read-write``).
+
+        libpq checks it when it connects; the pools check it again each time
+        they hand a connection out (see :func:`read_only_refused`), since a
+        connection made to a primary can end up on a read-only server.
+        """
+        return wants_primary(self.url)
 
     def kwargs(self, name: str) -> dict[str, Any]:
         """psycopg connection arguments for a pooled-URL connection named ``name``."""
@@ -69,15 +87,89 @@ class Endpoints:
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 
 
+class ReadOnlyServer(psycopg.OperationalError):
+    """A connection reached a server that does not accept writes (a standby)."""
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection is on a server that cannot write.
+
+    ``read_only_sql_transaction`` (SQLSTATE 25006): a standby, a primary
+    being demoted in a failover, or a server set read-only. Such a
+    connection must be discarded; a new one (with
+    ``target_session_attrs=read-write``) finds the primary.
+    """
+    return isinstance(exc, psycopg.errors.ReadOnlySqlTransaction | ReadOnlyServer)
+
+
+def reports_read_only(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether the server told ``conn`` that its session cannot write (no round trip).
+
+    PostgreSQL 14 and later report ``in_hot_standby`` and
+    ``default_transaction_read_only`` to the client at connect time and when
+    they change: a connection that landed on a standby (through a pooler or a
+    DNS name still pointing at the old primary) is known without a query.
+    """
+    info = conn.info
+    return "on" in (
+        info.parameter_status("in_hot_standby"),
+        info.parameter_status("default_transaction_read_only"),
+    )
+
+
+def read_only_refused() -> ReadOnlyServer:
+    """The error with which the pools refuse a connection on a read-only server.
+
+    Their checks close such a connection (so that the pool replaces it,
+    instead of taking it back and handing it out again) and raise this.
+    """
+    return ReadOnlyServer(
+        "the server is read-only (a standby?): the connection is discarded; name the "
+        "primary, or every host with target_session_attrs=read-write"
+    )
+
+
+def wants_primary(url: str) -> bool:
+    """Whether ``url`` (or PGTARGETSESSIONATTRS) asks for a server that accepts writes."""
+    try:
+        given = conninfo_to_dict(url).get("target_session_attrs")
+    except psycopg.ProgrammingError:
+        return False
+    attrs = given or os.environ.get("PGTARGETSESSIONATTRS")
+    return attrs in ("read-write", "primary")
+
+
+def session_url(url: str, direct_url: str | None) -> str:
+    """The URL for session work: ``direct_url`` if given, else ``url``.
+
+    When ``url`` asks for the primary and ``direct_url`` names no
+    ``target_session_attrs`` of its own, the direct connections ask for the
+    primary too: a listener or a lock holder must not settle on a standby
+    after a failover.
+    """
+    if direct_url is None or direct_url == url:
+        return url
+    if not wants_primary(url) or wants_primary(direct_url):
+        return direct_url
+    with contextlib.suppress(psycopg.ProgrammingError):
+        if "target_session_attrs" in conninfo_to_dict(direct_url):
+            return direct_url
+    if "://" not in direct_url:  # key=value form
+        return f"{direct_url} target_session_attrs=read-write"
+    return f"{direct_url}{'&' if '?' in direct_url else '?'}target_session_attrs=read-write"
+
+
 def is_unavailable(exc: BaseException) -> bool:
     """Whether ``exc`` means the database could not be reached, not that a statement failed.
 
     A lost or refused connection, a server shutting down or starting up, no
-    free connection slot, or no pooled connection within the pool's timeout.
-    An error that the server raised for the statement itself (a constraint,
-    a deadlock, a serialization failure) is not.
+    free connection slot, no pooled connection within the pool's timeout, or
+    a connection on a server that cannot write (see :func:`is_read_only`):
+    in a failover each is over once a new primary is reached. An error that
+    the server raised for the statement itself (a constraint, a deadlock, a
+    serialization failure) is not.
     """
-    if isinstance(exc, PoolTimeout):
+    if isinstance(exc, PoolTimeout) or is_read_only(exc):
         return True
     if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         return False

@@ -22,12 +22,24 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from perdure.errors import DatabaseUnavailable
 from perdure.store.batch_statements import combine
-from perdure.store.connect import Endpoints, is_unavailable
+from perdure.store.connect import (
+    Endpoints,
+    is_read_only,
+    is_unavailable,
+    read_only_refused,
+    reports_read_only,
+)
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 
 T = TypeVar("T")
 log = logging.getLogger("perdure.store")
+
+#: The longest a statement waits for a pooled connection. While the server is
+#: away the pool has none to give; the statement then fails as unreachable
+#: after this long rather than after psycopg_pool's default of 30 s, so that
+#: an execution cut off from the database hands its run back promptly.
+WAIT_SECONDS = 10.0
 
 #: A pooled connection returned less than this many seconds ago is handed out
 #: again without the pool's check (an empty query: one more round trip and one
@@ -102,11 +114,11 @@ class AsyncStore:
             kwargs=self.endpoints.kwargs(name),
             open=False,
             name=name,
+            timeout=WAIT_SECONDS,
             # A connection that died with the server is noticed at checkout
             # instead of failing the statement that happens to get it, unless
             # it was in use a moment ago (see RECENT_SECONDS).
             check=self._check_if_idle,
-            reset=self._stamp,
             # psycopg_pool doubles the wait between attempts until it gives up
             # after reconnect_timeout; after a long outage the next attempt
             # could be minutes away. Giving up early and starting a new round
@@ -119,12 +131,16 @@ class AsyncStore:
             weakref.WeakKeyDictionary()
         )
 
-    async def _stamp(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Remember when ``conn`` came back to the pool (the pool's reset hook)."""
-        self._returned[conn] = time.monotonic()
-
     async def _check_if_idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """The pool's check, skipped for a connection that was in use a moment ago."""
+        """The pool's check, skipped for a connection that was in use a moment ago.
+
+        A connection on a read-only server is refused either way (no round
+        trip) when the URL asks for the primary.
+        """
+        if self.endpoints.primary_only and reports_read_only(conn):
+            # Closed, or the pool would take it back and hand it out again.
+            await conn.close()
+            raise read_only_refused()
         returned = self._returned.get(conn)
         if returned is not None and time.monotonic() - returned < RECENT_SECONDS:
             return
@@ -150,7 +166,7 @@ class AsyncStore:
         with self.reachable():
             if conn is not None:
                 return await execute_async(conn, stmt)
-            async with self.pool.connection() as pooled:
+            async with self._pooled() as pooled:
                 return await execute_async(pooled, stmt)
 
     async def execute_batch(self, units: Sequence[Sequence[Statement[Any]]]) -> list[list[Any]]:
@@ -171,7 +187,7 @@ class AsyncStore:
         self.statement_count += len(statements)
         self.round_trips += 1
         with self.reachable():
-            async with self.pool.connection() as conn:
+            async with self._pooled() as conn:
                 async with conn.pipeline():
                     cursors = []
                     for stmt in statements:
@@ -190,7 +206,7 @@ class AsyncStore:
         """
         self.round_trips += 2  # BEGIN and COMMIT
         with self.reachable():
-            async with self.pool.connection() as conn, conn.transaction():
+            async with self._pooled() as conn, conn.transaction():
                 yield conn
 
     @asynccontextmanager
@@ -209,8 +225,30 @@ class AsyncStore:
                 ) as conn:
                     yield conn
                 return
-            async with self.pool.connection() as conn:
+            async with self._pooled() as conn:
                 yield conn
+
+    @asynccontextmanager
+    async def _pooled(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection, stamped with the moment it goes back (see
+        :data:`RECENT_SECONDS`), or closed, so that the pool replaces it, if it
+        proved to be on a server that cannot write: reused, it would fail again.
+
+        (Not the pool's reset hook: with one, psycopg_pool returns each
+        connection from a background task, so that a statement right after
+        another finds the pool empty and grows it by a connection.)
+        """
+        async with self.pool.connection() as conn:
+            try:
+                yield conn
+            except Exception as exc:
+                if is_read_only(exc):
+                    await conn.close()
+                raise
+            finally:
+                self._returned[conn] = time.monotonic()
+                if self.endpoints.primary_only and not conn.closed and reports_read_only(conn):
+                    await conn.close()
 
     def reachable(self) -> contextlib.AbstractContextManager[None]:
         """A block in which "database unreachable" errors become ``unavailable``."""
@@ -225,10 +263,17 @@ class AsyncStore:
             kwargs=self.endpoints.kwargs(name),
             open=True,
             name=name,
-            check=ConnectionPool.check_connection,
+            check=self._check_sync,
             reconnect_timeout=self.reconnect_seconds,
             reconnect_failed=_reconnect_again_sync,
         )
+
+    def _check_sync(self, conn: psycopg.Connection[Any]) -> None:
+        """The sync pool's check: refuse a read-only server's connection, then the usual."""
+        if self.endpoints.primary_only and reports_read_only(conn):
+            conn.close()
+            raise read_only_refused()
+        ConnectionPool.check_connection(conn)
 
 
 @contextlib.contextmanager
