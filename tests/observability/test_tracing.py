@@ -226,7 +226,9 @@ def test_no_tracing_without_a_provider(app: perdure.App) -> None:
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
     worker = app.worker()
     kinds = {type(o).__name__ for o in worker.observer.observers}
-    assert kinds == {"LoggingObserver"}
+    # The worker's own observers only: its log, and the steps in flight that
+    # its loop watch names.
+    assert kinds == {"LoggingObserver", "StepsInFlight"}
 
 
 def test_a_graph_run_traces_its_steps_in_the_trace_it_was_started_in(
