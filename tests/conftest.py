@@ -33,7 +33,7 @@ _ENFORCED: list[bool] = []
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
-    """Once pytest-cov has combined the run's data, hold the engine and the store to floors."""
+    """Once pytest-cov has combined the run's data, hold perdure, its engine and store to floors."""
     result = yield
     if session.config.option.collectonly:
         return result
@@ -52,8 +52,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         if not enforced:
             verdict += " (not enforced: some tests only)"
         terminalreporter.write_line(
-            f"coverage of {figure.package}: {figure.percent:.1f}% "
-            f"(branches alone {figure.branches:.1f}%), floor {figure.floor:.0f}%: {verdict}",
+            f"{figure.summary()}: {verdict}",
             red=enforced and not figure.holds,
             green=figure.holds,
         )
