@@ -1,8 +1,9 @@
-"""Connections a worker loses for real (pg_terminate_backend), and what it does next.
+"""A worker's less travelled paths: lost connections, a stop that cannot wait, no work.
 
-Each test terminates a backend of a running worker from another session, the
-way a failover, a DBA or an idle-connection reaper does, and checks that the
-worker notices and goes on without a restart.
+A connection is lost for real: the test terminates the worker's backend from
+another session (pg_terminate_backend), the way a failover, a DBA or an
+idle-connection reaper does, and checks that the worker notices and goes on
+without a restart.
 """
 
 from __future__ import annotations
@@ -94,3 +95,8 @@ def test_a_run_still_executing_when_the_shutdown_time_is_up_is_handed_back(
     with BackgroundWorker(app, poll_seconds=0.05):
         assert handle.result(timeout=30) == "done"
     assert len(calls) == 2
+
+
+def test_a_worker_with_no_workflow_to_serve_is_refused(app: perdure.App) -> None:
+    with pytest.raises(perdure.ConfigurationError, match="at least one workflow"):
+        perdure.Worker(app.url, app.statements, {})
