@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import perdure
 from perdure.store import embedded, privileges
+from perdure.store.caller import wait_reachable
+from perdure.store.listener import Listener
 
 
 @pytest.mark.parametrize("role", ["", "x" * 64, "a\x00b", 7])
@@ -71,3 +75,43 @@ def test_a_server_that_does_not_start_is_reported_with_its_log(scratch: Path) ->
     # The log pg_ctl would have written does not exist: the error says so.
     assert "could not read" in str(refused.value)
     assert embedded.server_status(scratch / "pg") is None
+
+
+def test_a_server_that_will_not_stop_is_reported(scratch: Path, pg_url: str) -> None:
+    data_dir = scratch / "pg"
+    data_dir.mkdir()
+    (data_dir / "PG_VERSION").write_text("18\n")
+    bins = scratch / "bin"
+    bins.mkdir(mode=0o755)
+    _program(bins, "pg_ctl", "echo 'pg_ctl: server does not shut down'; exit 1")
+    with psycopg.connect(pg_url) as conn:
+        # The pid file names a live postgres process (this session's backend;
+        # the suite's server runs on this machine), and pg_ctl fails.
+        found = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert found is not None
+        (data_dir / "postmaster.pid").write_text(f"{found[0]}\n{data_dir}\n0\n5432\n{data_dir}\n")
+        with pytest.raises(embedded.EmbeddedError, match=r"could not stop .*does not shut"):
+            embedded.stop_server(data_dir, bins=bins)
+
+
+def test_a_listener_has_a_connection_inside_its_block_only(pg_url: str) -> None:
+    listener = Listener(pg_url, "refusals", "perdure-test-listener")
+    with pytest.raises(RuntimeError, match="not connected"):
+        listener.wait(0)
+    with listener:
+        assert listener.wait(0) is False
+    listener.__exit__(None, None, None)  # leaving twice closes nothing more
+    with pytest.raises(RuntimeError, match="not connected"):
+        listener.wait(0)
+
+
+def test_waiting_for_a_server_that_never_answers_gives_up_at_the_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    with pytest.raises(perdure.DatabaseUnavailable, match="within 1 s"):
+        wait_reachable(url, 1.0)
+    assert any("trying again" in r.getMessage() for r in caplog.records)
