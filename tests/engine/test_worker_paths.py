@@ -9,6 +9,9 @@ without a restart.
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,3 +103,49 @@ def test_a_run_still_executing_when_the_shutdown_time_is_up_is_handed_back(
 def test_a_worker_with_no_workflow_to_serve_is_refused(app: perdure.App) -> None:
     with pytest.raises(perdure.ConfigurationError, match="at least one workflow"):
         perdure.Worker(app.url, app.statements, {})
+
+
+def test_a_stop_at_once_hands_back_a_running_run_without_waiting(app: perdure.App) -> None:
+    started = threading.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(3600)  # cancelled by the stop
+        return "never"
+
+    @app.workflow("slow")
+    async def workflow(ctx: perdure.Context) -> str:
+        return await ctx.step("slow", slow)  # type: ignore[no-any-return]
+
+    handle = app.start("slow")
+    # The shutdown time is long: only the stop at once ends the wait early.
+    worker = BackgroundWorker(app, poll_seconds=0.05, shutdown_seconds=3600)
+    try:
+        assert started.wait(30), "the step did not start"
+        worker.loop.call_soon_threadsafe(worker.worker.request_stop)
+        worker.loop.call_soon_threadsafe(lambda: worker.worker.request_stop(at_once=True))
+        worker.thread.join(30)
+        assert not worker.thread.is_alive(), "the worker waited for its run"
+    finally:
+        worker.stop()
+    assert app.get_run(handle.id).status == perdure.RunStatus.QUEUED
+    assert "run_released" in [e.event for e in app.history(handle.id)]
+
+
+def test_a_loop_held_by_the_workers_own_code_blames_no_run(
+    app: perdure.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.workflow("noop")
+    async def noop(ctx: perdure.Context) -> None:
+        return None
+
+    caplog.set_level(logging.DEBUG, logger="perdure.worker")
+    with BackgroundWorker(app, poll_seconds=0.05, blocked_loop_seconds=0.1) as worker:
+        wait_until(lambda: worker.count("worker_idle"), what="the worker to go idle")
+        # A callback of the loop that is no run's task holds it for a moment.
+        worker.loop.call_soon_threadsafe(time.sleep, 1.0)
+        wait_until(
+            lambda: any("slow to answer" in r.getMessage() for r in caplog.records),
+            what="the loop watch to notice",
+        )
+    assert not any("blocked" in r.getMessage() for r in caplog.records)
