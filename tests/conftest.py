@@ -187,7 +187,11 @@ def db(pg_url: str, schema: str) -> Iterator[psycopg.Connection[tuple[object, ..
 
 @pytest.fixture
 def spawn_worker(pg_url: str, schema: str) -> Iterator[Callable[..., WorkerProcess]]:
-    """Start ``perdure worker`` subprocesses on this test's schema; all are killed after."""
+    """Start ``perdure worker`` subprocesses on this test's schema; all are stopped after.
+
+    A worker still running at the end is stopped at once (SIGTERM twice), so
+    that it saves its share of the coverage; SIGKILL only if it does not exit.
+    """
     procs: list[WorkerProcess] = []
 
     def spawn(target: str, *args: str, **env: str) -> WorkerProcess:
@@ -197,6 +201,6 @@ def spawn_worker(pg_url: str, schema: str) -> Iterator[Callable[..., WorkerProce
 
     yield spawn
     for proc in procs:
-        proc.kill()
+        proc.stop()
         # Shown by pytest only when the test failed: what each worker said.
         print(f"--- worker {proc.pid} (exit {proc.proc.poll()}) ---\n{proc.output()[-4000:]}")
