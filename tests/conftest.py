@@ -25,7 +25,7 @@ from helpers import WorkerProcess
 
 TESTS_DIR = Path(__file__).resolve().parent
 
-#: The engine's and the store's coverage in this run, for the summary.
+#: perdure's, the engine's and the store's coverage in this run, for the summary.
 _FIGURES: list[Figure] = []
 #: Whether the floors were enforced (the whole suite ran).
 _ENFORCED: list[bool] = []
