@@ -6,6 +6,7 @@ half made: no grant runs, no server is reported running.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -22,6 +23,7 @@ from perdure.store import embedded, privileges
 from perdure.store.caller import wait_reachable
 from perdure.store.listener import Listener
 from perdure.store.rows import Fenced
+from perdure.store.store import AsyncStore
 
 
 @pytest.mark.parametrize("role", ["", "x" * 64, "a\x00b", 7])
@@ -130,7 +132,28 @@ def test_without_the_embedded_wheel_the_binaries_are_missing_and_the_fix_is_name
 def test_unknown_queue_settings_are_refused_before_any_statement(app: perdure.App) -> None:
     with pytest.raises(perdure.ConfigurationError, match="unknown queue settings: bogus"):
         app.statements.queues.set("q", {"bogus": 1})
+    with pytest.raises(perdure.ConfigurationError, match="set together"):
+        app.statements.queues.set("q", {"rate_limit": 5})
 
 
 def test_a_fenced_write_that_found_no_task_is_not_leased() -> None:
     assert Fenced.decode([]) == Fenced(leased=False, written=False, changed=False)
+
+
+def test_behind_a_pooler_a_session_connection_goes_to_the_direct_url(
+    app: perdure.App, pg_url: str
+) -> None:
+    # Any URL other than the main one counts as the direct one: here the same
+    # server, so the session connection can be seen for what it is.
+    direct = pg_url + ("&" if "?" in pg_url else "?") + "connect_timeout=9"
+    store = AsyncStore(pg_url, app.statements, min_size=0, name="pooled", direct_url=direct)
+
+    async def session_name() -> str:
+        async with store.connection() as conn:
+            found = await (
+                await conn.execute("SELECT current_setting('application_name')")
+            ).fetchone()
+        await store.close()
+        return str(found[0]) if found else ""
+
+    assert asyncio.run(session_name()) == "pooled-session"
