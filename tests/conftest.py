@@ -25,7 +25,7 @@ from helpers import WorkerProcess
 
 TESTS_DIR = Path(__file__).resolve().parent
 
-#: The engine's and the store's coverage in this run, for the summary.
+#: perdure's, the engine's and the store's coverage in this run, for the summary.
 _FIGURES: list[Figure] = []
 #: Whether the floors were enforced (the whole suite ran).
 _ENFORCED: list[bool] = []
@@ -33,7 +33,7 @@ _ENFORCED: list[bool] = []
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
-    """Once pytest-cov has combined the run's data, hold the engine and the store to floors."""
+    """Once pytest-cov has combined the run's data, hold perdure, its engine and store to floors."""
     result = yield
     if session.config.option.collectonly:
         return result
@@ -52,8 +52,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         if not enforced:
             verdict += " (not enforced: some tests only)"
         terminalreporter.write_line(
-            f"coverage of {figure.package}: {figure.percent:.1f}% "
-            f"(branches alone {figure.branches:.1f}%), floor {figure.floor:.0f}%: {verdict}",
+            f"{figure.summary()}: {verdict}",
             red=enforced and not figure.holds,
             green=figure.holds,
         )
@@ -188,7 +187,11 @@ def db(pg_url: str, schema: str) -> Iterator[psycopg.Connection[tuple[object, ..
 
 @pytest.fixture
 def spawn_worker(pg_url: str, schema: str) -> Iterator[Callable[..., WorkerProcess]]:
-    """Start ``perdure worker`` subprocesses on this test's schema; all are killed after."""
+    """Start ``perdure worker`` subprocesses on this test's schema; all are stopped after.
+
+    A worker still running at the end is stopped at once (SIGTERM twice), so
+    that it saves its share of the coverage; SIGKILL only if it does not exit.
+    """
     procs: list[WorkerProcess] = []
 
     def spawn(target: str, *args: str, **env: str) -> WorkerProcess:
@@ -198,6 +201,6 @@ def spawn_worker(pg_url: str, schema: str) -> Iterator[Callable[..., WorkerProce
 
     yield spawn
     for proc in procs:
-        proc.kill()
+        proc.stop()
         # Shown by pytest only when the test failed: what each worker said.
         print(f"--- worker {proc.pid} (exit {proc.proc.poll()}) ---\n{proc.output()[-4000:]}")

@@ -1,43 +1,71 @@
-"""The coverage floors of the engine and the store, enforced at the end of a run.
+"""The coverage floors of perdure, its engine and its store, enforced at the end of a run.
 
-pytest-cov measures the whole package; this prints the figure of perdure as a
-whole and of the engine and the store, and holds each to its floor when the
-run is the whole suite (a run of some tests only prints them). The hooks are
-wired in ``tests/conftest.py``.
+pytest-cov measures the whole package; this prints, for perdure as a whole and
+for the engine and the store, the share of lines, of branches and of both
+together, and holds each package's floored figure to its floor when the run is
+the whole suite (a run of some tests only prints them). perdure as a whole is
+held on lines and branches together, the engine and the store on their
+branches alone: every way out of an ``if``, a loop or an ``except`` of theirs
+is taken by some test. The hooks are wired in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
 #: The package's sources in this tree.
 SOURCE = str(Path(__file__).resolve().parents[1] / "src")
 
-#: Coverage (lines and branches together, as coverage.py counts with
-#: ``branch = true``) each package must keep, in percent.
-FLOORS = {"perdure": 85.0, "perdure/engine": 90.0, "perdure/store": 90.0}
+#: Which figure is held to a floor: the branches alone, or lines and branches
+#: together (as coverage.py counts them with ``branch = true``).
+Kind = Literal["branches", "lines and branches"]
+
+#: Each floored package: the figure held and its floor, in percent. The
+#: engine's branches are held at 86% for now, below the 90% the store keeps:
+#: what is left untaken is mostly a lost lease or a cancellation landing
+#: between two statements of one execution.
+FLOORS: dict[str, tuple[Kind, float]] = {
+    "perdure": ("lines and branches", 85.0),
+    "perdure/engine": ("branches", 86.0),
+    "perdure/store": ("branches", 90.0),
+}
 
 
 @dataclass(frozen=True)
 class Figure:
-    """One package's coverage: the combined percentage and the branch share alone."""
+    """One package's coverage, in percent: lines, branches, both, and its floor."""
 
     package: str
-    percent: float
+    lines: float
     branches: float
+    combined: float
+    kind: Kind
     floor: float
+
+    @property
+    def held(self) -> float:
+        """The figure the floor applies to."""
+        return self.branches if self.kind == "branches" else self.combined
 
     @property
     def holds(self) -> bool:
         """Whether the package is at or above its floor."""
-        return self.percent >= self.floor
+        return self.held >= self.floor
+
+    def summary(self) -> str:
+        """One line for the terminal: every figure, the floor and what it applies to."""
+        return (
+            f"coverage of {self.package}: lines {self.lines:.1f}%, branches "
+            f"{self.branches:.1f}%, lines and branches {self.combined:.1f}%; "
+            f"floor {self.floor:.0f}% on {self.kind}"
+        )
 
 
-def _coverage(session: pytest.Session) -> object | None:
+def _coverage(session: pytest.Session) -> Any | None:
     """The combined coverage.py object of this run, or None without --cov."""
     plugin = session.config.pluginmanager.getplugin("_cov")
     controller = getattr(plugin, "cov_controller", None)
@@ -57,24 +85,36 @@ def whole_suite(session: pytest.Session) -> bool:
     )
 
 
+def _percent(part: int, whole: int) -> float:
+    return 100.0 * part / whole if whole else 100.0
+
+
 def measure(session: pytest.Session) -> list[Figure]:
     """Each floored package's coverage in this run (empty when coverage is off)."""
     cov = _coverage(session)
     if cov is None:
         return []
     figures = []
-    for package, floor in FLOORS.items():
-        pattern = f"{SOURCE}/{package}/*"
-        percent = cov.report(include=[pattern], file=io.StringIO())  # type: ignore[attr-defined]
-        taken = total = 0
-        data = cov.get_data()  # type: ignore[attr-defined]
-        for path in data.measured_files():
-            # This tree's files only: not a copy of another release a test ran.
-            if f"/{package}/" not in path or not path.startswith(SOURCE):
-                continue
-            numbers = cov._analyze(path).numbers  # type: ignore[attr-defined]
-            total += numbers.n_branches
-            taken += numbers.n_branches - numbers.n_missing_branches
-        branches = 100.0 * taken / total if total else 100.0
-        figures.append(Figure(package, percent, branches, floor))
+    for package, (kind, floor) in FLOORS.items():
+        statements = executed = branches = taken = 0
+        # This tree's files, a file no test imported included (as 0%); not a
+        # copy of another release that a test ran.
+        for path in sorted(Path(SOURCE, package).rglob("*.py")):
+            # coverage.py's per-file analysis, as its reports count (the public
+            # API gives the lines of a file, not its branches).
+            numbers = cov._analyze(str(path)).numbers
+            statements += numbers.n_statements
+            executed += numbers.n_executed
+            branches += numbers.n_branches
+            taken += numbers.n_executed_branches
+        figures.append(
+            Figure(
+                package,
+                lines=_percent(executed, statements),
+                branches=_percent(taken, branches),
+                combined=_percent(executed + taken, statements + branches),
+                kind=kind,
+                floor=floor,
+            )
+        )
     return figures

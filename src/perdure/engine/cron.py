@@ -12,6 +12,7 @@ its first occurrence.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -116,12 +117,7 @@ def next_tick(cron: Cron, after: datetime) -> datetime:
 
 def ticks(cron: Cron, after: datetime, count: int) -> list[datetime]:
     """The ``count`` ticks following ``after``, in UTC: what ``schedules list`` shows to come."""
-    found: list[datetime] = []
-    for tick in _walk(cron, _aware(after), forward=True):
-        if len(found) == count:
-            break
-        found.append(tick)
-    return found
+    return list(itertools.islice(_walk(cron, _aware(after), forward=True), count))
 
 
 def _backwards(cron: Cron, until: datetime) -> Iterator[datetime]:
@@ -129,9 +125,7 @@ def _backwards(cron: Cron, until: datetime) -> Iterator[datetime]:
     # croniter works in whole seconds and get_prev is strict: start from the
     # next whole second and drop what lies after `until`.
     start = until.replace(microsecond=0) + timedelta(seconds=1)
-    for tick in _walk(cron, start, forward=False):
-        if tick <= until:
-            yield tick
+    return itertools.dropwhile(lambda tick: tick > until, _walk(cron, start, forward=False))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,151 @@
+"""A worker's less travelled paths: lost connections, a stop that cannot wait, no work.
+
+A connection is lost for real: the test terminates the worker's backend from
+another session (pg_terminate_backend), the way a failover, a DBA or an
+idle-connection reaper does, and checks that the worker notices and goes on
+without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import perdure
+from helpers import BackgroundWorker, wait_until
+
+
+@pytest.fixture
+def admin(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit session of the test's own, which terminates the worker's backends."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        yield conn
+
+
+def _backends(admin: psycopg.Connection[Any], application_name: str) -> int:
+    found = admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+    ).fetchone()
+    return int(found[0]) if found else 0
+
+
+def _terminate(admin: psycopg.Connection[Any], application_name: str) -> int:
+    found = admin.execute(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = %s",
+        (application_name,),
+    ).fetchone()
+    return int(found[0]) if found else 0
+
+
+def test_a_worker_whose_listen_connection_dies_listens_again(
+    app: perdure.App, admin: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.workflow("echo")
+    async def echo(ctx: perdure.Context, value: int) -> int:
+        return value
+
+    listen = "perdure-worker-deaf-listen"
+    # The fallback poll is a minute: a run started after the cut completes
+    # within the test's bound only if a notification wakes the worker, that
+    # is if its LISTEN connection came back.
+    options = {"worker_id": "deaf", "poll_seconds": 60.0, "idle_poll_seconds": 60.0}
+    with BackgroundWorker(app, **options) as worker:
+        wait_until(lambda: _backends(admin, listen) == 1, what="the worker to LISTEN")
+        wait_until(lambda: worker.count("worker_idle") > 0, what="the worker to go idle")
+        assert _terminate(admin, listen) == 1
+        wait_until(
+            lambda: any("listener lost its connection" in r.getMessage() for r in caplog.records),
+            what="the worker to notice the lost LISTEN connection",
+        )
+        wait_until(lambda: _backends(admin, listen) == 1, what="the worker to LISTEN again")
+        handle = app.start("echo", 7)
+        assert handle.result(timeout=30) == 7
+
+
+def test_a_run_still_executing_when_the_shutdown_time_is_up_is_handed_back(
+    app: perdure.App,
+) -> None:
+    calls: list[int] = []
+
+    async def slow() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            await asyncio.sleep(3600)  # cancelled by the worker's stop
+        return "done"
+
+    @app.workflow("slow")
+    async def workflow(ctx: perdure.Context) -> str:
+        return await ctx.step("slow", slow)  # type: ignore[no-any-return]
+
+    handle = app.start("slow")
+    worker = BackgroundWorker(app, worker_id="leaving", poll_seconds=0.05, shutdown_seconds=0.2)
+    try:
+        wait_until(lambda: calls, what="the step to start")
+    finally:
+        worker.stop()
+    # Handed back at once (not left to its lease): queued again, nothing checkpointed.
+    assert app.get_run(handle.id).status == perdure.RunStatus.QUEUED
+    assert app.steps(handle.id) == []
+    assert "run_released" in [e.event for e in app.history(handle.id)]
+    with BackgroundWorker(app, poll_seconds=0.05):
+        assert handle.result(timeout=30) == "done"
+    assert len(calls) == 2
+
+
+def test_a_worker_with_no_workflow_to_serve_is_refused(app: perdure.App) -> None:
+    with pytest.raises(perdure.ConfigurationError, match="at least one workflow"):
+        perdure.Worker(app.url, app.statements, {})
+
+
+def test_a_stop_at_once_hands_back_a_running_run_without_waiting(app: perdure.App) -> None:
+    started = threading.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(3600)  # cancelled by the stop
+        return "never"
+
+    @app.workflow("slow")
+    async def workflow(ctx: perdure.Context) -> str:
+        return await ctx.step("slow", slow)  # type: ignore[no-any-return]
+
+    handle = app.start("slow")
+    # The shutdown time is long: only the stop at once ends the wait early.
+    worker = BackgroundWorker(app, poll_seconds=0.05, shutdown_seconds=3600)
+    try:
+        assert started.wait(30), "the step did not start"
+        worker.loop.call_soon_threadsafe(worker.worker.request_stop)
+        worker.loop.call_soon_threadsafe(lambda: worker.worker.request_stop(at_once=True))
+        worker.thread.join(30)
+        assert not worker.thread.is_alive(), "the worker waited for its run"
+    finally:
+        worker.stop()
+    assert app.get_run(handle.id).status == perdure.RunStatus.QUEUED
+    assert "run_released" in [e.event for e in app.history(handle.id)]
+
+
+def test_a_loop_held_by_the_workers_own_code_blames_no_run(
+    app: perdure.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.workflow("noop")
+    async def noop(ctx: perdure.Context) -> None:
+        return None
+
+    caplog.set_level(logging.DEBUG, logger="perdure.worker")
+    with BackgroundWorker(app, poll_seconds=0.05, blocked_loop_seconds=0.1) as worker:
+        wait_until(lambda: worker.count("worker_idle"), what="the worker to go idle")
+        # A callback of the loop that is no run's task holds it for a moment.
+        worker.loop.call_soon_threadsafe(time.sleep, 1.0)
+        wait_until(
+            lambda: any("slow to answer" in r.getMessage() for r in caplog.records),
+            what="the loop watch to notice",
+        )
+    assert not any("blocked" in r.getMessage() for r in caplog.records)
