@@ -104,3 +104,24 @@ def test_the_first_call_on_a_closed_port_raises_database_unavailable(auto_migrat
             app.list_runs()
     finally:
         app.close()
+
+
+@pytest.mark.parametrize("auto_migrate", [True, False], ids=["migrating", "checking"])
+@pytest.mark.parametrize("wrong", ["database", "role"])
+def test_a_server_that_refuses_the_url_is_a_configuration_error_not_an_outage(
+    pg_url: str, auto_migrate: bool, wrong: str
+) -> None:
+    """A wrong database or role will not come back by retrying: the first call says so."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(pg_url)
+    params["dbname" if wrong == "database" else "user"] = "no_such_name_here"
+    app = perdure.App(make_conninfo(**params), schema="nowhere", auto_migrate=auto_migrate)
+    try:
+        with pytest.raises(perdure.ConfigurationError) as refused:
+            app.list_runs()
+        assert "PostgreSQL refused the connection" in str(refused.value)
+        assert '"no_such_name_here" does not exist' in str(refused.value)
+        assert not isinstance(refused.value, perdure.DatabaseUnavailable)
+    finally:
+        app.close()

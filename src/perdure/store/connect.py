@@ -27,7 +27,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
-from perdure.errors import DatabaseUnavailable
+from perdure.errors import ConfigurationError, DatabaseUnavailable
 
 #: The environment variable naming the direct (unpooled) URL.
 DIRECT_URL_ENV = "PERDURE_DIRECT_DATABASE_URL"
@@ -85,6 +85,16 @@ class Endpoints:
 #: fast shutdown), crash_shutdown, cannot_connect_now (starting up) and
 #: too_many_connections. Class 08 (connection exceptions) counts as well.
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+#: How the server refuses a connection's parameters (its FATAL message; libpq
+#: gives such a refusal no SQLSTATE): no retry makes these work.
+_REFUSALS = (
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",  # the database or the role
+    "permission denied for database",
+    "is not permitted to log in",
+)
 
 
 class ReadOnlyServer(psycopg.OperationalError):
@@ -174,19 +184,32 @@ def is_unavailable(exc: BaseException) -> bool:
     if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         return False
     state = exc.sqlstate
-    # No SQLSTATE: libpq itself failed (connection refused, closed mid-query).
-    return state is None or state.startswith("08") or state in _UNAVAILABLE_STATES
+    if state is None:
+        # No SQLSTATE: libpq itself failed (connection refused, closed
+        # mid-query), unless the server refused the connection's parameters.
+        return not is_refused(exc)
+    return state.startswith("08") or state in _UNAVAILABLE_STATES
+
+
+def is_refused(exc: BaseException) -> bool:
+    """Whether the server refused the connection itself: a wrong password, database or role."""
+    message = str(exc)
+    return "FATAL" in message and any(refusal in message for refusal in _REFUSALS)
 
 
 def connect(url: str, **options: Any) -> psycopg.Connection[Any]:
     """A connection of its own to ``url``; DatabaseUnavailable when the server cannot be reached.
 
     For the short sessions outside the pools: migrations, the schema check.
-    Any other refusal (a wrong password, an unknown database) is raised as is.
+    A server that refuses the connection (a wrong password, an unknown
+    database or role) raises ConfigurationError with the server's reason.
     """
     try:
         return psycopg.connect(url, **options)
     except psycopg.OperationalError as exc:
+        if is_refused(exc):
+            reason = str(exc).split("FATAL:", 1)[-1].strip()
+            raise ConfigurationError(f"PostgreSQL refused the connection: {reason}") from exc
         if is_unavailable(exc):
             raise DatabaseUnavailable(f"cannot reach PostgreSQL: {exc}") from exc
         raise
