@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -63,6 +64,10 @@ class ExecutionEnv:
     #: Tasks the worker executes at once: an execution that runs a batch of
     #: parallel steps in its one slot runs at most this many at a time.
     concurrency: int = 64
+    #: Batches of parallel steps still running after the execution that
+    #: claimed them moved on (a gather that failed fast); the worker waits
+    #: for them, then cancels them, before it stops (engine.parallel.settle).
+    background: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def write(self, task_id: int, statement: Statement[T]) -> T:
         """Commit one write fenced on task ``task_id``, in a transaction shared with
