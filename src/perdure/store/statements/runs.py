@@ -176,6 +176,24 @@ class RunStatements(Namespace):
             "run_signal", count("id"), run=run, name=name, payload=payload_json, key=key
         )
 
+    def signal_many(
+        self,
+        runs: Sequence[str],
+        names: Sequence[str],
+        payloads_json: Sequence[str],
+        keys: Sequence[str | None],
+    ) -> Statement[list[int]]:
+        """Send one signal per item (``runs``, ``names``, ``payloads_json`` and ``keys`` in
+        step) through send_signal, in one statement; the signals' ids, in item order."""
+        return self._build(
+            "run_signal_many",
+            lambda found: [int(r["id"]) for r in sorted(found, key=lambda r: int(r["item"]))],
+            runs=list(runs),
+            names=list(names),
+            payloads=list(payloads_json),
+            keys=list(keys),
+        )
+
     def retry(
         self, run_ids: Sequence[str], statuses: Sequence[str] | None = None
     ) -> Statement[list[str]]:
