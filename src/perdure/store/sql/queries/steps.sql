@@ -21,6 +21,15 @@ FROM {schema}.steps
 WHERE run_id = %(run_id)s AND (position < %(before)s OR position = %(position)s)
 ORDER BY position;
 
+-- name: step_list_at
+-- The checkpoints of one run at %(positions)s, in position order: what a
+-- batch of graph steps reads (their own rows and their dependencies').
+SELECT position, name, kind, status, attempts, output, error, worker_id, started_at, completed_at,
+       wake_at
+FROM {schema}.steps
+WHERE run_id = %(run_id)s AND position = ANY(%(positions)s::integer[])
+ORDER BY position;
+
 -- name: step_list_claimed_now
 -- The checkpoints of the tasks this worker claimed in this very transaction
 -- (claimed_at is the transaction's time), sent in the same pipeline right
