@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from perdure.api import start_batch
 from perdure.api.core import Core
 from perdure.api.handle import RunHandle
 from perdure.api.start_options import StartOptions
@@ -72,10 +73,21 @@ async def start(
     (str: str) are searchable with ``list_runs(tags=...)``.
     """
     options = StartOptions(partition_key, dedup_key, debounce, tags)
-    run: Callable[[Statement[Any]], Awaitable[Any]] = core.run
     if conn is not None:
         run = _on_connection(core, conn)
-    return await _start(core, run, workflow, input, key, version, delay, priority, timeout, options)
+        return await _start(
+            core, run, workflow, input, key, version, delay, priority, timeout, options
+        )
+
+    async def together(stmt: Statement[Any]) -> Any:
+        # On the App's pool, starts in flight at once share a statement.
+        return await (
+            start_batch.insert(core, stmt) if start_batch.batchable(stmt) else core.run(stmt)
+        )
+
+    return await _start(
+        core, together, workflow, input, key, version, delay, priority, timeout, options
+    )
 
 
 async def start_many(
