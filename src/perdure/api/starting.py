@@ -3,8 +3,10 @@
 :func:`start` validates everything before anything is written (invariant 10),
 builds one ``run_insert`` statement (run, first task and history row together)
 and runs it on the App's pool or on the caller's connection, so a run can be
-started inside the caller's own transaction. :func:`start_many` starts many
-runs of one workflow the same way in one statement (``run_insert_many``):
+started inside the caller's own transaction; on the pool, starts in flight
+at once are written together (:mod:`perdure.api.start_batch`).
+:func:`start_many` starts many runs of one workflow the same way in one
+statement (``run_insert_many``):
 every item is checked before any is written, and each goes through the same
 ``insert_run`` as a single start.
 """
