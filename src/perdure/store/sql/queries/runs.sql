@@ -281,21 +281,20 @@ SELECT {schema}.send_signal(%(run)s, %(name)s, %(payload)s::jsonb, %(key)s, %(no
 
 -- name: run_signal_many
 -- Send many signals in one statement, each through send_signal, as
--- run_signal does one. The signals are sent in the order of their runs' ids
--- (a run named by its key counts as its id), then of the items, so that a
--- run's signals keep their order and two batches lock the runs they share in
--- the same order. A refusal (no such run, a finished one) aborts the
--- statement: nothing of the batch is written. Volatile output expressions
--- are evaluated after the ORDER BY sort.
+-- run_signal does one. %(ids)s holds each item's run reference as a uuid when
+-- it has the form of one (else NULL). The signals are sent in the order of
+-- their runs' ids (found as send_signal finds them: by id, then by key), then
+-- of the items, so that a run's signals keep their order and two batches lock
+-- the runs they share in the same order. A refusal (no such run, a finished
+-- one) aborts the statement: nothing of the batch is written. Volatile output
+-- expressions are evaluated after the ORDER BY sort.
 SELECT s.item, {schema}.send_signal(s.run, s.name, s.payload::jsonb, s.key, %(now)s) AS id
-FROM unnest(%(runs)s::text[], %(names)s::text[], %(payloads)s::text[], %(keys)s::text[])
-     WITH ORDINALITY AS s(run, name, payload, key, item)
-ORDER BY coalesce(
-    (SELECT r.id::text FROM {schema}.runs r
-     WHERE r.id = (CASE WHEN s.run ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-                        THEN s.run END)::uuid),
-    (SELECT r.id::text FROM {schema}.runs r WHERE r.key = s.run),
-    s.run), s.item;
+FROM unnest(%(runs)s::text[], %(ids)s::uuid[], %(names)s::text[], %(payloads)s::text[],
+            %(keys)s::text[])
+     WITH ORDINALITY AS s(run, id, name, payload, key, item)
+ORDER BY coalesce((SELECT r.id FROM {schema}.runs r WHERE r.id = s.id),
+                  (SELECT r.id FROM {schema}.runs r WHERE r.key = s.run)),
+         s.item;
 
 -- name: run_expire
 -- Cancel runs whose deadline passed, a batch at a time, with reason
