@@ -97,6 +97,16 @@ async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
 
 
 async def _run_here(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> None:
+    """Run the steps ``task``'s decision made ready, here (:func:`_run_batches`);
+    ``task`` itself is ended already: its lease is no longer extended."""
+    env.ended_tasks.add(task.fence.task_id)
+    try:
+        await _run_batches(task, spec, env)
+    finally:
+        env.ended_tasks.discard(task.fence.task_id)
+
+
+async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> None:
     """Run the steps this task's decision made ready, here, a batch at a time.
 
     The worker that scheduled them claims them (as a gather's steps are

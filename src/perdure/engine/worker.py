@@ -193,7 +193,9 @@ class Worker:
             opts.lease_seconds,
             opts.heartbeat_interval,
             opts.idle_heartbeat_interval,
-            lambda: list(self.running),
+            # Not the tasks an execution already ended and goes on after (a
+            # graph running the steps it made ready): they are gone, not lost.
+            lambda: [t for t in list(self.running) if t not in env.ended_tasks],
             self._leases_lost,
             self._beat,
         )
