@@ -43,21 +43,19 @@ SELECT * FROM {schema}.insert_run(
     %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean);
 
 -- name: run_insert_many
--- Start many runs of one workflow in one statement: insert_run (the one
--- definition of a start) for each of %(run_ids)s with its key and input, in
--- order; the answer's n is the item's place (1-based). A key repeated in the
--- batch, or already taken, answers the run that has it. An item that has no
--- row (a concurrent start of its key, see run_insert) is started again by the
--- caller.
-SELECT r.*, u.n
-FROM unnest(%(run_ids)s::uuid[], %(keys)s::text[], %(inputs)s::text[]) WITH ORDINALITY
-     AS u(id, key, input, n)
-CROSS JOIN LATERAL {schema}.insert_run(
-    u.id, %(workflow)s::text, %(version)s::integer, %(queue)s::text, u.key, u.input::jsonb,
-    {now}, %(priority)s::integer, %(delay_seconds)s::float8, NULL::uuid,
-    %(timeout_seconds)s::float8, NULL::text, NULL::text, %(tags)s::jsonb,
-    %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean) AS r
-ORDER BY u.n;
+-- Start many runs of one workflow in one statement: insert_runs (the one
+-- definition of a start, see migration 0015) for %(run_ids)s with their keys
+-- and inputs, in order; the answer's n is the item's place (1-based). A key
+-- repeated in the batch, or already taken, answers the run that has it. An
+-- item that has no row (a concurrent start of its key, see run_insert) is
+-- started again by the caller.
+SELECT r.*
+FROM {schema}.insert_runs(
+    %(run_ids)s::uuid[], %(workflow)s::text, %(version)s::integer, %(queue)s::text,
+    %(keys)s::text[], %(inputs)s::text[]::jsonb[], {now}, %(priority)s::integer,
+    %(delay_seconds)s::float8, NULL::uuid, %(timeout_seconds)s::float8, NULL::text, NULL::text,
+    %(tags)s::jsonb, %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean) AS r
+ORDER BY r.n;
 
 -- name: run_debounce
 -- A debounced start: give the run that has this key (or this dedup_key in
