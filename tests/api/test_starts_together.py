@@ -31,7 +31,7 @@ def test_concurrent_starts_are_written_together_and_each_answers_its_own(
     keys: list[str | None] = [f"k{i % 50}" if i % 3 == 0 else None for i in range(300)]
     with sent_statements(monkeypatch) as sent:
         handles = asyncio.run(_start_all(app, keys))
-    inserts = [s for s in sent if "insert_run(" in s.query]
+    inserts = [s for s in sent if "insert_runs(" in s.query]
     # Fewer statements than starts: the ones in flight together shared one.
     assert 0 < len(inserts) < len(handles)
     by_key: dict[str, set[str]] = {}

@@ -73,15 +73,31 @@ class StartBatcher:
         self.core, self.loop = core, loop
         self.waiting: dict[tuple[Any, ...], list[_Waiting]] = {}
         self.writers: dict[tuple[Any, ...], asyncio.Task[None]] = {}
+        #: Shapes of the starts being written alone, by their callers.
+        self.alone: set[tuple[Any, ...]] = set()
 
     async def insert(self, stmt: Statement[StartResult | None]) -> StartResult | None:
-        """Queue ``stmt`` behind the statement of its shape being written; its answer."""
+        """Write ``stmt`` now if no statement of its shape is being written, else
+        queue it behind that one; its answer."""
         shape = tuple(_frozen(stmt.params.get(name)) for name in _SHARED)
+        if shape not in self.writers and shape not in self.alone:
+            # Nothing of this shape in flight: written here, at once.
+            self.alone.add(shape)
+            try:
+                return await self.core.run(stmt)
+            finally:
+                self.alone.discard(shape)
+                self._start_writer(shape)
         answer: asyncio.Future[StartResult | None] = self.loop.create_future()
         self.waiting.setdefault(shape, []).append((stmt, answer))
-        if shape not in self.writers:
-            self.writers[shape] = self.loop.create_task(self._write(shape))
+        if shape not in self.alone:
+            self._start_writer(shape)
         return await answer
+
+    def _start_writer(self, shape: tuple[Any, ...]) -> None:
+        """Write the starts of ``shape`` that wait, unless a writer does already."""
+        if self.waiting.get(shape) and shape not in self.writers:
+            self.writers[shape] = self.loop.create_task(self._write(shape))
 
     async def _write(self, shape: tuple[Any, ...]) -> None:
         """Write the starts of ``shape`` a statement at a time until none is waiting."""

@@ -25,19 +25,19 @@
 
 -- name: run_insert
 -- Start a run: the run row, its first task and its history entry, through
--- the insert_run function (migration 0011), the one definition of a start
--- that start_run, the SQL entry point, calls too. A repeated key returns the
--- existing run, and a dedup_key the run of its queue that waits to start
--- with that key. Under a concurrent insert of the same key in a
--- repeatable-read transaction, the answer may be no row: the caller runs it
+-- insert_runs with one item (migration 0015), the one definition of a start
+-- that insert_run and start_run, the SQL entry points, call too. A repeated
+-- key returns the existing run, and a dedup_key the run of its queue that
+-- waits to start with that key. Under a concurrent insert of the same key in
+-- a repeatable-read transaction, the answer may be no row: the caller runs it
 -- again. With %(lookup)s (a caller without the workflow's code), the
 -- workflow must be registered in the database: if it is not, nothing is
 -- written and the answer is one row whose id is NULL. Without a pinned
 -- version (%(newest)s), the newest version registered in the database wins
 -- if it is newer than the caller's code, with its queue.
-SELECT * FROM {schema}.insert_run(
-    %(run_id)s::uuid, %(workflow)s::text, %(version)s::integer, %(queue)s::text,
-    %(key)s::text, %(input)s::jsonb, {now}, %(priority)s::integer,
+SELECT id, workflow, status, created_at, created FROM {schema}.insert_runs(
+    ARRAY[%(run_id)s::uuid], %(workflow)s::text, %(version)s::integer, %(queue)s::text,
+    ARRAY[%(key)s::text], ARRAY[%(input)s::jsonb], {now}, %(priority)s::integer,
     %(delay_seconds)s::float8, %(parent_run_id)s::uuid, %(timeout_seconds)s::float8,
     %(partition_key)s::text, %(dedup_key)s::text, %(tags)s::jsonb,
     %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean);
