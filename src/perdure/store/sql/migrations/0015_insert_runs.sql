@@ -74,6 +74,12 @@ BEGIN
         FROM inserted r
     )
     SELECT coalesce(array_agg(r.id), '{}') INTO v_created FROM inserted r;
+    IF cardinality(v_created) = cardinality(p_ids) THEN
+        -- Every item made a run (the usual case): nothing to look up.
+        RETURN QUERY SELECT u.n, u.id, p_workflow, 'queued'::text, p_now, true
+                     FROM unnest(p_ids) WITH ORDINALITY AS u(id, n);
+        RETURN;
+    END IF;
     -- A statement of its own: it sees the runs whose inserts this one waited
     -- for, and those inserted above for a key repeated in the items.
     RETURN QUERY
