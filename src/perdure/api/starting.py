@@ -6,9 +6,9 @@ and runs it on the App's pool or on the caller's connection, so a run can be
 started inside the caller's own transaction; on the pool, starts in flight
 at once are written together (:mod:`perdure.api.start_batch`).
 :func:`start_many` starts many runs of one workflow the same way in one
-statement (``run_insert_many``):
-every item is checked before any is written, and each goes through the same
-``insert_run`` as a single start.
+statement (``run_insert_many``): every item is checked before any is written,
+and all go through ``insert_runs`` (migration 0015), the one definition of a
+start, as a single start does.
 """
 
 from __future__ import annotations
