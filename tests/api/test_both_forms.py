@@ -127,6 +127,10 @@ APP_CASES: dict[str, Case] = {
     "schedules": (_args(), lambda w, r: [s.name for s in r] == ["nightly"]),
     "set_queue": (_args("echo", concurrency=3), lambda w, r: r.concurrency == 3),
     "signal": (_args(queued_id, "go", 1), lambda w, r: isinstance(r, int)),
+    "signal_many": (
+        lambda w: (([w.queued.id, w.paused.id, w.queued.id], "go", [1, 2, 3]), {}),
+        lambda w, r: len(set(r)) == 3 and r[0] < r[2],
+    ),
     "signals": (_args(done_id), lambda w, r: r == []),
     "start": (_args("echo", 1, key="k"), lambda w, r: r.created and r.status() == "queued"),
     "start_many": (

@@ -384,3 +384,44 @@ def test_a_1000_leaf_graph_with_skips_a_failing_join_and_compensations(
     assert len(by_status["compensation:completed"]) == 10
     completed = [name for event, name in events if event == "step_completed"]
     assert len(completed) == len(set(completed)) == 911
+
+
+def _beats_seen(app: perdure.App, seen: set[object]) -> int:
+    """How many distinct heartbeat times of the workers were seen so far."""
+    seen.update(w.heartbeat_at for w in app.workers())
+    return len(seen)
+
+
+def test_a_task_that_ran_the_steps_it_made_ready_is_not_reported_lost(app: perdure.App) -> None:
+    release = threading.Event()
+    held: list[int] = []
+    g = app.graph("held_leaves")
+
+    @g.step()
+    def start(ctx: perdure.StepContext, _: Any) -> int:
+        return 1
+
+    def leaf(ctx: perdure.StepContext, value: int) -> int:
+        held.append(value)
+        release.wait(20)
+        return value
+
+    for i in range(2):
+        g.step(f"leaf{i}", depends_on=[start])(leaf)
+
+    handle = app.start("held_leaves", None)
+    with BackgroundWorker(app, **FAST, heartbeat_seconds=0.05) as background:
+        try:
+            wait_until(lambda: len(held) == 2, 20, what="the leaves to run")
+            # The task whose decision made the leaves ready (ended already)
+            # waits for them here across several heartbeats.
+            beats: set[object] = set()
+            wait_until(
+                lambda: _beats_seen(app, beats) >= 4,
+                20,
+                what="heartbeats while the leaves run",
+            )
+        finally:
+            release.set()
+        assert handle.result(timeout=30) == {"leaf0": 1, "leaf1": 1}
+        assert background.count("lease_lost") == 0

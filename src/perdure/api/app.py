@@ -287,6 +287,8 @@ class App:
 
     signal = forms.blocking(messaging.signal)
     signal_async = forms.awaiting(messaging.signal)
+    signal_many = forms.blocking(messaging.signal_many)
+    signal_many_async = forms.awaiting(messaging.signal_many)
     signals = forms.blocking(messaging.signals)
     signals_async = forms.awaiting(messaging.signals)
     pause = forms.blocking(messaging.pause)

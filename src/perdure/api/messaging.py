@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from perdure.api.core import Core
 from perdure.api.patience import patiently
 from perdure.engine import arguments, serialization
 from perdure.engine.arguments import validate_name
-from perdure.errors import EventTimeout, InvalidRunState, RunNotFound
+from perdure.errors import (
+    ConfigurationError,
+    EventTimeout,
+    InvalidRunState,
+    PerdureError,
+    RunNotFound,
+)
 from perdure.store import caller
 from perdure.types import Run, RunStatus
 
@@ -37,6 +43,71 @@ async def signal(
         found = await core.find(run)
         raise InvalidRunState(found.id, found.status.value, "signal")
     return sent
+
+
+async def signal_many(
+    core: Core,
+    runs: Sequence[str],
+    name: str,
+    payloads: Sequence[Any] | None = None,
+    *,
+    keys: Sequence[str | None] | None = None,
+) -> list[int]:
+    """Send signal ``name`` to each run of ``runs`` (ids or keys), in one statement;
+    the signals' ids, in order.
+
+    Item ``i`` sends ``payloads[i]`` (None without ``payloads``) with
+    ``keys[i]``, as :meth:`signal` does one; a run may appear more than once,
+    and its signals keep their order. Every item is checked first, and one
+    refused (a bad payload or key, an unknown or finished run) refuses the
+    whole batch with an error that names its index: nothing is written.
+    """
+    if isinstance(runs, str | bytes):
+        raise ConfigurationError(f"runs must be a list of run ids or keys, not {runs!r}")
+    refs = list(runs)
+    values = [None] * len(refs) if payloads is None else list(payloads)
+    named: list[str | None] = [None] * len(refs) if keys is None else list(keys)
+    for label, given in (("payloads", values), ("keys", named)):
+        if len(given) != len(refs):
+            raise ConfigurationError(f"{label} has {len(given)} items, runs has {len(refs)}")
+    validate_name("signal", name)
+    texts: list[str] = []
+    for index, (ref, payload) in enumerate(zip(refs, values, strict=True)):
+        try:
+            if not isinstance(ref, str) or not ref or not arguments.storable(ref):
+                raise RunNotFound(repr(ref))
+            named[index] = arguments.optional_text(
+                "signal key", named[index], max_length=arguments.MAX_KEY_LENGTH
+            )
+            what = f"the payload of signal {name!r}"
+            texts.append(serialization.dumps(payload, what, core.max_payload_bytes))
+        except PerdureError as exc:
+            exc.args = (f"item {index} of {len(refs)}: {exc}",)
+            raise
+    if not refs:
+        return []
+    statement = core.statements.runs.signal_many(refs, [name] * len(refs), texts, named)
+    sent = await caller.signal_refusal(core.run(statement))
+    if isinstance(sent, caller.Refusal):
+        raise await _refused(core, refs)
+    return sent
+
+
+async def _refused(core: Core, refs: list[str]) -> PerdureError:
+    """The error naming the first item of a refused batch whose run is unknown or finished."""
+    for index, ref in enumerate(refs):
+        error: PerdureError | None = None
+        try:
+            found = await core.find(ref)
+            if found.status.is_final:
+                error = InvalidRunState(found.id, found.status.value, "signal")
+        except RunNotFound as missing:
+            error = missing
+        if error is not None:
+            error.args = (f"item {index} of {len(refs)}: {error}",)
+            return error
+    # The run that refused is gone since (removed by retention): name none.
+    return PerdureError("a run of the batch ended while it was sent: nothing was sent")
 
 
 async def signals(core: Core, run: str) -> list[dict[str, Any]]:

@@ -3,10 +3,12 @@
 :func:`start` validates everything before anything is written (invariant 10),
 builds one ``run_insert`` statement (run, first task and history row together)
 and runs it on the App's pool or on the caller's connection, so a run can be
-started inside the caller's own transaction. :func:`start_many` starts many
-runs of one workflow the same way in one statement (``run_insert_many``):
-every item is checked before any is written, and each goes through the same
-``insert_run`` as a single start.
+started inside the caller's own transaction; on the pool, starts in flight
+at once are written together (:mod:`perdure.api.start_batch`).
+:func:`start_many` starts many runs of one workflow the same way in one
+statement (``run_insert_many``): every item is checked before any is written,
+and all go through ``insert_runs`` (migration 0015), the one definition of a
+start, as a single start does.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from perdure.api import start_batch
 from perdure.api.core import Core
 from perdure.api.handle import RunHandle
 from perdure.api.start_options import StartOptions
@@ -72,10 +75,21 @@ async def start(
     (str: str) are searchable with ``list_runs(tags=...)``.
     """
     options = StartOptions(partition_key, dedup_key, debounce, tags)
-    run: Callable[[Statement[Any]], Awaitable[Any]] = core.run
     if conn is not None:
         run = _on_connection(core, conn)
-    return await _start(core, run, workflow, input, key, version, delay, priority, timeout, options)
+        return await _start(
+            core, run, workflow, input, key, version, delay, priority, timeout, options
+        )
+
+    async def together(stmt: Statement[Any]) -> Any:
+        # On the App's pool, starts in flight at once share a statement.
+        return await (
+            start_batch.insert(core, stmt) if start_batch.batchable(stmt) else core.run(stmt)
+        )
+
+    return await _start(
+        core, together, workflow, input, key, version, delay, priority, timeout, options
+    )
 
 
 async def start_many(

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -53,6 +54,9 @@ class ExecutionEnv:
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     #: Tasks the heartbeat found taken away; their executions stop at the next ctx call.
     lost_tasks: set[int] = field(default_factory=set)
+    #: Tasks whose execution ended them (deleted their row) and goes on (a
+    #: graph running the steps it made ready): the heartbeat leaves them out.
+    ended_tasks: set[int] = field(default_factory=set)
     #: The workflows this worker has code for, by (name, version): child runs
     #: of these start without a registry lookup.
     specs: Mapping[tuple[str, int], WorkflowSpec[Any]] = field(default_factory=dict)
@@ -63,6 +67,10 @@ class ExecutionEnv:
     #: Tasks the worker executes at once: an execution that runs a batch of
     #: parallel steps in its one slot runs at most this many at a time.
     concurrency: int = 64
+    #: Batches of parallel steps still running after the execution that
+    #: claimed them moved on (a gather that failed fast); the worker waits
+    #: for them, then cancels them, before it stops (engine.parallel.settle).
+    background: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def write(self, task_id: int, statement: Statement[T]) -> T:
         """Commit one write fenced on task ``task_id``, in a transaction shared with

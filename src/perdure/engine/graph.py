@@ -97,6 +97,16 @@ async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
 
 
 async def _run_here(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> None:
+    """Run the steps ``task``'s decision made ready, here (:func:`_run_batches`);
+    ``task`` itself is ended already: its lease is no longer extended."""
+    env.ended_tasks.add(task.fence.task_id)
+    try:
+        await _run_batches(task, spec, env)
+    finally:
+        env.ended_tasks.discard(task.fence.task_id)
+
+
+async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> None:
     """Run the steps this task's decision made ready, here, a batch at a time.
 
     The worker that scheduled them claims them (as a gather's steps are
@@ -121,8 +131,10 @@ async def _run_here(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> No
             )
             if not claimed:
                 return
-            listed: list[Step] = await store.execute(statements.steps.list(task.run_id))
-            found = tuple(listed)
+            # The batch's own rows and those of their dependencies, read once.
+            wanted = [p for g in claimed for p in _reads(spec, g.position)]
+            listed = await store.execute(statements.steps.list_at(task.run_id, wanted))
+            found = {s.position: s for s in listed}
             held: list[GatheredCompletion] = []
             await asyncio.gather(
                 *(
@@ -134,11 +146,12 @@ async def _run_here(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> No
                             step_position=g.position,
                             step_name=g.name,
                             gather_start=None,
-                            steps=found,
+                            steps=(),
                         ),
                         spec,
                         env,
                         held=(g, held),
+                        found=found,
                     )
                     for g in claimed
                 ),
@@ -159,19 +172,25 @@ async def _execute_step(
     env: ExecutionEnv,
     held: tuple[GatheredStep, list[GatheredCompletion]] | None = None,
     decided: list[bool] | None = None,
+    found: dict[int, Step] | None = None,
 ) -> str:
     """Execute one graph step (or compensation). With ``held``, its completion is
     appended to the batch's list instead of being written; ``decided`` is told
-    whether the decision after its checkpoint made steps ready."""
+    whether the decision after its checkpoint made steps ready; ``found`` holds
+    the rows the batch read (at least this step's and its dependencies')."""
     position = task.step_position
     assert position is not None
     n = len(spec.steps)
     step = spec.steps[position % n]
-    if task.steps is not None:
-        found = list(task.steps)
-    else:
-        found = await env.store.execute(env.store.statements.steps.list(task.run_id))
-    rows = {s.position: s for s in found}
+    if found is None:
+        if task.steps is not None:
+            listed = list(task.steps)
+        else:
+            listed = await env.store.execute(env.store.statements.steps.list(task.run_id))
+        found = {s.position: s for s in listed}
+    # Only what this step reads: its own row and its dependencies' (O(1) in
+    # the width of the graph, not O(n) for each of n steps).
+    rows = {p: found[p] for p in _reads(spec, position) if p in found}
     recorded = rows.get(position)
     if recorded is not None and recorded.status in _FINAL:
         return await _finish_duplicate(task, spec, env)
@@ -237,6 +256,13 @@ async def _execute_step(
         if completion is not None:
             held[1].append(completion)
     return "branch_completed"
+
+
+def _reads(spec: GraphSpec, position: int) -> tuple[int, ...]:
+    """The positions whose rows executing ``position`` reads: its own, its step's
+    (for a compensation) and its step's dependencies'."""
+    step = spec.steps[position % len(spec.steps)]
+    return (position, step.position, *step.depends_on)
 
 
 async def _finish_duplicate(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> str:

@@ -71,8 +71,6 @@ HEAD_START_RATE = 2000.0
 HEAD_START_MAX_SECONDS = 120.0
 #: Fewer at once when the step is a plain ``def``: they share the worker's threads.
 GATHER_BATCH_THREADS = 8
-#: The rests of batches still running after their gather failed fast (kept referenced).
-_FINISHING: set[asyncio.Task[None]] = set()
 _FINAL = (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.SKIPPED)
 
 
@@ -263,9 +261,6 @@ async def _execute_here(
     threaded = any(not inspect.iscoroutinefunction(calls[i].fn) for i in range(min(len(calls), 8)))
     limit = batch_size(env, GATHER_BATCH_THREADS if threaded else GATHER_BATCH)
     after = gather_start
-    # Extends the current batch's leases; cancelled however the batch ends (a
-    # lost database included), or the steps it claimed would never lapse.
-    leases: asyncio.Task[None] | None = None
     try:
         while True:
             claimed = await env.store.execute(
@@ -285,53 +280,97 @@ async def _execute_here(
                 after = gather_start  # once more from the start: steps skipped while locked
                 continue
             after = claimed[-1].position + 1
-            leases = asyncio.create_task(_keep_leases(ex, [g.fence.task_id for g in claimed]))
-            running: set[asyncio.Future[Any]] = {
-                asyncio.ensure_future(_run_claimed(ex, calls, gather_start, g)) for g in claimed
-            }
-            completed: list[GatheredCompletion] = []
-            failed = False
-            while running and not failed:
-                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for job in done:
-                    outcome = job.result()
-                    if isinstance(outcome, GatheredCompletion):
-                        completed.append(outcome)
-                    failed = failed or (outcome == "failed" and fail_fast)
-            await complete_batch(ex.env, ex.task, completed)
-            if running:
+            batch = _Batch(ex, claimed, lambda g: _run_claimed(ex, calls, gather_start, g))
+            try:
+                failed = await batch.run(fail_fast)
+            except BaseException:
+                # However the batch ends (a lost database included), its lease
+                # keeper stops: else the steps it claimed would never lapse.
+                await batch.cancel()
+                raise
+            if batch.running:
                 # Failed fast: the run goes on now; the rest of the batch
-                # finishes and is recorded, as parallel steps still running do.
-                rest = asyncio.create_task(_finish(ex, running, leases))
-                _FINISHING.add(rest)
-                rest.add_done_callback(_FINISHING.discard)
-                leases = None  # _finish cancels it
+                # finishes and is recorded, as parallel steps still running
+                # do. The worker waits for it (then cancels it) when it stops.
+                rest = asyncio.create_task(batch.finish())
+                env.background.add(rest)
+                rest.add_done_callback(env.background.discard)
                 return True
-            leases.cancel()
+            batch.leases.cancel()
             if failed:
                 return True
     except Exception:
         log.warning("run %s: executing its parallel steps here stopped", run_id, exc_info=True)
         return False
-    finally:
-        if leases is not None:
-            leases.cancel()
 
 
-async def _finish(
-    ex: Execution, running: set[asyncio.Future[Any]], leases: asyncio.Task[None]
-) -> None:
-    """Wait for the rest of a batch and record its completions."""
-    try:
-        await asyncio.wait(running)
-        outcomes = [job.result() for job in running if not job.exception()]
-        await complete_batch(
-            ex.env, ex.task, [c for c in outcomes if isinstance(c, GatheredCompletion)]
-        )
-    except Exception:
-        log.warning("run %s: finishing its parallel steps stopped", ex.task.run_id, exc_info=True)
-    finally:
-        leases.cancel()
+class _Batch:
+    """One batch of claimed parallel steps running at once, with their leases kept."""
+
+    def __init__(
+        self,
+        ex: Execution,
+        claimed: list[GatheredStep],
+        run: Callable[[GatheredStep], Awaitable[GatheredCompletion | str | None]],
+    ) -> None:
+        """Start ``run`` for each claimed step, and the task that extends their leases."""
+        self.ex = ex
+        self.running: set[asyncio.Future[GatheredCompletion | str | None]] = {
+            asyncio.ensure_future(run(g)) for g in claimed
+        }
+        self.leases = asyncio.create_task(_keep_leases(ex, [g.fence.task_id for g in claimed]))
+
+    async def run(self, fail_fast: bool) -> bool:
+        """Wait for the steps and write the completions of those done; whether one
+        failed for good while ``fail_fast`` (then the others may still be running)."""
+        completed: list[GatheredCompletion] = []
+        failed = False
+        while self.running and not failed:
+            done, self.running = await asyncio.wait(
+                self.running, return_when=asyncio.FIRST_COMPLETED
+            )
+            for job in done:
+                outcome = job.result()
+                if isinstance(outcome, GatheredCompletion):
+                    completed.append(outcome)
+                failed = failed or (outcome == "failed" and fail_fast)
+        await complete_batch(self.ex.env, self.ex.task, completed)
+        return failed
+
+    async def finish(self) -> None:
+        """Wait for the rest of the batch and record its completions (in the
+        background); cancelled, it stops its steps and writes nothing more."""
+        try:
+            await self.run(fail_fast=False)
+        except asyncio.CancelledError:
+            await self.cancel()
+            raise
+        except Exception:
+            log.warning(
+                "run %s: finishing its parallel steps stopped", self.ex.task.run_id, exc_info=True
+            )
+        finally:
+            self.leases.cancel()
+
+    async def cancel(self) -> None:
+        """Cancel the steps still running and wait until they have stopped (their
+        transactions ended): their leases lapse and other workers run them again."""
+        self.leases.cancel()
+        for job in self.running:
+            job.cancel()
+        await asyncio.gather(*self.running, self.leases, return_exceptions=True)
+
+
+async def settle(env: ExecutionEnv, seconds: float) -> None:
+    """Let the batches still running in the background finish for up to
+    ``seconds``, then cancel the rest and wait until they have stopped, so
+    that none is left holding a transaction when the worker stops."""
+    if not env.background:
+        return
+    _, pending = await asyncio.wait(set(env.background), timeout=max(seconds, 0.0))
+    for rest in pending:
+        rest.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def complete_batch(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import graph, maintenance, outcome, retention, schedules
+from perdure.engine import graph, maintenance, outcome, parallel, retention, schedules
 from perdure.engine.claiming import Claims
 from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
@@ -193,7 +193,9 @@ class Worker:
             opts.lease_seconds,
             opts.heartbeat_interval,
             opts.idle_heartbeat_interval,
-            lambda: list(self.running),
+            # Not the tasks an execution already ended and goes on after (a
+            # graph running the steps it made ready): they are gone, not lost.
+            lambda: [t for t in list(self.running) if t not in env.ended_tasks],
             self._leases_lost,
             self._beat,
         )
@@ -225,7 +227,7 @@ class Worker:
             self._emit("worker_started", {"worker_id": self.id})
             await self._claim_loop(store, env, wakeup)
         finally:
-            await self._shutdown(store)
+            await self._shutdown(store, env)
             await services.stop()
             await self._close(store, env, committer)
 
@@ -488,9 +490,18 @@ class Worker:
             )
             self._emit("lease_lost", {"run_id": held.task.run_id, "task_id": task_id})
 
-    async def _shutdown(self, store: AsyncStore) -> None:
-        if not self.running:
-            return
+    async def _shutdown(self, store: AsyncStore, env: ExecutionEnv) -> None:
+        """Let in-flight work finish within ``shutdown_seconds``; cancel and hand back the
+        rest, so that no transaction of this worker is left open once it has stopped."""
+        deadline = time.monotonic() + self.options.shutdown_seconds
+        if self.running:
+            await self._finish_running(store)
+        left = 0.0 if self._stop_at_once.is_set() else deadline - time.monotonic()
+        await parallel.settle(env, left)
+
+    async def _finish_running(self, store: AsyncStore) -> None:
+        """Wait up to ``shutdown_seconds`` for the executions in flight; cancel and hand
+        back the rest."""
         jobs = [held.job for held in self.running.values()]
         log.info(
             "worker %s stopping: waiting up to %.0f s for %d run(s)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -11,6 +12,9 @@ from perdure.store import rows
 from perdure.store.rows import Fence, Fenced, Queueing, StartResult
 from perdure.store.statement import Namespace, Row, Statement, all_rows, count, first
 from perdure.types import Run, RunRef, RunStatus
+
+#: A run reference send_signal takes for an id (else a key): the canonical uuid form.
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
 
 
 def _counts(found: list[Row]) -> dict[str, int]:
@@ -174,6 +178,25 @@ class RunStatements(Namespace):
         """Send a signal to a run (by id or key) through send_signal; the signal's id."""
         return self._build(
             "run_signal", count("id"), run=run, name=name, payload=payload_json, key=key
+        )
+
+    def signal_many(
+        self,
+        runs: Sequence[str],
+        names: Sequence[str],
+        payloads_json: Sequence[str],
+        keys: Sequence[str | None],
+    ) -> Statement[list[int]]:
+        """Send one signal per item (``runs``, ``names``, ``payloads_json`` and ``keys`` in
+        step) through send_signal, in one statement; the signals' ids, in item order."""
+        return self._build(
+            "run_signal_many",
+            lambda found: [int(r["id"]) for r in sorted(found, key=lambda r: int(r["item"]))],
+            runs=list(runs),
+            ids=[run if _UUID.fullmatch(run) else None for run in runs],
+            names=list(names),
+            payloads=list(payloads_json),
+            keys=list(keys),
         )
 
     def retry(

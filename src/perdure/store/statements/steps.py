@@ -275,6 +275,15 @@ class StepStatements(Namespace):
             "step_list_archived", lambda found: [rows.step(r) for r in found], run_id=run_id
         )
 
+    def list_at(self, run_id: str, positions: Sequence[int]) -> Statement[list[Step]]:
+        """The checkpoints of a run at ``positions``, in position order."""
+        return self._build(
+            "step_list_at",
+            lambda found: [rows.step(r) for r in found],
+            run_id=run_id,
+            positions=sorted(set(positions)),
+        )
+
     def list(self, run_id: str) -> Statement[list[Step]]:
         """The checkpoints of a run in position order."""
         return self._build("step_list", lambda found: [rows.step(r) for r in found], run_id=run_id)

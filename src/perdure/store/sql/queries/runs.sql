@@ -25,39 +25,37 @@
 
 -- name: run_insert
 -- Start a run: the run row, its first task and its history entry, through
--- the insert_run function (migration 0011), the one definition of a start
--- that start_run, the SQL entry point, calls too. A repeated key returns the
--- existing run, and a dedup_key the run of its queue that waits to start
--- with that key. Under a concurrent insert of the same key in a
--- repeatable-read transaction, the answer may be no row: the caller runs it
+-- insert_runs with one item (migration 0015), the one definition of a start
+-- that insert_run and start_run, the SQL entry points, call too. A repeated
+-- key returns the existing run, and a dedup_key the run of its queue that
+-- waits to start with that key. Under a concurrent insert of the same key in
+-- a repeatable-read transaction, the answer may be no row: the caller runs it
 -- again. With %(lookup)s (a caller without the workflow's code), the
 -- workflow must be registered in the database: if it is not, nothing is
 -- written and the answer is one row whose id is NULL. Without a pinned
 -- version (%(newest)s), the newest version registered in the database wins
 -- if it is newer than the caller's code, with its queue.
-SELECT * FROM {schema}.insert_run(
-    %(run_id)s::uuid, %(workflow)s::text, %(version)s::integer, %(queue)s::text,
-    %(key)s::text, %(input)s::jsonb, {now}, %(priority)s::integer,
+SELECT id, workflow, status, created_at, created FROM {schema}.insert_runs(
+    ARRAY[%(run_id)s::uuid], %(workflow)s::text, %(version)s::integer, %(queue)s::text,
+    ARRAY[%(key)s::text], ARRAY[%(input)s::jsonb], {now}, %(priority)s::integer,
     %(delay_seconds)s::float8, %(parent_run_id)s::uuid, %(timeout_seconds)s::float8,
     %(partition_key)s::text, %(dedup_key)s::text, %(tags)s::jsonb,
     %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean);
 
 -- name: run_insert_many
--- Start many runs of one workflow in one statement: insert_run (the one
--- definition of a start) for each of %(run_ids)s with its key and input, in
--- order; the answer's n is the item's place (1-based). A key repeated in the
--- batch, or already taken, answers the run that has it. An item that has no
--- row (a concurrent start of its key, see run_insert) is started again by the
--- caller.
-SELECT r.*, u.n
-FROM unnest(%(run_ids)s::uuid[], %(keys)s::text[], %(inputs)s::text[]) WITH ORDINALITY
-     AS u(id, key, input, n)
-CROSS JOIN LATERAL {schema}.insert_run(
-    u.id, %(workflow)s::text, %(version)s::integer, %(queue)s::text, u.key, u.input::jsonb,
-    {now}, %(priority)s::integer, %(delay_seconds)s::float8, NULL::uuid,
-    %(timeout_seconds)s::float8, NULL::text, NULL::text, %(tags)s::jsonb,
-    %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean) AS r
-ORDER BY u.n;
+-- Start many runs of one workflow in one statement: insert_runs (the one
+-- definition of a start, see migration 0015) for %(run_ids)s with their keys
+-- and inputs, in order; the answer's n is the item's place (1-based). A key
+-- repeated in the batch, or already taken, answers the run that has it. An
+-- item that has no row (a concurrent start of its key, see run_insert) is
+-- started again by the caller.
+SELECT r.*
+FROM {schema}.insert_runs(
+    %(run_ids)s::uuid[], %(workflow)s::text, %(version)s::integer, %(queue)s::text,
+    %(keys)s::text[], %(inputs)s::text[]::jsonb[], {now}, %(priority)s::integer,
+    %(delay_seconds)s::float8, NULL::uuid, %(timeout_seconds)s::float8, NULL::text, NULL::text,
+    %(tags)s::jsonb, %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean) AS r
+ORDER BY r.n;
 
 -- name: run_debounce
 -- A debounced start: give the run that has this key (or this dedup_key in
@@ -278,6 +276,23 @@ SELECT status FROM {schema}.runs WHERE id = %(run_id)s FOR UPDATE;
 -- name: run_signal
 -- Send a signal through the send_signal function (see migration 0002).
 SELECT {schema}.send_signal(%(run)s, %(name)s, %(payload)s::jsonb, %(key)s, %(now)s) AS id;
+
+-- name: run_signal_many
+-- Send many signals in one statement, each through send_signal, as
+-- run_signal does one. %(ids)s holds each item's run reference as a uuid when
+-- it has the form of one (else NULL). The signals are sent in the order of
+-- their runs' ids (found as send_signal finds them: by id, then by key), then
+-- of the items, so that a run's signals keep their order and two batches lock
+-- the runs they share in the same order. A refusal (no such run, a finished
+-- one) aborts the statement: nothing of the batch is written. Volatile output
+-- expressions are evaluated after the ORDER BY sort.
+SELECT s.item, {schema}.send_signal(s.run, s.name, s.payload::jsonb, s.key, %(now)s) AS id
+FROM unnest(%(runs)s::text[], %(ids)s::uuid[], %(names)s::text[], %(payloads)s::text[],
+            %(keys)s::text[])
+     WITH ORDINALITY AS s(run, id, name, payload, key, item)
+ORDER BY coalesce((SELECT r.id FROM {schema}.runs r WHERE r.id = s.id),
+                  (SELECT r.id FROM {schema}.runs r WHERE r.key = s.run)),
+         s.item;
 
 -- name: run_expire
 -- Cancel runs whose deadline passed, a batch at a time, with reason

@@ -21,6 +21,15 @@ FROM {schema}.steps
 WHERE run_id = %(run_id)s AND (position < %(before)s OR position = %(position)s)
 ORDER BY position;
 
+-- name: step_list_at
+-- The checkpoints of one run at %(positions)s, in position order: what a
+-- batch of graph steps reads (their own rows and their dependencies').
+SELECT position, name, kind, status, attempts, output, error, worker_id, started_at, completed_at,
+       wake_at
+FROM {schema}.steps
+WHERE run_id = %(run_id)s AND position = ANY(%(positions)s::integer[])
+ORDER BY position;
+
 -- name: step_list_claimed_now
 -- The checkpoints of the tasks this worker claimed in this very transaction
 -- (claimed_at is the transaction's time), sent in the same pipeline right
@@ -206,7 +215,9 @@ SELECT (SELECT count(*) FROM lease) + (SELECT count(*) FROM kept) AS leased,
 -- Finish a parallel step's task: its final checkpoint (completed or failed)
 -- and the deletion of its task in one statement, fenced. The run's own task,
 -- parked at the gather, becomes due when no other parallel step of the run
--- remains, or at once when %(wake)s (a failure under fail-fast). SKIP LOCKED:
+-- remains, or at once when %(wake)s (a failure under fail-fast); a run that
+-- has moved on (its gather failed fast, it now waits for something else) is
+-- left waiting for that. SKIP LOCKED:
 -- a run task being claimed this instant reads the checkpoints after this
 -- commit anyway.
 WITH lease AS (
@@ -232,6 +243,8 @@ WITH lease AS (
     UPDATE {schema}.tasks SET available_at = {now}
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN lease ON t.run_id = lease.run_id
                  WHERE t.kind = 'run' AND t.status = 'ready'
+                   AND EXISTS (SELECT 1 FROM {schema}.runs r
+                               WHERE r.id = t.run_id AND r.waiting_for -> 'steps' IS NOT NULL)
                    AND (%(wake)s OR NOT EXISTS (
                         SELECT 1 FROM {schema}.tasks o
                         WHERE o.run_id = lease.run_id AND o.kind = 'step'
@@ -299,7 +312,8 @@ SELECT * FROM claimed;
 -- step_complete_parallel for many completed parallel steps of one run, in one
 -- statement: each step's final checkpoint and the deletion of its task, each
 -- fenced on its own task (a step whose lease was lost is not written); the
--- run's task becomes due when no other parallel step remains. Executed after
+-- run's task, if still parked at a gather, becomes due when no other parallel
+-- step remains. Executed after
 -- run_lock in the same transaction, like step_complete_parallel.
 WITH done AS (
     SELECT *
@@ -331,6 +345,8 @@ WITH done AS (
     WHERE id IN (SELECT t.id FROM {schema}.tasks t
                  WHERE t.run_id = %(run_id)s AND t.kind = 'run' AND t.status = 'ready'
                    AND EXISTS (SELECT 1 FROM lease)
+                   AND EXISTS (SELECT 1 FROM {schema}.runs r
+                               WHERE r.id = t.run_id AND r.waiting_for -> 'steps' IS NOT NULL)
                    AND NOT EXISTS (
                         SELECT 1 FROM {schema}.tasks o
                         WHERE o.run_id = %(run_id)s AND o.kind = 'step'
