@@ -17,6 +17,7 @@ import pytest
 
 import perdure
 from perdure.engine.commit import Committer, Unit
+from perdure.engine.control import Disconnected
 from perdure.store.rows import ClaimedTask, Fence, Fenced
 from perdure.store.store import AsyncStore
 
@@ -166,3 +167,90 @@ def test_a_worker_commits_many_runs_steps_together(app: perdure.App, db: Conn, r
 
 async def _plus(a: int, b: int) -> int:
     return a + b
+
+
+def test_a_committer_not_started_writes_each_unit_in_a_transaction_of_its_own(
+    app: perdure.App, db: Conn
+) -> None:
+    """A lone execution outside a worker (no lanes) still commits its unit, alone."""
+
+    async def main() -> list[Any]:
+        store, tasks = await _claimed(app, 1)
+        committer = Committer(store)  # never started
+        try:
+            return await committer.write(
+                Unit(tasks[0].fence.task_id, [_checkpoint(app, tasks[0].fence, 0)])
+            )
+        finally:
+            await store.close()
+
+    assert asyncio.run(main()) == [Fenced(leased=True, written=True, run_status="running")]
+    assert db.execute("SELECT count(*) FROM steps").fetchone() == (1,)
+
+
+def test_a_stopping_committer_tells_the_units_still_queued_that_nothing_was_written(
+    app: perdure.App, db: Conn
+) -> None:
+    async def main() -> list[Any]:
+        store, tasks = await _claimed(app, 2)
+        committer = Committer(store)
+        committer.start()
+        try:
+            # Queued while the lanes are stopped: no lane ever takes them.
+            await committer.stop()
+            writes = [
+                asyncio.ensure_future(
+                    committer.write(Unit(t.fence.task_id, [_checkpoint(app, t.fence, 0)]))
+                )
+                for t in tasks
+            ]
+            await asyncio.sleep(0)  # both are queued now
+            writes[1].cancel()  # its caller gave up: its unit is left alone
+            await asyncio.sleep(0)
+            await committer.stop()
+            return await asyncio.gather(*writes, return_exceptions=True)
+        finally:
+            await store.close()
+
+    first, second = asyncio.run(main())
+    assert isinstance(first, Disconnected) and "stopping" in str(first)
+    assert isinstance(second, asyncio.CancelledError)
+    assert db.execute("SELECT count(*) FROM steps").fetchone() == (0,)
+
+
+def test_a_commit_cut_short_by_the_worker_stopping_is_reported_as_unknown(
+    app: perdure.App, db: Conn, pg_url: str, schema: str
+) -> None:
+    """Stopped mid-commit, the committer cannot know whether the transaction
+    committed: each unit in it hears Disconnected, as after a lost connection."""
+
+    async def main() -> list[Any]:
+        store, tasks = await _claimed(app, 2)
+        committer = Committer(store)
+        committer.start()
+        with psycopg.connect(pg_url) as locker:
+            # Hold the task rows: the shared transaction waits for them.
+            ids = [t.fence.task_id for t in tasks]
+            locker.execute(f"SELECT 1 FROM {schema}.tasks WHERE id = ANY(%s) FOR UPDATE", (ids,))
+            writes = [
+                asyncio.ensure_future(
+                    committer.write(Unit(t.fence.task_id, [_checkpoint(app, t.fence, 0)]))
+                )
+                for t in tasks
+            ]
+            deadline = asyncio.get_running_loop().time() + 30
+            while not db.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ).fetchone()[0]:  # type: ignore[index]
+                assert asyncio.get_running_loop().time() < deadline, "the commit never waited"
+                await asyncio.sleep(0.02)
+            await committer.stop()
+            locker.rollback()
+        try:
+            return await asyncio.gather(*writes, return_exceptions=True)
+        finally:
+            await store.close()
+
+    results = asyncio.run(main())
+    assert all(isinstance(r, Disconnected) and "during a commit" in str(r) for r in results)
