@@ -183,11 +183,8 @@ async def _execute_step(
     n = len(spec.steps)
     step = spec.steps[position % n]
     if found is None:
-        if task.steps is not None:
-            listed = list(task.steps)
-        else:
-            listed = await env.store.execute(env.store.statements.steps.list(task.run_id))
-        found = {s.position: s for s in listed}
+        # A claimed step task: the claim read its run's checkpoints.
+        found = {s.position: s for s in task.steps or ()}
     # Only what this step reads: its own row and its dependencies' (O(1) in
     # the width of the graph, not O(n) for each of n steps).
     rows = {p: found[p] for p in _reads(spec, position) if p in found}

@@ -42,14 +42,10 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
         # Cancelled, paused or finished while we claimed it: let go without running.
         await store.execute(statements.tasks.settle(task.fence))
         return None
-    if task.steps is not None:
-        steps = list(task.steps)
-    elif task.kind == "step" and task.gather_start is not None and task.step_position is not None:
-        steps = await store.execute(
-            statements.steps.list_before(task.run_id, task.gather_start, task.step_position)
-        )
-    else:
-        steps = await store.execute(statements.steps.list(task.run_id))
+    # The claim read the task's checkpoints in its own round trip
+    # (step_list_claimed_now): for a parallel step, those before its gather
+    # and its own.
+    steps = task.steps or ()
     compensating = task.kind == "run" and task.run_status == "compensating"
     return Execution(
         task,

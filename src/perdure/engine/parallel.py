@@ -136,7 +136,7 @@ async def gather(
     if ex.step_task_position is not None:
         # Executing one parallel step: if it belongs to this gather, run it
         # alone. Only the steps before the gather and this step's own
-        # checkpoint were read (step_list_before), so siblings are not looked at.
+        # checkpoint were read (step_list_claimed_now), so siblings are not looked at.
         index = ex.step_task_position - ex.position
         if 0 <= index < len(calls):
             call = calls[index]

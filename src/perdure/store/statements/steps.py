@@ -25,16 +25,6 @@ class StepStatements(Namespace):
 
         return self._build("step_list_claimed_now", decode, worker_id=worker_id)
 
-    def list_before(self, run_id: str, before: int, position: int) -> Statement[list[Step]]:
-        """The checkpoints before position ``before``, and the one at ``position``."""
-        return self._build(
-            "step_list_before",
-            lambda found: [rows.step(r) for r in found],
-            run_id=run_id,
-            before=before,
-            position=position,
-        )
-
     def checkpoint(
         self,
         fence: Fence,

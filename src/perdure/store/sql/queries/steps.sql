@@ -11,16 +11,6 @@ FROM {schema}.steps
 WHERE run_id = %(run_id)s
 ORDER BY position;
 
--- name: step_list_before
--- The checkpoints a gather's parallel step replays with: those before its
--- gather, and its own. Its siblings' rows are not read, so a map over n items
--- costs each of its n tasks the workflow's prefix, not n rows.
-SELECT position, name, kind, status, attempts, output, error, worker_id, started_at, completed_at,
-       wake_at
-FROM {schema}.steps
-WHERE run_id = %(run_id)s AND (position < %(before)s OR position = %(position)s)
-ORDER BY position;
-
 -- name: step_list_at
 -- The checkpoints of one run at %(positions)s, in position order: what a
 -- batch of graph steps reads (their own rows and their dependencies').
@@ -36,7 +26,7 @@ ORDER BY position;
 -- after task_claim: one round trip claims and reads. As a later statement of
 -- the transaction it has a fresh snapshot, so it sees every checkpoint
 -- committed before the claim (see task_claim). A gather's parallel step
--- gets those before its gather and its own, like step_list_before.
+-- gets those before its gather and its own.
 SELECT t.id AS task_id, s.position, s.name, s.kind, s.status, s.attempts, s.output, s.error,
        s.worker_id, s.started_at, s.completed_at, s.wake_at
 FROM {schema}.tasks t
