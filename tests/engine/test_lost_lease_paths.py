@@ -85,3 +85,29 @@ def test_a_plain_step_that_returns_an_awaitable_gives_its_result(app: perdure.Ap
     assert app.run_until_complete(handle) == 42
     [step] = app.steps(handle.id)
     assert step.output == 42 and step.status == "completed"
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises"])
+def test_a_run_cancelled_during_its_last_step_ends_cancelled(
+    app: perdure.App, db: psycopg.Connection[Any], ending: str
+) -> None:
+    """The cancel wins: the completion (or the failure) written after it changes nothing."""
+
+    def cancel_own_run(run_id: str) -> str:
+        app.cancel(run_id)
+        if ending == "raises":
+            raise perdure.PermanentError("failing after the cancel")
+        return "done"
+
+    @app.workflow("self_cancel", retry=perdure.RetryPolicy(max_attempts=1))
+    async def self_cancel(ctx: perdure.Context) -> str:
+        return await ctx.step("cancel", cancel_own_run, ctx.run_id)
+
+    handle = app.start("self_cancel")
+    with pytest.raises(perdure.RunCancelled):
+        app.run_until_complete(handle)
+    assert handle.status() == "cancelled"
+    run = app.get_run(handle.id)
+    assert run.output is None
+    events = [e.event for e in app.history(handle.id)]
+    assert "run_completed" not in events and "run_failed" not in events
