@@ -8,6 +8,10 @@ from perdure.engine import arguments
 from perdure.engine.arguments import validate_name
 from perdure.errors import ConfigurationError
 
+#: Tasks due within this many seconds notify idle workers when written
+#: (migration 0016): a worker's fallback poll never waits longer.
+NOTIFY_HORIZON_SECONDS = 60.0
+
 
 @dataclass
 class WorkerOptions:
@@ -20,7 +24,9 @@ class WorkerOptions:
     #: The fallback poll while LISTEN is down (or a served queue has a global
     #: limit, whose freed slots are not notified).
     poll_seconds: float = 1.0
-    #: The fallback poll while LISTEN works: notifications wake the worker.
+    #: The fallback poll while LISTEN works: notifications wake the worker,
+    #: for tasks due now and within the next minute (migration 0016), so
+    #: the poll is held to at most NOTIFY_HORIZON_SECONDS.
     idle_poll_seconds: float = 60.0
     #: Warn (and count it) when a step blocks the event loop longer than this.
     blocked_loop_seconds: float = 1.0

@@ -33,7 +33,7 @@ from perdure.engine.observer import (
     Observers,
     task_fields,
 )
-from perdure.engine.options import WorkerOptions
+from perdure.engine.options import NOTIFY_HORIZON_SECONDS, WorkerOptions
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.services import Loop, Service, Services
 from perdure.engine.threads import StepThreads
@@ -368,7 +368,8 @@ class Worker:
     def _poll_seconds(self, wakeup: Wakeup) -> float:
         """The fallback poll: rare while notifications wake the worker."""
         if wakeup.connected.is_set() and self.claims.unlimited:
-            return max(self.options.idle_poll_seconds, self.options.poll_seconds)
+            idle = min(self.options.idle_poll_seconds, NOTIFY_HORIZON_SECONDS)
+            return max(idle, self.options.poll_seconds)
         return self.options.poll_seconds
 
     async def _wait(self, wake: asyncio.Event, timeout: float | None) -> None:
