@@ -149,3 +149,22 @@ def test_a_loop_held_by_the_workers_own_code_blames_no_run(
             what="the loop watch to notice",
         )
     assert not any("blocked" in r.getMessage() for r in caplog.records)
+
+
+def test_an_idle_worker_wakes_for_work_another_writes_due_in_a_moment(app: perdure.App) -> None:
+    """A run started with a short delay notifies when written: the idle worker sets
+    its timer instead of finding it at its minute-long fallback poll."""
+
+    @app.workflow("later")
+    async def later(ctx: perdure.Context, value: int) -> int:
+        return value
+
+    options = {"worker_id": "timer", "poll_seconds": 60.0, "idle_poll_seconds": 60.0}
+    with BackgroundWorker(app, **options) as worker:
+        wait_until(lambda: worker.count("worker_idle") > 0, what="the worker to go idle")
+        idle = worker.count("worker_idle")
+        handle = app.start("later", 5, delay=1.0)
+        # Woken by the start's notification, the worker looks (and finds nothing due yet).
+        wait_until(lambda: worker.count("worker_idle") > idle, 10, what="the notification")
+        # Its timer, not its poll, takes the run a second later: well within 60 s.
+        assert handle.result(timeout=20) == 5
