@@ -36,11 +36,16 @@ def test_heartbeats_extend_only_the_tasks_a_worker_executes(
         worker_id="w", queues=["noop"], names=["noop"], versions=[1], limit=2, lease_seconds=1
     )
     executing, given_up = (t.fence.task_id for t in execute_sync(db, claim))
-    held = execute_sync(db, app.statements.tasks.heartbeat("w", [executing], 3600))
-    assert held == {executing}
+    taken = execute_sync(db, app.statements.tasks.heartbeat("w", [executing], 3600))
+    assert taken == set()
     leases = dict(db.execute("SELECT id, lease_expires_at - now() FROM tasks").fetchall())
     assert leases[executing] > timedelta(minutes=59)
     assert leases[given_up] < timedelta(seconds=2), "a task the worker gave up on must lapse"
+    # Taken by another worker: reported. Ended (its row gone): not reported.
+    db.execute("UPDATE tasks SET worker_id = 'other' WHERE id = %s", (given_up,))
+    db.execute("DELETE FROM tasks WHERE id = %s", (executing,))
+    beat = app.statements.tasks.heartbeat("w", [executing, given_up], 3600)
+    assert execute_sync(db, beat) == {given_up}
 
 
 class Cutter:

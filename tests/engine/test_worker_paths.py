@@ -168,3 +168,41 @@ def test_an_idle_worker_wakes_for_work_another_writes_due_in_a_moment(app: perdu
         wait_until(lambda: worker.count("worker_idle") > idle, 10, what="the notification")
         # Its timer, not its poll, takes the run a second later: well within 60 s.
         assert handle.result(timeout=20) == 5
+
+
+def test_a_task_taken_away_is_reported_and_stops_at_its_next_ctx_call(
+    app: perdure.App, db: psycopg.Connection[Any]
+) -> None:
+    """The heartbeat finds the task held by another worker now: the worker says so,
+    and the workflow stops at its next ``ctx`` call, before that step's body runs."""
+    between = threading.Event()
+    release = threading.Event()
+    ran: list[str] = []
+
+    @app.workflow("taken")
+    async def taken(ctx: perdure.Context) -> str:
+        await ctx.step("first", lambda: ran.append("first"))
+        between.set()
+        await asyncio.to_thread(release.wait, 20)  # the workflow's own code, between steps
+        await ctx.step("second", lambda: ran.append("second"))
+        return "done"
+
+    handle = app.start("taken")
+    with BackgroundWorker(app, worker_id="loser", heartbeat_seconds=0.05) as worker:
+        try:
+            wait_until(between.is_set, 20, what="the workflow between its steps")
+            db.execute(
+                "UPDATE tasks SET worker_id = 'thief', attempt = attempt + 1 "
+                "WHERE run_id = %s AND status = 'claimed'",
+                (handle.id,),
+            )
+            wait_until(lambda: worker.count("lease_lost") == 1, 20, what="the loss reported")
+        finally:
+            release.set()
+        wait_until(lambda: worker.count("task_done") == 1, 20, what="the execution to stop")
+    assert ran == ["first"], "the step after the loss ran its body"
+    (owner,) = db.execute(
+        "SELECT worker_id FROM tasks WHERE run_id = %s AND kind = 'run'", (handle.id,)
+    ).fetchone()
+    assert owner == "thief"
+    assert [s.name for s in app.steps(handle.id)] == ["first"]

@@ -54,9 +54,6 @@ class ExecutionEnv:
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     #: Tasks the heartbeat found taken away; their executions stop at the next ctx call.
     lost_tasks: set[int] = field(default_factory=set)
-    #: Tasks whose execution ended them (deleted their row) and goes on (a
-    #: graph running the steps it made ready): the heartbeat leaves them out.
-    ended_tasks: set[int] = field(default_factory=set)
     #: The workflows this worker has code for, by (name, version): child runs
     #: of these start without a registry lookup.
     specs: Mapping[tuple[str, int], WorkflowSpec[Any]] = field(default_factory=dict)

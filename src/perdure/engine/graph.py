@@ -86,24 +86,14 @@ async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
                 return "abandoned"
             scheduled = await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
         if scheduled:
-            await _run_here(task, spec, env)
+            await _run_batches(task, spec, env)
         return "scheduled"
     decided: list[bool] = []
     outcome = await _execute_step(task, spec, env, decided=decided)
     if outcome == "branch_completed" and any(decided):
         # This completion made steps ready: run them here.
-        await _run_here(task, spec, env)
-    return outcome
-
-
-async def _run_here(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> None:
-    """Run the steps ``task``'s decision made ready, here (:func:`_run_batches`);
-    ``task`` itself is ended already: its lease is no longer extended."""
-    env.ended_tasks.add(task.fence.task_id)
-    try:
         await _run_batches(task, spec, env)
-    finally:
-        env.ended_tasks.discard(task.fence.task_id)
+    return outcome
 
 
 async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> None:
@@ -116,6 +106,7 @@ async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) ->
     A database error ends it: the steps it claimed lapse and run again.
     """
     store, statements, n = env.store, env.store.statements, len(spec.steps)
+    limit = parallel.batch_size(env, parallel.GATHER_BATCH)
     try:
         while True:
             claimed = await store.execute(
@@ -125,12 +116,14 @@ async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) ->
                     gather_start=None,
                     after=0,
                     before=n,
-                    limit=parallel.batch_size(env, parallel.GATHER_BATCH),
+                    limit=limit,
                     lease_seconds=env.lease_seconds,
                 )
             )
             if not claimed:
                 return
+            # Each batch's decision may make more steps ready than one batch.
+            await parallel.share_the_rest(env, task, len(claimed), limit)
             # The batch's own rows and those of their dependencies, read once.
             wanted = [p for g in claimed for p in _reads(spec, g.position)]
             listed = await store.execute(statements.steps.list_at(task.run_id, wanted))

@@ -88,7 +88,7 @@ class Heartbeat:
         beat = self.statements.workers.beat(self.worker_id, self.lease_seconds)
         try:
             if held:
-                still, rank = listener.execute_together(
+                taken, rank = listener.execute_together(
                     [
                         self.statements.tasks.heartbeat(
                             self.worker_id, sorted(held), self.lease_seconds
@@ -97,7 +97,7 @@ class Heartbeat:
                     ]
                 )
             else:
-                still, rank = set(), listener.execute(beat)
+                taken, rank = set(), listener.execute(beat)
         except Exception as exc:
             log.warning("heartbeat failed: %s", exc)
             self._next = now + min(self.interval, 1.0)
@@ -112,9 +112,8 @@ class Heartbeat:
         else:
             self.duty.clear()
         self.on_beat()
-        lost = set(held) - still
-        if lost:
-            self.on_lost(lost)
+        if taken:
+            self.on_lost(taken)
 
 
 def _snapshot(held: Callable[[], list[int]]) -> list[int]:

@@ -197,6 +197,14 @@ def batch_size(env: ExecutionEnv, most: int) -> int:
     return min(most, env.concurrency)
 
 
+async def share_the_rest(env: ExecutionEnv, task: ClaimedTask, claimed: int, limit: int) -> None:
+    """When a batch took all it could (``claimed == limit``), more steps may wait
+    out their head start: wake the other workers, which set their timers for
+    them and join after it, as ``task``'s worker cannot run them all at once."""
+    if claimed == limit:
+        await env.store.execute(env.store.statements.queues.wake(task.fence.worker_id))
+
+
 def head_start(steps: int) -> float:
     """How long the worker that made ``steps`` steps claimable has them to itself."""
     return min(HEAD_START_SECONDS + steps / HEAD_START_RATE, HEAD_START_MAX_SECONDS)
@@ -279,6 +287,8 @@ async def _execute_here(
                     return False
                 after = gather_start  # once more from the start: steps skipped while locked
                 continue
+            if after == gather_start:
+                await share_the_rest(env, ex.task, len(claimed), limit)
             after = claimed[-1].position + 1
             batch = _Batch(ex, claimed, lambda g: _run_claimed(ex, calls, gather_start, g))
             try:

@@ -60,13 +60,16 @@ class Wakeup:
         application_name: str = "perdure-listen",
         chores: Sequence[Chore] = (),
         rank: Callable[[], int] = lambda: 0,
+        own: str | None = None,
     ) -> None:
-        """Listen on ``channel`` of the server at ``url`` once :meth:`start` is called."""
+        """Listen on ``channel`` of the server at ``url`` once :meth:`start` is called;
+        notifications whose payload is ``own`` (sent by this worker) are ignored."""
         self.url = url
         self.channel = channel
         self.application_name = application_name
         self.chores = list(chores)
         self.rank = rank
+        self.own = own
         self.event = asyncio.Event()
         #: Set while the LISTEN connection is up (read from any thread).
         self.connected = threading.Event()
@@ -118,7 +121,7 @@ class Wakeup:
                     self._wake()
                     delay = 0.1
                     while not self._stopping.is_set():
-                        if listener.wait(TICK_SECONDS):
+                        if listener.wait(TICK_SECONDS, self.own):
                             self._wake(self.rank() % STAGGER_WAVE * STAGGER_SECONDS)
                         self._tend(listener)
             except Exception as exc:

@@ -193,10 +193,8 @@ class Worker:
             opts.lease_seconds,
             opts.heartbeat_interval,
             opts.idle_heartbeat_interval,
-            # Not the tasks an execution already ended and goes on after (a
-            # graph running the steps it made ready): they are gone, not lost.
-            lambda: [t for t in list(self.running) if t not in env.ended_tasks],
-            self._leases_lost,
+            lambda: list(self.running),
+            lambda task_ids: self._leases_lost(task_ids, env.lost_tasks),
             self._beat,
         )
         watch = LoopWatch(
@@ -211,6 +209,7 @@ class Worker:
             f"{name}-listen",
             chores=[heartbeat, watch],
             rank=lambda: heartbeat.rank,
+            own=self.statements.queues.wake_payload(self.id),
         )
         services = Services([wakeup, *self._loops(store, heartbeat.duty), committer])
         try:
@@ -432,7 +431,7 @@ class Worker:
             # Its queue's limit counts across workers: the others may be
             # waiting for this slot; wake them now rather than at their poll.
             with contextlib.suppress(Exception, Disconnected):
-                await env.store.execute(self.statements.queues.slot_freed(task.queue))
+                await env.store.execute(self.statements.queues.wake(self.id))
         return result
 
     async def _maintenance(self, store: AsyncStore) -> None:
@@ -472,16 +471,18 @@ class Worker:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             self._loop.call_soon_threadsafe(self.observer.heartbeat)
 
-    def _leases_lost(self, task_ids: set[int]) -> None:
-        """Log the tasks taken away (called on the wakeup thread)."""
+    def _leases_lost(self, task_ids: set[int], lost: set[int]) -> None:
+        """The tasks taken away (called on the wakeup thread): their executions
+        stop at their next ``ctx`` call (``lost`` is ExecutionEnv.lost_tasks)."""
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._report_lost, task_ids)
+            self._loop.call_soon_threadsafe(self._report_lost, task_ids, lost)
 
-    def _report_lost(self, task_ids: set[int]) -> None:
+    def _report_lost(self, task_ids: set[int], lost: set[int]) -> None:
         for task_id in task_ids:
             held = self.running.get(task_id)
             if held is None:
                 continue
+            lost.add(task_id)
             log.warning(
                 "worker %s lost the lease on task %d (run %s)",
                 self.id,

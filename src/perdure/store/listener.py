@@ -7,6 +7,7 @@ both go on while the worker's event loop is busy or blocked.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -59,11 +60,17 @@ class Listener:
             raise RuntimeError("the listener is not connected")
         return self._conn
 
-    def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for a notification; whether one came."""
-        for _ in self.conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
-            return True
-        return False
+    def wait(self, timeout: float, ignore: str | None = None) -> bool:
+        """Wait up to ``timeout`` s for a notification whose payload is not ``ignore``
+        (a listener's own); whether one came."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            came = next(iter(self.conn.notifies(timeout=left, stop_after=1)), None)
+            if came is None:
+                return False
+            if came.payload != ignore:
+                return True
 
     def execute(self, stmt: Statement[T]) -> T:
         """Run one statement (its own transaction)."""

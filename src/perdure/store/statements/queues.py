@@ -55,10 +55,18 @@ class QueueStatements(Namespace):
             "queue_set", lambda found: bool(found), name=name, channel=self._build.channel, **params
         )
 
-    def slot_freed(self, queue: str) -> Statement[None]:
-        """Wake the workers: a task of ``queue`` (limited across workers) finished."""
+    @staticmethod
+    def wake_payload(worker_id: str) -> str:
+        """The payload of :meth:`wake` sent by ``worker_id``: its own listener ignores it."""
+        return f"worker:{worker_id}"
+
+    def wake(self, worker_id: str) -> Statement[None]:
+        """Wake the other workers for work no trigger announces (see queue_wake)."""
         return self._build(
-            "queue_slot_freed", lambda found: None, channel=self._build.channel, queue=queue
+            "queue_wake",
+            lambda found: None,
+            channel=self._build.channel,
+            payload=self.wake_payload(worker_id),
         )
 
     def list(self, name: str | None = None) -> Statement[list[QueueInfo]]:

@@ -69,7 +69,8 @@ class TaskStatements(Namespace):
     def heartbeat(
         self, worker_id: str, task_ids: Sequence[int], lease_seconds: float
     ) -> Statement[set[int]]:
-        """Extend the leases of ``task_ids`` this worker holds; the ids it still holds."""
+        """Extend the leases of ``task_ids`` this worker holds; the ids taken away from
+        it (rows that exist but it no longer holds; a row gone was ended)."""
         return self._build(
             "task_heartbeat",
             lambda found: {int(r["id"]) for r in found},

@@ -89,8 +89,10 @@ LEFT JOIN counts c ON c.queue = n.name
 WHERE %(name)s::text IS NULL OR n.name = %(name)s
 ORDER BY n.name;
 
--- name: queue_slot_freed
--- Tell the other workers that a task of a queue limited across workers
--- (queue_lock's queues) finished: one of them may claim the next task now
--- instead of at its next poll.
-SELECT pg_notify(%(channel)s, %(queue)s);
+-- name: queue_wake
+-- Wake the other workers, for work no trigger announces: a task of a queue
+-- limited across workers finished (one of them may claim the next now), or
+-- steps wait out a head start that their scheduler cannot run alone (each
+-- sets its timer and joins after it). Not at their next poll. The payload
+-- names the sender, whose own listener ignores it.
+SELECT pg_notify(%(channel)s, %(payload)s);

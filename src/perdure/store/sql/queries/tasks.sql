@@ -158,7 +158,9 @@ WHERE status = 'ready' AND queue = ANY(%(queues)s) AND available_at > {now};
 
 -- name: task_heartbeat
 -- Extend the leases of the tasks this worker is executing and mark it alive.
--- Returns the ids still held; a task missing from the answer was taken away.
+-- Returns the ids taken away: rows that still exist but this worker no
+-- longer holds (they lapsed, or were handed to another worker). A row gone
+-- was ended, by its execution or with its run: it is not reported.
 -- Only the ids the worker names are extended: a task it claimed but no longer
 -- executes (the execution died on a database error, or the claim's answer was
 -- lost with its connection) must lapse, not be held for as long as the worker
@@ -182,7 +184,8 @@ WITH alive AS (
     SET lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
     WHERE id IN (SELECT id FROM free) AND worker_id = %(worker_id)s AND status = 'claimed'
 )
-SELECT id FROM held;
+SELECT id FROM {schema}.tasks
+WHERE id = ANY(%(task_ids)s) AND id NOT IN (SELECT id FROM held);
 
 -- name: task_release
 -- Give a held task back: due after %(delay_seconds)s, with the body's failure
