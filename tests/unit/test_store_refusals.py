@@ -103,7 +103,9 @@ def test_a_listener_has_a_connection_inside_its_block_only(pg_url: str) -> None:
     with pytest.raises(RuntimeError, match="not connected"):
         listener.wait(0)
     with listener:
-        assert listener.wait(0) is False
+        assert listener.wait(0) is None
+        listener.conn.execute("NOTIFY refusals, 'queue-a'")
+        assert listener.wait(5) == "queue-a"
     listener.__exit__(None, None, None)  # leaving twice closes nothing more
     with pytest.raises(RuntimeError, match="not connected"):
         listener.wait(0)

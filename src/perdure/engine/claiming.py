@@ -123,22 +123,25 @@ class Claims:
         Throttled queues answer separately, with only future moments: their
         due tasks may be held back by a limit, and must not make the worker spin.
         """
-        tasks = self.statements.tasks
         plain = [queue for queue in self.queues if queue not in self.throttled]
         found: list[float] = []
         if plain:
-            due = await store.execute(
-                tasks.next_due(self.worker_id, plain, self.names, self.versions)
-            )
+            due = await store.execute(self.due(plain))
             if due is not None:
                 found.append(due)
         if self.throttled:
             due = await store.execute(
-                tasks.next_due_throttled(self.throttled, self.names, self.versions)
+                self.statements.tasks.next_due_throttled(self.throttled, self.names, self.versions)
             )
             if due is not None:
                 found.append(due)
         return min(found) if found else None
+
+    def due(self, queues: list[str] | None = None) -> Statement[float | None]:
+        """The statement of :meth:`next_due` for ``queues`` (all served) without throttles."""
+        return self.statements.tasks.next_due(
+            self.worker_id, self.queues if queues is None else queues, self.names, self.versions
+        )
 
 
 def with_steps(claimed: list[ClaimedTask], steps: Mapping[int, Sequence[Any]]) -> list[ClaimedTask]:

@@ -64,6 +64,8 @@ class Heartbeat:
         self.duty = threading.Event()
         #: Live workers with a smaller id, as of the last beat (0: the duty holder).
         self.rank = 0
+        #: The same, by served queue, among the workers serving it (0: answers first).
+        self.queue_ranks: dict[str, int] = {}
         self._next = 0.0
         self._was_busy = False
         self._beats = 0
@@ -88,7 +90,7 @@ class Heartbeat:
         beat = self.statements.workers.beat(self.worker_id, self.lease_seconds)
         try:
             if held:
-                taken, rank = listener.execute_together(
+                taken, (rank, by_queue) = listener.execute_together(
                     [
                         self.statements.tasks.heartbeat(
                             self.worker_id, sorted(held), self.lease_seconds
@@ -97,12 +99,12 @@ class Heartbeat:
                     ]
                 )
             else:
-                taken, rank = set(), listener.execute(beat)
+                taken, (rank, by_queue) = set(), listener.execute(beat)
         except Exception as exc:
             log.warning("heartbeat failed: %s", exc)
             self._next = now + min(self.interval, 1.0)
             raise
-        self.rank = rank
+        self.rank, self.queue_ranks = rank, by_queue
         duty = rank == 0
         if duty != self.duty.is_set():
             verb = "takes" if duty else "leaves"

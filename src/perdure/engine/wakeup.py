@@ -1,13 +1,14 @@
 """The worker's own thread: LISTEN/NOTIFY wakeups, and chores that must not wait for the loop.
 
-The ``tasks`` triggers NOTIFY ``<schema>_wakeup`` when a task becomes ready
-now. A worker holds one dedicated connection (the direct URL: LISTEN needs a
-session) on a thread of its own, which sets :attr:`Wakeup.event` on the
-event loop at each notification. Between notifications, at least every
-:data:`TICK_SECONDS`, the thread runs its chores (the heartbeat, the loop
-watch): they go on while the event loop is blocked by a step that does not
-yield. If the connection drops, the worker polls (the fallback) while the
-thread reconnects with backoff; the chores are still run, without a session.
+The ``tasks`` triggers NOTIFY ``<schema>_wakeup`` (the payload: the task's
+queue) when a task becomes ready. A worker holds one dedicated connection
+(the direct URL: LISTEN needs a session) on a thread of its own, which sets
+:attr:`Wakeup.event` on the event loop when a notification is its to answer.
+Between notifications, at least every :data:`TICK_SECONDS`, the thread runs
+its chores (the heartbeat, the loop watch): they go on while the event loop
+is blocked by a step that does not yield. If the connection drops, the
+worker polls (the fallback) while the thread reconnects with backoff; the
+chores are still run, without a session.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -25,9 +27,13 @@ log = logging.getLogger("perdure.wakeup")
 #: The longest the thread waits for a notification before its chores run.
 TICK_SECONDS = 0.2
 
-#: How much later than the previous one each worker of a fleet answers a
-#: notification (see :class:`Wakeup`), in waves of STAGGER_WAVE workers: at
-#: most about 0.1 s late, whatever the size of the fleet.
+#: How long after a notification the second worker of a queue checks that
+#: the first took the work (see :class:`Wakeup`)...
+CONFIRM_SECONDS = 0.01
+#: ...and when the others check, each STAGGER_SECONDS after the previous one,
+#: in waves of STAGGER_WAVE workers: at most about 0.3 s late, whatever the
+#: size of the fleet.
+LATE_CONFIRM_SECONDS = 0.2
 STAGGER_SECONDS = 0.004
 STAGGER_WAVE = 25
 
@@ -43,14 +49,22 @@ class Chore(Protocol):
 
 
 class Wakeup:
-    """A thread LISTENing on a channel, setting :attr:`event` on each notification.
+    """A thread LISTENing on a channel, setting :attr:`event` for the notifications
+    this worker is to answer.
 
     Every worker of a fleet gets every notification, though one task is ready.
     Were they all to claim at once, they would race for it and slow the one
-    that wins (no thundering herd): each waits ``rank() % STAGGER_WAVE *
-    STAGGER_SECONDS`` first, where ``rank()`` is its place in the fleet (0 for
-    the first). The first worker with a free slot takes the task; the others
-    look a moment later and find it gone, one at a time.
+    that wins, and each loser would spend two queries finding nothing (the
+    thundering herd). So ``place(payload)`` says where this worker stands for
+    it: ``None``, not its business (a queue it does not serve, its own
+    payload); ``0``, it answers at once (the first live worker serving that
+    queue); ``1``, it checks ``CONFIRM_SECONDS`` later, with
+    ``confirm(listener)`` (one cheap query on this thread), whether work is
+    left that it should wake up for: the first worker was full, dead or
+    slow; ``n > 1``, it checks ``LATE_CONFIRM_SECONDS + (n - 2) %
+    STAGGER_WAVE * STAGGER_SECONDS`` later, for when the first two were.
+    A check pending covers the notifications that come before it is made:
+    however many come, a worker checks at most about five times a second.
     """
 
     def __init__(
@@ -59,17 +73,18 @@ class Wakeup:
         channel: str,
         application_name: str = "perdure-listen",
         chores: Sequence[Chore] = (),
-        rank: Callable[[], int] = lambda: 0,
-        own: str | None = None,
+        place: Callable[[str], int | None] = lambda payload: 0,
+        confirm: Callable[[Listener], bool] = lambda listener: True,
     ) -> None:
-        """Listen on ``channel`` of the server at ``url`` once :meth:`start` is called;
-        notifications whose payload is ``own`` (sent by this worker) are ignored."""
+        """Listen on ``channel`` of the server at ``url`` once :meth:`start` is called."""
         self.url = url
         self.channel = channel
         self.application_name = application_name
         self.chores = list(chores)
-        self.rank = rank
-        self.own = own
+        self.place = place
+        self.confirm = confirm
+        #: When this thread checks for work left after a notification (monotonic).
+        self._confirm_at: float | None = None
         self.event = asyncio.Event()
         #: Set while the LISTEN connection is up (read from any thread).
         self.connected = threading.Event()
@@ -91,14 +106,36 @@ class Wakeup:
             self._stopping.set()
             await asyncio.to_thread(thread.join, 10.0)
 
-    def _wake(self, delay: float = 0.0) -> None:
+    def _wake(self) -> None:
         loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        if delay <= 0:
+        if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.event.set)
-        else:
-            loop.call_soon_threadsafe(loop.call_later, delay, self.event.set)
+
+    def _notified(self, payload: str) -> None:
+        place = self.place(payload)
+        if place is None:
+            return
+        if place == 0:
+            self._wake()
+            return
+        at = time.monotonic() + CONFIRM_SECONDS
+        if place > 1:
+            at += LATE_CONFIRM_SECONDS + (place - 2) % STAGGER_WAVE * STAGGER_SECONDS
+        if self._confirm_at is None or at < self._confirm_at:
+            self._confirm_at = at
+
+    def _listen(self, listener: Listener) -> None:
+        """Wait for one notification (or the next check, or a tick), then act."""
+        timeout = TICK_SECONDS
+        if self._confirm_at is not None:
+            timeout = min(timeout, max(self._confirm_at - time.monotonic(), 0.0))
+        payload = listener.wait(timeout)
+        if payload is not None:
+            self._notified(payload)
+        if self._confirm_at is not None and time.monotonic() >= self._confirm_at:
+            self._confirm_at = None
+            if self.confirm(listener):
+                self._wake()
 
     def _tend(self, listener: Listener | None) -> None:
         for chore in self.chores:
@@ -121,8 +158,7 @@ class Wakeup:
                     self._wake()
                     delay = 0.1
                     while not self._stopping.is_set():
-                        if listener.wait(TICK_SECONDS, self.own):
-                            self._wake(self.rank() % STAGGER_WAVE * STAGGER_SECONDS)
+                        self._listen(listener)
                         self._tend(listener)
             except Exception as exc:
                 self.connected.clear()

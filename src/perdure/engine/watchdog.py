@@ -2,7 +2,9 @@
 
 An ``async def`` step that does not yield (``time.sleep``, a blocking HTTP
 client, a CPU-bound loop) stalls every run on its worker. The wakeup thread
-pings the loop at each tick; when a ping stays unanswered longer than the
+pings the loop every PING_SECONDS (not at each notification: that would
+wake every idle worker's loop for a task one of them takes); when a ping
+stays unanswered longer than the
 threshold, the watch logs a warning naming the run and the step running on
 the loop, and reports the stall once the loop answers again.
 """
@@ -22,6 +24,9 @@ log = logging.getLogger("perdure.worker")
 
 #: The prefix of the names of the tasks that execute runs (``perdure-run-<id>``).
 RUN_TASK_PREFIX = "perdure-run-"
+
+#: Seconds between two pings the loop answered.
+PING_SECONDS = 0.2
 
 
 class LoopWatch:
@@ -65,7 +70,9 @@ class LoopWatch:
                     extra={"run_id": run_id, "step": step},
                 )
                 self.loop.call_soon_threadsafe(self.on_blocked, run_id, step, now - self._sent)
-            self._culprit = None
+                self._culprit = None
+            elif self._sent is not None and now - self._sent < PING_SECONDS:
+                return
             self._answered = False
             self._sent = now
             if not self.loop.is_closed():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
@@ -40,8 +41,10 @@ from perdure.engine.threads import StepThreads
 from perdure.engine.wakeup import Wakeup
 from perdure.engine.watchdog import LoopWatch, StepsInFlight
 from perdure.errors import ConfigurationError
+from perdure.store.listener import Listener
 from perdure.store.rows import ClaimedTask
 from perdure.store.statements import Statements
+from perdure.store.statements.queues import WAKE_PREFIX
 from perdure.store.store import AsyncStore
 
 log = logging.getLogger("perdure.worker")
@@ -93,6 +96,8 @@ class Worker:
             self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
         self.queues = sorted(self.options.queues or {s.queue for s in self.specs.values()})
+        self._queue_set = frozenset(self.queues)
+        self._own_wake = statements.queues.wake_payload(self.id)
         self.max_payload_bytes = max_payload_bytes
         self.on_event = on_event
         self.before_start = before_start
@@ -113,6 +118,12 @@ class Worker:
         self.running: dict[int, _Held] = {}
         self.counts: dict[str, int] = {}
         self._slot_freed = asyncio.Event()
+        #: When the claim loop's current wait ends by itself (monotonic; read
+        #: by the wakeup thread to tell whether work due then needs a wake).
+        self._wait_until = math.inf
+        #: Notifications another worker answered first, checked by this one:
+        #: [left alone, woken for] (engine/wakeup.py).
+        self.wake_checks = [0, 0]
         #: Runs of this worker's queues waiting for a future time, and the next wake-up.
         self.waiting = 0
         self.next_wake: datetime | None = None
@@ -203,13 +214,14 @@ class Worker:
             self._steps.steps.get,
             self.observer.loop_blocked,
         )
+        self._heartbeat = heartbeat
         wakeup = Wakeup(
             store.endpoints.session_url,
             self.statements.channel,
             f"{name}-listen",
             chores=[heartbeat, watch],
-            rank=lambda: heartbeat.rank,
-            own=self.statements.queues.wake_payload(self.id),
+            place=self._place,
+            confirm=self._confirm,
         )
         services = Services([wakeup, *self._loops(store, heartbeat.duty), committer])
         try:
@@ -378,6 +390,7 @@ class Worker:
         an execution that ended while the loop looked for due work must not
         leave it waiting for its poll.
         """
+        self._wait_until = math.inf if timeout is None else time.monotonic() + timeout
         waiters = [
             asyncio.create_task(e.wait()) for e in (wake, self._slot_freed, self.stop_requested)
         ]
@@ -468,8 +481,32 @@ class Worker:
 
     def _beat(self) -> None:
         """Tell the observers of a heartbeat (called on the wakeup thread)."""
+        ranks = {"rank": self._heartbeat.rank, "queue_ranks": self._heartbeat.queue_ranks}
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             self._loop.call_soon_threadsafe(self.observer.heartbeat)
+            self._loop.call_soon_threadsafe(self._emit, "heartbeat", ranks)
+
+    def _place(self, payload: str) -> int | None:
+        """Where this worker stands in answering a notification (engine/wakeup.py):
+        by its rank among the workers of the task's queue; another worker's call
+        for help is checked by all (it sent it because it has more than it can run)."""
+        if payload in self._queue_set:
+            return self._heartbeat.queue_ranks.get(payload, 0)
+        if payload.startswith(WAKE_PREFIX) and payload != self._own_wake:
+            return self._heartbeat.rank + 1
+        return None
+
+    def _confirm(self, listener: Listener) -> bool:
+        """Whether work is left for this worker after a notification another answered
+        first (on the wakeup thread: one query, instead of a claim through the loop)."""
+        if self._free_slots() <= 0:
+            return False
+        woken = True
+        if self.claims.unlimited and not self.claims.throttled:
+            due = listener.execute(self.claims.due())
+            woken = due is not None and time.monotonic() + due < self._wait_until
+        self.wake_checks[woken] += 1
+        return woken
 
     def _leases_lost(self, task_ids: set[int], lost: set[int]) -> None:
         """The tasks taken away (called on the wakeup thread): their executions

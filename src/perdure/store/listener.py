@@ -7,7 +7,6 @@ both go on while the worker's event loop is busy or blocked.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -60,17 +59,11 @@ class Listener:
             raise RuntimeError("the listener is not connected")
         return self._conn
 
-    def wait(self, timeout: float, ignore: str | None = None) -> bool:
-        """Wait up to ``timeout`` s for a notification whose payload is not ``ignore``
-        (a listener's own); whether one came."""
-        deadline = time.monotonic() + max(timeout, 0.0)
-        while True:
-            left = max(deadline - time.monotonic(), 0.0)
-            came = next(iter(self.conn.notifies(timeout=left, stop_after=1)), None)
-            if came is None:
-                return False
-            if came.payload != ignore:
-                return True
+    def wait(self, timeout: float) -> str | None:
+        """Wait up to ``timeout`` s for a notification; its payload (None if none came)."""
+        for came in self.conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
+            return came.payload
+        return None
 
     def execute(self, stmt: Statement[T]) -> T:
         """Run one statement (its own transaction)."""

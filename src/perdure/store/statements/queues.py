@@ -12,6 +12,9 @@ from perdure.types import QueueInfo
 
 #: The columns of a queue's settings that ``queues.set`` writes, and the flag
 #: that says each is stated. ``rate_limit`` and ``rate_period`` go together.
+#: The payload prefix of a worker's call to the others (queue_wake), before its id.
+WAKE_PREFIX = "worker:"
+
 SETTING_FLAGS = {
     "concurrency": "set_concurrency",
     "worker_concurrency": "set_worker_concurrency",
@@ -58,7 +61,7 @@ class QueueStatements(Namespace):
     @staticmethod
     def wake_payload(worker_id: str) -> str:
         """The payload of :meth:`wake` sent by ``worker_id``: its own listener ignores it."""
-        return f"worker:{worker_id}"
+        return f"{WAKE_PREFIX}{worker_id}"
 
     def wake(self, worker_id: str) -> Statement[None]:
         """Wake the other workers for work no trigger announces (see queue_wake)."""

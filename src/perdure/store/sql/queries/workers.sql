@@ -21,15 +21,22 @@ UPDATE {schema}.workers SET status = 'stopped', stopped_at = {now} WHERE id = %(
 -- Mark this worker alive, and tell it its rank: how many live workers (a
 -- heartbeat within %(fresh_seconds)s) have a smaller id. Rank 0 holds the
 -- fleet's duties (the reaper, the schedule ticker); a worker that dies or
--- freezes stops beating, and the next one takes over.
+-- freezes stops beating, and the next one takes over. queue_ranks is the
+-- same count for each queue it serves, among the workers serving that
+-- queue: rank 0 answers the queue's notifications first.
 WITH alive AS (
     UPDATE {schema}.workers SET heartbeat_at = {now}, status = 'running'
     WHERE id = %(worker_id)s
-    RETURNING id
+    RETURNING id, queues
+), live AS (
+    SELECT queues FROM {schema}.workers
+    WHERE status = 'running' AND id < %(worker_id)s
+      AND heartbeat_at > {now} - make_interval(secs => %(fresh_seconds)s)
 )
-SELECT count(*) AS rank FROM {schema}.workers
-WHERE status = 'running' AND id < %(worker_id)s
-  AND heartbeat_at > {now} - make_interval(secs => %(fresh_seconds)s);
+SELECT (SELECT count(*) FROM live) AS rank,
+       (SELECT coalesce(jsonb_object_agg(q, (SELECT count(*) FROM live WHERE q = ANY(live.queues))),
+                        '{}'::jsonb)
+        FROM alive, unnest(alive.queues) AS q) AS queue_ranks;
 
 -- name: worker_mark_lost
 -- Workers whose heartbeat is older than %(stale_seconds)s are marked lost, so
