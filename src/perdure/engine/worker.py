@@ -488,12 +488,13 @@ class Worker:
 
     def _place(self, payload: str) -> int | None:
         """Where this worker stands in answering a notification (engine/wakeup.py):
-        by its rank among the workers of the task's queue; another worker's call
-        for help is checked by all (it sent it because it has more than it can run)."""
+        by its rank among the workers of the task's queue. Another worker's call
+        (a slot freed in a queue limited across workers, steps more than it can
+        run) is checked by all within CONFIRM_SECONDS."""
         if payload in self._queue_set:
             return self._heartbeat.queue_ranks.get(payload, 0)
         if payload.startswith(WAKE_PREFIX) and payload != self._own_wake:
-            return self._heartbeat.rank + 1
+            return 1
         return None
 
     def _confirm(self, listener: Listener) -> bool:
