@@ -37,6 +37,12 @@ import throughput
 from harness import BENCH_DIR, Probe, counting, drop_schema, start_server
 
 PEERS = {"dbos": "DBOS 3.4", "pgqrs": "pgqrs 0.15", "absurd": "Absurd 0.5"}
+#: The peers with a fan-out of their own (peers/common.py), perdure's figure
+#: for each width it has one of (its graph fan-out and join), and how many
+#: fan-outs each median is taken over.
+FANOUT_PEERS = ("dbos", "absurd")
+FANOUT_WIDTHS = {100: "graph.fanout_ms", 1000: "graph.fanout1000_ms"}
+FANOUTS = 5
 
 
 @dataclass
@@ -54,6 +60,7 @@ class Options:
     json_path: str | None = None
     sweep: tuple[int, ...] = ()
     map_widths: tuple[int, ...] = (1000, 10_000)
+    peer_fanouts: tuple[int, ...] = (100, 1000)
 
 
 @dataclass
@@ -122,7 +129,21 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
             say(f"repetition {rep}/{options.repeat}: latency ({options.samples} samples each)")
             keep("latency.", latency.measure(server.url, probe, options.samples))
             say(f"repetition {rep}/{options.repeat}: graphs")
-            keep("graph.", fanout.measure(server.url, probe, options.concurrency))
+            graphs = fanout.measure(server.url, probe, options.concurrency)
+            keep("graph.", graphs)
+            found.update({f"graph.{k}": v for k, v in graphs.items()})
+            for peer in FANOUT_PEERS if options.peers else ():
+                for width in options.peer_fanouts:
+                    say(f"repetition {rep}/{options.repeat}: {PEERS[peer]}, fan-out of {width}")
+                    result = _peer(peer, server.url, probe, options, fanout=width)
+                    if "error" in result:
+                        notes[f"fanout.{peer}"] = result["error"]
+                        continue
+                    keep(f"fanout.{peer}.w{width}.", result)
+                    ours = found.get(FANOUT_WIDTHS.get(width, ""))
+                    if ours:
+                        # How many times faster perdure's fan-out (and join) is.
+                        keep("ratio.", {f"fanout_w{width}_vs_{peer}": result["ms"] / ours})
             for width in options.map_widths:
                 say(f"repetition {rep}/{options.repeat}: map of {width:,} items, and in sequence")
                 figures = map_width.measure(server.url, probe, options.concurrency, width)
@@ -175,14 +196,22 @@ def run(options: Options, say: Callable[[str], None] = print) -> dict[str, Any]:
 
 
 def _peer(
-    name: str, url: str, probe: Probe, options: Options, concurrency: int | None = None
+    name: str,
+    url: str,
+    probe: Probe,
+    options: Options,
+    concurrency: int | None = None,
+    fanout: int = 0,
 ) -> dict[str, Any]:
-    """Run one peer script through its handshake; its figures, or {"error": why}."""
+    """Run one peer script through its handshake; its figures, or {"error": why}.
+    With ``fanout``, its fan-out of that width instead: {"ms": median of 5}."""
     schema = f"bench_{name}_{uuid.uuid4().hex[:6]}"
     script = BENCH_DIR / "peers" / f"{name}_peer.py"
     command = [sys.executable, str(script), "--database-url", url, "--schema", schema]
     level = concurrency or options.concurrency
     command += ["--runs", str(options.runs), "--concurrency", str(level)]
+    if fanout:
+        command += ["--fanout", str(fanout), "--fanouts", str(FANOUTS)]
     env = dict(os.environ, PYTHONPATH=str(BENCH_DIR / "peers"))
     process = subprocess.Popen(
         command,
@@ -205,6 +234,8 @@ def _peer(
                 return {"error": _failure(name, process)}
             result = json.loads(line)
             probe.own += int(result.pop("own_statements", 0))
+        if fanout:
+            return {"ms": statistics.median(result["ms"])}
         steps = 3 * result["runs"]
         per_step = window.per(steps)
         return {
@@ -332,6 +363,24 @@ def _report(
         rows[-1].note = notes.get(peer, "")
         rows.append(row(f"{peer}.commits_per_step", f"{label}: commits per step", ""))
         rows.append(row(f"{peer}.statements_per_step", f"{label}: statements per step", ""))
+    for peer in FANOUT_PEERS if options.peers else ():
+        for width in options.peer_fanouts:
+            rows.append(
+                row(
+                    f"fanout.{peer}.w{width}.ms",
+                    f"{PEERS[peer]}: fan-out of {width:,} one-step tasks, wait for all",
+                    "ms",
+                )
+            )
+            rows[-1].note = notes.get(f"fanout.{peer}", "")
+            rows.append(
+                row(
+                    f"fanout_w{width}_vs_{peer}",
+                    f"ratio: {PEERS[peer]} fan-out of {width:,} / perdure's graph",
+                    "",
+                    source=f"ratio.fanout_w{width}_vs_{peer}",
+                )
+            )
     for level in options.sweep:
         for system, label in {"perdure": "perdure", **PEERS}.items():
             key = f"sweep.{system}.c{level}.runs_per_s"

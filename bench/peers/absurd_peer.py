@@ -6,6 +6,9 @@ the go, ``AsyncAbsurd.start_worker`` (one connection, ``--concurrency`` tasks
 at a time) executes them while the peer polls the task table until every
 task completed, and reports its polls so that they are not counted as
 Absurd's.
+
+With ``--fanout N``: with the worker running and idle, N tasks of one step
+are spawned at once and waited for (by polling the task table every 5 ms).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import absurdctl
 import psycopg
 from absurd_sdk import AsyncAbsurd
-from common import arguments, finish
+from common import arguments, fan_out, finish
 
 QUEUE = "bench"
 
@@ -62,6 +65,9 @@ async def main() -> None:
 
         return await ctx.step("a", one) + await ctx.step("b", one) + await ctx.step("c", one)
 
+    if args.fanout:
+        await _fan_out(app, args.database_url, args.fanout, args.fanouts, args.concurrency)
+        return
     for _ in range(args.runs):
         await app.spawn("noop3", {"n": 1})
     polls = 0
@@ -85,6 +91,40 @@ async def main() -> None:
         await worker
     result = {"runs": args.runs, "seconds": seconds, "runs_per_s": args.runs / seconds}
     print(json.dumps({**result, "own_statements": polls}), flush=True)
+    await app.close()
+
+
+async def _fan_out(app: AsyncAbsurd, url: str, width: int, times: int, concurrency: int) -> None:
+    """Time ``times`` fan-outs of ``width`` one-step tasks on a running worker."""
+
+    @app.register_task("leaf")
+    async def leaf(params: Any, ctx: Any) -> int:
+        async def one() -> int:
+            return int(params["i"])
+
+        return int(await ctx.step("one", one))
+
+    worker = asyncio.create_task(app.start_worker(concurrency=concurrency, poll_interval=0.01))
+    done = 0
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+
+        async def once() -> None:
+            nonlocal done
+            await asyncio.gather(*(app.spawn("leaf", {"i": i}) for i in range(width)))
+            done += width
+            while True:
+                row = await (
+                    await conn.execute(
+                        "SELECT count(*) FROM absurd.t_bench WHERE state = 'completed'"
+                    )
+                ).fetchone()
+                if row is not None and row[0] >= done:
+                    return
+                await asyncio.sleep(0.005)
+
+        await fan_out(once, width, times)
+    app.stop_worker()
+    await worker
     await app.close()
 
 

@@ -6,19 +6,24 @@ one UPDATE moves them to the queue this process serves (``worker_concurrency``
 The queue is polled every 10 ms (DBOS's default is 1 s), its fastest useful
 setting here. The peer then polls ``workflow_status`` until every run
 succeeded, and reports its polls so that they are not counted as DBOS's.
+
+With ``--fanout N``: DBOS's own fan-out, a workflow that enqueues N
+workflows of one step each on a queue this process serves (polled every
+10 ms) and waits for all their results.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 import psycopg
-from common import arguments, finish
-from dbos import DBOS, DBOSClient, DBOSConfig
+from common import arguments, fan_out, finish
+from dbos import DBOS, DBOSClient, DBOSConfig, Queue
 from psycopg import sql
 
-HOLD, SERVED = "bench_hold", "bench"
+HOLD, SERVED, FAN = "bench_hold", "bench", "bench_fan"
 
 
 @DBOS.step()
@@ -45,8 +50,33 @@ async def noop3() -> int:
     return await a() + await b() + await c()
 
 
+@DBOS.step()
+async def leaf_step(i: int) -> int:
+    """No-op step."""
+    return i
+
+
+@DBOS.workflow(name="leaf")
+async def leaf(i: int) -> int:
+    """One step."""
+    return await leaf_step(i)
+
+
+@DBOS.workflow(name="fan")
+async def fan(width: int) -> int:
+    """Enqueue ``width`` leaves and wait for every one (DBOS's fan-out)."""
+    queue = _fan_queue
+    assert queue is not None
+    handles = [await queue.enqueue_async(leaf, i) for i in range(width)]
+    return sum([await handle.get_result() for handle in handles])
+
+
+_fan_queue: Queue | None = None
+
+
 def main() -> None:
     """Set up, enqueue, hand shake, execute."""
+    global _fan_queue
     args = arguments()
     url = args.database_url
     sa_url = url.replace("postgresql://", "postgresql+psycopg://", 1)
@@ -59,6 +89,14 @@ def main() -> None:
     }
     DBOS(config=config)
     DBOS.launch()
+    if args.fanout:
+        _fan_queue = DBOS.register_queue(
+            FAN, worker_concurrency=args.concurrency, polling_interval_sec=0.01
+        )
+        width = args.fanout
+        asyncio.run(fan_out(lambda: fan(width), width, args.fanouts))
+        DBOS.destroy()
+        return
     DBOS.register_queue(SERVED, worker_concurrency=args.concurrency, polling_interval_sec=0.01)
     client = DBOSClient(system_database_url=sa_url, dbos_system_schema=args.schema)
     for _ in range(args.runs):

@@ -130,6 +130,10 @@ PEER_ROWS = [
     "absurd.commits_per_step",
     "perdure_vs_dbos",
     "perdure_vs_best_queue",
+    "fanout.dbos.w100.ms",
+    "fanout_w100_vs_dbos",
+    "fanout.absurd.w100.ms",
+    "fanout_w100_vs_absurd",
 ]
 
 
@@ -149,7 +153,7 @@ def test_bench_with_its_peers_measures_each_peer_and_the_ratios(
     command = [sys.executable, "-m", "perdure", "bench", "--database-url", pg_url]
     command += ["--runs", "20", "--repeat", "1", "--peers", "--samples", "3", "--concurrency", "8"]
     command += ["--preload", "0", "--pgbench-seconds", "1", "--json", str(out)]
-    command += ["--map-widths", "100"]
+    command += ["--map-widths", "100", "--peer-fanouts", "100"]
     env = dict(os.environ, COLUMNS="200")
     done = subprocess.run(command, capture_output=True, text=True, timeout=580, env=env)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -103,6 +103,14 @@ def bench_dir() -> Path:
     help="Measure ctx.map (and the same steps in sequence) at these widths (the map curve).",
 )
 @click.option(
+    "--peer-fanouts",
+    default="100,1000",
+    show_default=True,
+    metavar="N1,N2,...",
+    help="With --peers: time each peer's own fan-out of N one-step tasks against perdure's "
+    "graph fan-out (widths 100 and 1000).",
+)
+@click.option(
     "--plot",
     "plot_dir",
     type=click.Path(file_okay=False, writable=True),
@@ -131,6 +139,7 @@ def bench(
     json_path: str | None,
     sweep: str,
     map_widths: str,
+    peer_fanouts: str,
     plot_dir: str | None,
     from_json: str | None,
     **options: Any,
@@ -158,6 +167,7 @@ def bench(
                 json_path=json_path,
                 sweep=_levels(sweep, "--sweep"),
                 map_widths=_levels(map_widths, "--map-widths"),
+                peer_fanouts=_levels(peer_fanouts, "--peer-fanouts"),
                 **options,
             ),
             say=lambda line: err.print(Text(line, style="dim")),
