@@ -208,3 +208,17 @@ def test_a_task_taken_away_is_reported_and_stops_at_its_next_ctx_call(
     # No checkpoint of "second": its body never ran (that of "first" may
     # have been refused too, when its write was deferred past the theft).
     assert "second" not in [s.name for s in app.steps(handle.id)]
+
+
+def test_a_task_handed_back_and_claimed_again_is_not_taken_for_lost(app: perdure.App) -> None:
+    """A run that parks and is claimed again keeps its task's id under a new attempt:
+    a heartbeat that saw the task between the two must not stop the new execution."""
+
+    @app.workflow("naps")
+    async def naps(ctx: perdure.Context, n: int) -> int:
+        for i in range(n):
+            await ctx.sleep(0.001)
+        return n
+
+    handle = app.start("naps", 40)
+    assert app.run_until_complete(handle, heartbeat_seconds=0.002) == 40

@@ -34,9 +34,11 @@ class Heartbeat:
     """The wakeup thread's heartbeat chore: the worker row, and the leases it holds.
 
     With tasks held it beats every ``interval`` s, in one transaction: the
-    leases of exactly the tasks the worker still executes (``held()``), and
+    leases of exactly the tasks the worker still executes (``held()``, each
+    id with the attempt its execution holds), and
     its row. Idle it beats only its row, every ``idle_interval`` s. Tasks
-    taken away are passed to ``on_lost``; each beat to ``on_beat``. Both are
+    taken away are passed to ``on_lost`` (by id, with that attempt); each
+    beat to ``on_beat``. Both are
     called on the wakeup thread.
     """
 
@@ -47,8 +49,8 @@ class Heartbeat:
         lease_seconds: float,
         interval: float,
         idle_interval: float,
-        held: Callable[[], list[int]],
-        on_lost: Callable[[set[int]], None],
+        held: Callable[[], dict[int, int]],
+        on_lost: Callable[[dict[int, int]], None],
         on_beat: Callable[[], None] = lambda: None,
     ) -> None:
         """Beat for ``worker_id``; see the class."""
@@ -115,10 +117,12 @@ class Heartbeat:
             self.duty.clear()
         self.on_beat()
         if taken:
-            self.on_lost(taken)
+            # With the attempt each was executed under when the beat began: a
+            # task handed back and claimed again since is a new execution.
+            self.on_lost({task_id: held[task_id] for task_id in taken})
 
 
-def _snapshot(held: Callable[[], list[int]]) -> list[int]:
+def _snapshot(held: Callable[[], dict[int, int]]) -> dict[int, int]:
     """``held()``, taken again if the loop changed it while it was copied."""
     for _ in range(10):
         try:

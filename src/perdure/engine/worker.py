@@ -204,8 +204,8 @@ class Worker:
             opts.lease_seconds,
             opts.heartbeat_interval,
             opts.idle_heartbeat_interval,
-            lambda: list(self.running),
-            lambda task_ids: self._leases_lost(task_ids, env.lost_tasks),
+            lambda: {t: held.task.fence.attempt for t, held in list(self.running.items())},
+            lambda taken: self._leases_lost(taken, env.lost_tasks),
             self._beat,
         )
         watch = LoopWatch(
@@ -509,17 +509,18 @@ class Worker:
         self.wake_checks[woken] += 1
         return woken
 
-    def _leases_lost(self, task_ids: set[int], lost: set[int]) -> None:
-        """The tasks taken away (called on the wakeup thread): their executions
-        stop at their next ``ctx`` call (``lost`` is ExecutionEnv.lost_tasks)."""
+    def _leases_lost(self, taken: dict[int, int], lost: set[int]) -> None:
+        """The tasks taken away, by id with the attempt they were executed under
+        (called on the wakeup thread): those executions stop at their next
+        ``ctx`` call (``lost`` is ExecutionEnv.lost_tasks)."""
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._report_lost, task_ids, lost)
+            self._loop.call_soon_threadsafe(self._report_lost, taken, lost)
 
-    def _report_lost(self, task_ids: set[int], lost: set[int]) -> None:
-        for task_id in task_ids:
+    def _report_lost(self, taken: dict[int, int], lost: set[int]) -> None:
+        for task_id, attempt in taken.items():
             held = self.running.get(task_id)
-            if held is None:
-                continue
+            if held is None or held.task.fence.attempt != attempt:
+                continue  # ended, or claimed again since: a new execution
             lost.add(task_id)
             log.warning(
                 "worker %s lost the lease on task %d (run %s)",
