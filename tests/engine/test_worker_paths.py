@@ -216,7 +216,7 @@ def test_a_task_handed_back_and_claimed_again_is_not_taken_for_lost(app: perdure
 
     @app.workflow("naps")
     async def naps(ctx: perdure.Context, n: int) -> int:
-        for i in range(n):
+        for _ in range(n):
             await ctx.sleep(0.001)
         return n
 
