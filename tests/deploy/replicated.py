@@ -127,16 +127,26 @@ class ReplicatedPair:
         """Promote the standby and wait until it accepts writes."""
         self._run("pg_ctl", "-D", str(self.standby.data), "-w", "promote")
 
-    def promoted_at(self) -> float:
-        """When the standby, promoted, began to accept connections (its log's clock, epoch s)."""
-        log = (self.base / f"{self.standby.data.name}.log").read_text()
-        ready = [
-            line
-            for line in log.splitlines()
-            if line.endswith("database system is ready to accept connections")
-        ]
-        if not ready:
-            raise AssertionError("the standby's log does not tell when it was promoted")
+    def promoted_at(self, timeout: float = 10.0) -> float:
+        """When the standby, promoted, began to accept connections (its log's clock, epoch s).
+
+        `pg_ctl promote -w` returns once the server accepts writes, which can be
+        a moment before the postmaster has written that line: read the log until
+        it has, within ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            log = (self.base / f"{self.standby.data.name}.log").read_text()
+            ready = [
+                line
+                for line in log.splitlines()
+                if line.endswith("database system is ready to accept connections")
+            ]
+            if ready:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError("the standby's log does not tell when it was promoted")
+            time.sleep(0.05)
         stamp = datetime.strptime(" ".join(ready[-1].split()[:2]), "%Y-%m-%d %H:%M:%S.%f")
         return stamp.replace(tzinfo=UTC).timestamp()
 
