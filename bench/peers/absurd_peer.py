@@ -8,7 +8,8 @@ task completed, and reports its polls so that they are not counted as
 Absurd's.
 
 With ``--fanout N``: with the worker running and idle, N tasks of one step
-are spawned at once and waited for (by polling the task table every 5 ms).
+are spawned (32 spawns in flight at once) and waited for (by polling the
+task table every 5 ms).
 """
 
 from __future__ import annotations
@@ -107,10 +108,17 @@ async def _fan_out(app: AsyncAbsurd, url: str, width: int, times: int, concurren
     worker = asyncio.create_task(app.start_worker(concurrency=concurrency, poll_interval=0.01))
     done = 0
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        # Spawns in flight at once: each takes a connection of its own, and a
+        # thousand connecting together overflow the server's listen backlog.
+        gate = asyncio.Semaphore(32)
+
+        async def spawn(i: int) -> None:
+            async with gate:
+                await app.spawn("leaf", {"i": i})
 
         async def once() -> None:
             nonlocal done
-            await asyncio.gather(*(app.spawn("leaf", {"i": i}) for i in range(width)))
+            await asyncio.gather(*(spawn(i) for i in range(width)))
             done += width
             while True:
                 row = await (
