@@ -10,11 +10,11 @@ from perdure.store import rows
 from perdure.store.statement import Namespace, Statement
 from perdure.types import QueueInfo
 
-#: The columns of a queue's settings that ``queues.set`` writes, and the flag
-#: that says each is stated. ``rate_limit`` and ``rate_period`` go together.
 #: The payload prefix of a worker's call to the others (queue_wake), before its id.
 WAKE_PREFIX = "worker:"
 
+#: The columns of a queue's settings that ``queues.set`` writes, and the flag
+#: that says each is stated. ``rate_limit`` and ``rate_period`` go together.
 SETTING_FLAGS = {
     "concurrency": "set_concurrency",
     "worker_concurrency": "set_worker_concurrency",
