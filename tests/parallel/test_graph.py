@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -425,3 +426,27 @@ def test_a_task_that_ran_the_steps_it_made_ready_is_not_reported_lost(app: perdu
             release.set()
         assert handle.result(timeout=30) == {"leaf0": 1, "leaf1": 1}
         assert background.count("lease_lost") == 0
+
+
+def test_a_graph_step_longer_than_its_lease_runs_once_in_its_schedulers_batch(
+    app: perdure.App,
+) -> None:
+    """The worker runs the steps its decision made ready in a batch of its own; their
+    leases are kept while they run, so a step outliving one lease is not run again."""
+    runs: list[int] = []
+    g = app.graph("long_leaf")
+
+    @g.step()
+    def root(ctx: perdure.StepContext, _: Any) -> int:
+        return 1
+
+    @g.step(depends_on=[root])
+    def slow(ctx: perdure.StepContext, value: int) -> int:
+        runs.append(value)
+        time.sleep(3.5)  # the step's own work: three and a half leases
+        return value
+
+    handle = app.start("long_leaf", None)
+    with BackgroundWorker(app, concurrency=8, poll_seconds=0.05, lease_seconds=1):
+        assert handle.result(timeout=30) == {"slow": 1}
+    assert runs == [1], "the step ran again after its lease lapsed"

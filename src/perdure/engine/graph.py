@@ -129,32 +129,38 @@ async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) ->
             listed = await store.execute(statements.steps.list_at(task.run_id, wanted))
             found = {s.position: s for s in listed}
             held: list[GatheredCompletion] = []
-            await asyncio.gather(
-                *(
-                    _execute_step(
-                        dataclasses.replace(
-                            task,
-                            fence=g.fence,
-                            kind="step",
-                            step_position=g.position,
-                            step_name=g.name,
-                            gather_start=None,
-                            steps=(),
-                        ),
-                        spec,
-                        env,
-                        held=(g, held),
-                        found=found,
-                    )
-                    for g in claimed
-                ),
-                return_exceptions=True,
+            leases = parallel.keep_leases(
+                env, task.fence.worker_id, [g.fence.task_id for g in claimed]
             )
+            try:
+                await asyncio.gather(
+                    *(
+                        _execute_step(
+                            dataclasses.replace(
+                                task,
+                                fence=g.fence,
+                                kind="step",
+                                step_position=g.position,
+                                step_name=g.name,
+                                gather_start=None,
+                                steps=(),
+                            ),
+                            spec,
+                            env,
+                            held=(g, held),
+                            found=found,
+                        )
+                        for g in claimed
+                    ),
+                    return_exceptions=True,
+                )
 
-            async def decide(conn: Any) -> None:
-                await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+                async def decide(conn: Any) -> None:
+                    await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
 
-            await parallel.complete_batch(env, task, held, then=decide)
+                await parallel.complete_batch(env, task, held, then=decide)
+            finally:
+                leases.cancel()
     except Exception:
         log.warning("run %s: running its graph steps here stopped", task.run_id, exc_info=True)
 

@@ -328,7 +328,9 @@ class _Batch:
         self.running: set[asyncio.Future[GatheredCompletion | str | None]] = {
             asyncio.ensure_future(run(g)) for g in claimed
         }
-        self.leases = asyncio.create_task(_keep_leases(ex, [g.fence.task_id for g in claimed]))
+        self.leases = keep_leases(
+            ex.env, ex.task.fence.worker_id, [g.fence.task_id for g in claimed]
+        )
 
     async def run(self, fail_fast: bool) -> bool:
         """Wait for the steps and write the completions of those done; whether one
@@ -405,17 +407,18 @@ async def complete_batch(
         env.emit("step_checkpointed", run_id=run_id, step=c.step.name, status="completed")
 
 
-async def _keep_leases(ex: Execution, task_ids: list[int]) -> None:
-    """Extend the leases of a batch's steps while they run (the heartbeat does not know
-    them)."""
-    env = ex.env
-    while True:
-        await asyncio.sleep(env.lease_seconds / 3)
-        await env.store.execute(
-            env.store.statements.tasks.heartbeat(
-                ex.task.fence.worker_id, task_ids, env.lease_seconds
+def keep_leases(env: ExecutionEnv, worker_id: str, task_ids: list[int]) -> asyncio.Task[None]:
+    """Extend the leases of a batch's steps while they run (the heartbeat does not
+    know them), until the task returned is cancelled."""
+
+    async def keep() -> None:
+        while True:
+            await asyncio.sleep(env.lease_seconds / 3)
+            await env.store.execute(
+                env.store.statements.tasks.heartbeat(worker_id, task_ids, env.lease_seconds)
             )
-        )
+
+    return asyncio.create_task(keep())
 
 
 class HeldExecution(Execution):
