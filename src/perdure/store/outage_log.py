@@ -1,0 +1,117 @@
+"""Warnings of an unreachable database: one per interval, with a count of those held back.
+
+While the server or the pooler is away, every pool reconnection attempt, every
+failed claim, heartbeat and listener retry would log a warning of its own:
+hundreds a second for one worker. :func:`install` puts a filter on the loggers
+that report them (psycopg's pool and perdure's own). A warning whose cause is
+an unreachable database (see :func:`~perdure.store.connect.is_unavailable`)
+passes as ``database unreachable: <reason>`` at most once per
+:data:`INTERVAL_SECONDS` in a process, saying how many were held back since
+the last one; the others are dropped. A warning about one run (it carries the
+run's id) passes as it is: it comes once per run, not once per retry. :func:`back` reports the count still held
+back once the database answers again. Any other record passes untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from perdure.store.connect import is_unavailable
+
+#: At most one "database unreachable" warning per this many seconds.
+INTERVAL_SECONDS = 5.0
+
+#: The loggers whose warnings report a lost database.
+LOGGERS = (
+    "psycopg.pool",
+    "perdure.worker",
+    "perdure.store",
+    "perdure.commit",
+    "perdure.maintenance",
+    "perdure.wakeup",
+    "perdure.schedules",
+    "perdure.retention",
+)
+
+
+class OutageFilter(logging.Filter):
+    """Lets one "database unreachable" warning through per interval, with a count."""
+
+    def __init__(self) -> None:
+        """No warning seen yet."""
+        super().__init__()
+        self._lock = threading.Lock()
+        self._last = -float("inf")
+        self.held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether ``record`` is logged (rewritten when it reports the lost database)."""
+        if record.levelno != logging.WARNING or hasattr(record, "run_id"):
+            # A warning about one run (it lost the database mid-execution)
+            # comes once per run: it passes as it is.
+            return True
+        reason = _reason(record)
+        if reason is None:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last < INTERVAL_SECONDS:
+                self.held += 1
+                return False
+            held, self.held, self._last = self.held, 0, now
+        record.msg = "database unreachable: %s"
+        record.args = (reason,)
+        if held:
+            record.msg += " (%d more in the last %g s)"
+            record.args = (reason, held, INTERVAL_SECONDS)
+        return True
+
+    def take_held(self) -> int:
+        """The warnings held back since the last one logged; counted afresh from now."""
+        with self._lock:
+            held, self.held, self._last = self.held, 0, -float("inf")
+        return held
+
+
+_FILTER = OutageFilter()
+_INSTALLED = threading.Lock()
+
+
+def install() -> OutageFilter:
+    """Put the filter on :data:`LOGGERS` (once per process); the filter."""
+    with _INSTALLED:
+        for name in LOGGERS:
+            logger = logging.getLogger(name)
+            if _FILTER not in logger.filters:
+                logger.addFilter(_FILTER)
+    return _FILTER
+
+
+def back(log: logging.Logger, detail: str = "") -> None:
+    """Report that the database answers again, with the warnings held back, if any."""
+    held = _FILTER.take_held()
+    if held or detail:
+        more = f" ({held} warning(s) held back)" if held else ""
+        log.info("database reachable again%s%s", f": {detail}" if detail else "", more)
+
+
+def _reason(record: logging.LogRecord) -> str | None:
+    """The short reason of a warning about the lost database, or None for any other."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    for arg in args:
+        if isinstance(arg, BaseException):
+            cause = arg if arg.__cause__ is None else arg.__cause__
+            if is_unavailable(cause) or is_unavailable(arg):
+                return short(cause)
+    if record.name == "psycopg.pool":
+        return short(record.getMessage())
+    return None
+
+
+def short(error: BaseException | str) -> str:
+    """The gist of a connection error: ``connection refused`` rather than libpq's paragraph."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    gist = text.rsplit(": ", 1)[-1].strip()
+    return (gist[:1].lower() + gist[1:]) if gist else text
