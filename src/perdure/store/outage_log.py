@@ -5,7 +5,7 @@ failed claim, heartbeat and listener retry would log a warning of its own:
 hundreds a second for one worker. :func:`install` puts a filter on the loggers
 that report them (psycopg's pool and perdure's own). A warning whose cause is
 an unreachable database (see :func:`~perdure.store.connect.is_unavailable`)
-passes as ``database unreachable: <reason>`` at most once per
+passes as ``database unreachable: <reason> (<what failed>)`` at most once per
 :data:`INTERVAL_SECONDS` in a process, saying how many were held back since
 the last one; the others are dropped. A warning about one run (it carries the
 run's id) passes as it is: it comes once per run, not once per retry. :func:`back` reports the count still held
@@ -61,11 +61,13 @@ class OutageFilter(logging.Filter):
                 self.held += 1
                 return False
             held, self.held, self._last = self.held, 0, now
-        record.msg = "database unreachable: %s"
-        record.args = (reason,)
+        where = _where(record)
         if held:
-            record.msg += " (%d more in the last %g s)"
-            record.args = (reason, held, INTERVAL_SECONDS)
+            record.msg = "database unreachable: %s (%s; %d more in the last %g s)"
+            record.args = (reason, where, held, INTERVAL_SECONDS)
+        else:
+            record.msg = "database unreachable: %s (%s)"
+            record.args = (reason, where)
         return True
 
     def take_held(self) -> int:
@@ -106,8 +108,15 @@ def _reason(record: logging.LogRecord) -> str | None:
             if is_unavailable(cause) or is_unavailable(arg):
                 return short(cause)
     if record.name == "psycopg.pool":
-        return short(record.getMessage())
+        # A broken or closed connection discarded, a reconnection round given up.
+        return "connection lost"
     return None
+
+
+def _where(record: logging.LogRecord) -> str:
+    """What was being done, from the original message: ``claim failed``, ``heartbeat failed``."""
+    text = str(record.msg)
+    return text.split(" (", 1)[0].split(":", 1)[0].replace("%r", "").replace("%s", "").strip()
 
 
 def short(error: BaseException | str) -> str:
