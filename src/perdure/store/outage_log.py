@@ -7,9 +7,10 @@ that report them (psycopg's pool and perdure's own). A warning whose cause is
 an unreachable database (see :func:`~perdure.store.connect.is_unavailable`)
 passes as ``database unreachable: <reason> (<what failed>)`` at most once per
 :data:`INTERVAL_SECONDS` in a process, saying how many were held back since
-the last one; the others are dropped. A warning about one run (it carries the
-run's id) passes as it is: it comes once per run, not once per retry. :func:`back` reports the count still held
-back once the database answers again. Any other record passes untouched.
+the last one; the others are dropped. :func:`back` reports the count still
+held back once the database answers again. A warning about one run (it
+carries the run's id) passes as it is: it comes once per run, not once per
+retry. Any other record passes untouched.
 """
 
 from __future__ import annotations
