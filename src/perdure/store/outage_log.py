@@ -116,8 +116,8 @@ def _reason(record: logging.LogRecord) -> str | None:
 
 def _where(record: logging.LogRecord) -> str:
     """What was being done, from the original message: ``claim failed``, ``heartbeat failed``."""
-    text = str(record.msg)
-    return text.split(" (", 1)[0].split(":", 1)[0].replace("%r", "").replace("%s", "").strip()
+    text = str(record.msg).replace(" in %r", "").replace(" %r", "")
+    return text.split(" (", 1)[0].split(":", 1)[0].replace("%s", "").strip()
 
 
 def short(error: BaseException | str) -> str:
