@@ -244,7 +244,10 @@ def fault_message(exc: BaseException) -> str:
         kind = "PostgreSQL failed"
     else:
         kind = "PostgreSQL is unreachable"
-    return f"{kind}: {exc}"
+    # The server's primary message, without the CONTEXT of a perdure function.
+    diag = getattr(exc, "diag", None)
+    said = getattr(diag, "message_primary", None) if diag is not None else None
+    return f"{kind}: {said or exc}"
 
 
 def is_refused(exc: BaseException) -> bool:
