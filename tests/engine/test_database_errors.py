@@ -235,3 +235,45 @@ def test_a_claim_whose_answer_was_lost_is_given_back_without_a_lapse(
         "SELECT worker_id, lapses, failures FROM tasks WHERE run_id = %s", (other.id,)
     ).fetchone()
     assert found == ("else", 0, 0)
+
+
+def test_in_a_transaction_step_a_conflict_is_the_databases_and_a_constraint_the_users(
+    app: perdure.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    db.execute("CREATE TABLE ledger (id int PRIMARY KEY)")
+    db.execute("INSERT INTO ledger VALUES (1)")
+    tries: list[str] = []
+
+    def conflicted(conn: psycopg.Connection[Any]) -> int:
+        tries.append("conflicted")
+        if len(tries) == 1:  # the server gives up the first transaction
+            conn.execute(
+                "DO $$ BEGIN RAISE EXCEPTION 'could not serialize access'"
+                " USING ERRCODE = '40001'; END $$"
+            )
+        conn.execute(f"INSERT INTO {schema}.ledger VALUES (2)")
+        return 2
+
+    def duplicate(conn: psycopg.Connection[Any]) -> int:
+        tries.append("duplicate")
+        conn.execute(f"INSERT INTO {schema}.ledger VALUES (1)")  # the user's own mistake
+        return 1
+
+    once = perdure.RetryPolicy(max_attempts=1)
+
+    @app.workflow("pair")
+    async def pair(ctx: perdure.Context) -> int:
+        await ctx.transaction("conflicted", conflicted, retry=once)
+        return await ctx.transaction("duplicate", duplicate, retry=once)  # type: ignore[no-any-return]
+
+    handle = app.start("pair")
+    with BackgroundWorker(app, **FAST), pytest.raises(perdure.RunFailed, match="UniqueViolation"):
+        handle.result(timeout=30)
+    # The serialization failure cost no attempt: its one attempt completed the
+    # step. The unique violation failed its step for good, at its one attempt.
+    assert tries == ["conflicted", "conflicted", "duplicate"]
+    steps = {s.name: (s.status, s.attempts) for s in app.steps(handle.id)}
+    assert steps == {"conflicted": ("completed", 1), "duplicate": ("failed", 1)}
+    released = [e.detail.get("reason") for e in app.history(handle.id) if e.event == "run_released"]
+    assert released == ["database fault: 40001"]
+    assert db.execute("SELECT array_agg(id ORDER BY id) FROM ledger").fetchone() == ([1, 2],)
