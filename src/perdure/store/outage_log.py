@@ -6,8 +6,9 @@ hundreds a second for one worker. :func:`install` puts a filter on the loggers
 that report them (psycopg's pool and perdure's own). A warning whose cause is
 an unreachable database (see :func:`~perdure.store.connect.is_unavailable`)
 passes as ``database unreachable: <reason> (<what failed>)`` at most once per
-:data:`INTERVAL_SECONDS` in a process, saying how many were held back since
-the last one; the others are dropped. :func:`back` reports the count still
+:data:`INTERVAL_SECONDS` for each thing that failed (claims, heartbeats, the
+pool's reconnections) in a process, saying how many were held back since the
+last one; the others are dropped. :func:`back` reports the count still
 held back once the database answers again. A warning about one run (it
 carries the run's id) passes as it is: it comes once per run, not once per
 retry. Any other record passes untouched.
@@ -38,14 +39,19 @@ LOGGERS = (
 
 
 class OutageFilter(logging.Filter):
-    """Lets one "database unreachable" warning through per interval, with a count."""
+    """Lets one "database unreachable" warning of each kind through per interval, with a count.
+
+    A kind is what failed (``claim failed``, ``heartbeat failed``, the pool's
+    ``error connecting``), so that the log still shows each of the worker's
+    loops that cannot reach the database, once per interval each.
+    """
 
     def __init__(self) -> None:
         """No warning seen yet."""
         super().__init__()
         self._lock = threading.Lock()
-        self._last = -float("inf")
-        self.held = 0
+        #: By kind: when one was last logged, and how many were held back since.
+        self._kinds: dict[str, tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Whether ``record`` is logged (rewritten when it reports the lost database)."""
@@ -56,13 +62,14 @@ class OutageFilter(logging.Filter):
         reason = _reason(record)
         if reason is None:
             return True
+        where = _where(record)
         now = time.monotonic()
         with self._lock:
-            if now - self._last < INTERVAL_SECONDS:
-                self.held += 1
+            last, held = self._kinds.get(where, (-float("inf"), 0))
+            if now - last < INTERVAL_SECONDS:
+                self._kinds[where] = (last, held + 1)
                 return False
-            held, self.held, self._last = self.held, 0, now
-        where = _where(record)
+            self._kinds[where] = (now, 0)
         if held:
             record.msg = "database unreachable: %s (%s; %d more in the last %g s)"
             record.args = (reason, where, held, INTERVAL_SECONDS)
@@ -72,9 +79,10 @@ class OutageFilter(logging.Filter):
         return True
 
     def take_held(self) -> int:
-        """The warnings held back since the last one logged; counted afresh from now."""
+        """The warnings held back since the last ones logged; counted afresh from now."""
         with self._lock:
-            held, self.held, self._last = self.held, 0, -float("inf")
+            held = sum(n for _, n in self._kinds.values())
+            self._kinds.clear()
         return held
 
 
@@ -83,7 +91,8 @@ _INSTALLED = threading.Lock()
 
 
 def install() -> OutageFilter:
-    """Put the filter on :data:`LOGGERS` (once per process); the filter."""
+    """Put the filter on :data:`LOGGERS` (once per process), counting afresh; the filter."""
+    _FILTER.take_held()
     with _INSTALLED:
         for name in LOGGERS:
             logger = logging.getLogger(name)
