@@ -1,4 +1,4 @@
-"""Handing back a task whose execution met a fault of the database, once it answers again.
+"""Handing back a task whose execution met a fault of the database, once it answers again."""
 
 from __future__ import annotations
 
