@@ -92,6 +92,23 @@ class Pooler:
         pooler._wait_ready()
         return pooler
 
+    def stop(self) -> None:
+        """Stop PgBouncer at once (SIGTERM: an immediate shutdown), keeping its folder."""
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Start PgBouncer again, on the same port, and wait until it answers."""
+        args = [PGBOUNCER]
+        if os.geteuid() == 0:
+            args += ["-u", SERVER_ACCOUNT]
+        self.proc = subprocess.Popen(
+            [*args, str(self.base / "pgbouncer.ini")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+        self._wait_ready()
+
     @property
     def admin_url(self) -> str:
         """The URL of PgBouncer's admin console (SHOW STATS, SHOW POOLS)."""

@@ -9,6 +9,7 @@ reports ``default_transaction_read_only``, as a standby reports
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
@@ -66,10 +67,52 @@ def test_a_write_refused_as_read_only_counts_as_a_lost_connection(pg_url: str, s
         with pytest.raises(perdure.DatabaseUnavailable) as raised:
             app.start("noop")
         assert isinstance(raised.value.__cause__, psycopg.errors.ReadOnlySqlTransaction)
+        # The server's own words reach the client.
+        assert str(raised.value).startswith("PostgreSQL is read-only: cannot execute")
+        assert str(raised.value).endswith("in a read-only transaction")
         # The connection is discarded, not handed out to fail again.
         assert poked.closed
         app.start("noop")
         assert len(app.list_runs(limit=10)) == 2
+    finally:
+        app.close()
+
+
+def test_a_start_on_a_callers_read_only_connection_raises_database_unavailable(
+    pg_url: str, schema: str
+) -> None:
+    app = perdure.App(pg_url, schema=schema)
+    build(app)
+    try:
+        app.ensure_schema()
+        with psycopg.connect(pg_url) as conn:
+            conn.execute("SET TRANSACTION READ ONLY")
+            with pytest.raises(perdure.DatabaseUnavailable, match="read-only") as raised:
+                app.start("noop", conn=conn)
+            assert isinstance(raised.value.__cause__, psycopg.errors.ReadOnlySqlTransaction)
+            conn.rollback()
+        assert app.list_runs(limit=10) == []
+    finally:
+        app.close()
+
+
+def test_an_async_start_on_a_callers_read_only_connection_raises_database_unavailable(
+    pg_url: str, schema: str
+) -> None:
+    app = perdure.App(pg_url, schema=schema)
+    build(app)
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+            await conn.execute("SET TRANSACTION READ ONLY")
+            with pytest.raises(perdure.DatabaseUnavailable, match="read-only"):
+                await app.start_async("noop", conn=conn)
+            await conn.rollback()
+
+    try:
+        app.ensure_schema()
+        asyncio.run(main())
+        assert app.list_runs(limit=10) == []
     finally:
         app.close()
 

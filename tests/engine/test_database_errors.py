@@ -3,11 +3,14 @@
 The store turns a lost or refused connection into the engine's
 ``Disconnected``; the worker hands the task back once the database answers,
 and no attempt of the step or the workflow is counted. Heartbeats hold only
-the tasks a worker still executes, so a task it gave up on lapses.
+the tasks a worker still executes, so a task it gave up on lapses; a task
+claimed while the claim's answer was lost is given back, without a lapse, as
+soon as the worker's connection is back.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import timedelta
 from typing import Any
@@ -17,6 +20,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure.store import outage_log
 from perdure.store.store import execute_sync
 
 FAST = {"concurrency": 2, "poll_seconds": 0.05, "lease_seconds": 5}
@@ -169,3 +173,107 @@ def test_a_transaction_step_whose_connection_dies_commits_once_and_counts_no_fai
     # The first transaction died with its connection and rolled back.
     assert db.execute("SELECT count(*) FROM effects").fetchone() == (1,)
     assert [(s.name, s.attempts) for s in app.steps(handle.id)] == [("record", 1)]
+
+
+def test_a_claim_whose_answer_was_lost_is_given_back_without_a_lapse(
+    app: perdure.App,
+    db: psycopg.Connection[Any],
+    pg_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every warning passes here: the test waits for the claim loop's own.
+    monkeypatch.setattr(outage_log, "INTERVAL_SECONDS", 0.0)
+    caplog.set_level(logging.INFO, logger="perdure.worker")
+
+    @app.workflow("noop")
+    async def noop(ctx: perdure.Context) -> str:
+        return "done"
+
+    app.ensure_schema()
+    lost, other = app.start("noop"), app.start("noop")
+    # The claim committed and its answer was lost: the task is the worker's,
+    # for an hour, and the worker does not know it.
+    claim = app.statements.tasks.claim(
+        worker_id="lost", queues=["noop"], names=["noop"], versions=[1], limit=1, lease_seconds=3600
+    )
+    assert [t.run_id for t in execute_sync(db, claim)] == [lost.id]
+    # Another worker's claim is not this worker's to give back.
+    theirs = app.statements.tasks.claim(
+        worker_id="else", queues=["noop"], names=["noop"], versions=[1], limit=1, lease_seconds=3600
+    )
+    assert [t.run_id for t in execute_sync(db, theirs)] == [other.id]
+    cutter = Cutter(pg_url, "lost")
+    try:
+        with BackgroundWorker(
+            app,
+            worker_id="lost",
+            concurrency=2,
+            poll_seconds=0.05,
+            idle_poll_seconds=0.05,
+            lease_seconds=3600,
+        ) as worker:
+            wait_until(lambda: worker.count("worker_started"), what="the worker to start")
+            cutter.cut()
+            wait_until(
+                lambda: any("(claim failed" in r.getMessage() for r in caplog.records),
+                what="a claim to fail",
+            )
+            cutter.close()
+            # Well within its hour-long lease.
+            assert lost.result(timeout=30) == "done"
+    finally:
+        cutter.close()
+    history = app.history(lost.id)
+    events = [e.event for e in history]
+    assert "lease_expired" not in events, events
+    released = [e.detail.get("reason") for e in history if e.event == "run_released"]
+    assert released == ["claim answer lost"]
+    assert any("gave back 1 task(s)" in r.getMessage() for r in caplog.records)
+    # The other worker's claim is left alone.
+    found = db.execute(
+        "SELECT worker_id, lapses, failures FROM tasks WHERE run_id = %s", (other.id,)
+    ).fetchone()
+    assert found == ("else", 0, 0)
+
+
+def test_in_a_transaction_step_a_conflict_is_the_databases_and_a_constraint_the_users(
+    app: perdure.App, db: psycopg.Connection[Any], schema: str
+) -> None:
+    db.execute("CREATE TABLE ledger (id int PRIMARY KEY)")
+    db.execute("INSERT INTO ledger VALUES (1)")
+    tries: list[str] = []
+
+    def conflicted(conn: psycopg.Connection[Any]) -> int:
+        tries.append("conflicted")
+        if len(tries) == 1:  # the server gives up the first transaction
+            conn.execute(
+                "DO $$ BEGIN RAISE EXCEPTION 'could not serialize access'"
+                " USING ERRCODE = '40001'; END $$"
+            )
+        conn.execute(f"INSERT INTO {schema}.ledger VALUES (2)")
+        return 2
+
+    def duplicate(conn: psycopg.Connection[Any]) -> int:
+        tries.append("duplicate")
+        conn.execute(f"INSERT INTO {schema}.ledger VALUES (1)")  # the user's own mistake
+        return 1
+
+    once = perdure.RetryPolicy(max_attempts=1)
+
+    @app.workflow("pair")
+    async def pair(ctx: perdure.Context) -> int:
+        await ctx.transaction("conflicted", conflicted, retry=once)
+        return await ctx.transaction("duplicate", duplicate, retry=once)  # type: ignore[no-any-return]
+
+    handle = app.start("pair")
+    with BackgroundWorker(app, **FAST), pytest.raises(perdure.RunFailed, match="UniqueViolation"):
+        handle.result(timeout=30)
+    # The serialization failure cost no attempt: its one attempt completed the
+    # step. The unique violation failed its step for good, at its one attempt.
+    assert tries == ["conflicted", "conflicted", "duplicate"]
+    steps = {s.name: (s.status, s.attempts) for s in app.steps(handle.id)}
+    assert steps == {"conflicted": ("completed", 1), "duplicate": ("failed", 1)}
+    released = [e.detail.get("reason") for e in app.history(handle.id) if e.event == "run_released"]
+    assert released == ["database fault: 40001"]
+    assert db.execute("SELECT array_agg(id ORDER BY id) FROM ledger").fetchone() == ([1, 2],)

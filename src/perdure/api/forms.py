@@ -6,23 +6,37 @@ the caller's loop through :meth:`Portal.run`; its ``x`` form blocks on it
 through :meth:`Portal.call`. Two helpers take an operation over a
 :class:`~perdure.api.core.Core` (``fn(core, ...)``, for the App's flat
 surface); two take a method of an object that has a core (``RunHandle``); and
-two derive the forms of an async iterator.
+two derive the forms of an async iterator. Each runs the call inside
+:func:`client_faults`, where a fault of the database becomes
+:class:`~perdure.errors.DatabaseUnavailable`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from perdure.api.core import Core, HasCore
 from perdure.api.presenting import presents
+from perdure.errors import DatabaseUnavailable
+from perdure.store.store import reachable
 
 P = ParamSpec("P")
 T = TypeVar("T")
 S = TypeVar("S", bound=HasCore)
 Op = Callable[Concatenate[Core, P], Coroutine[Any, Any, T]]
+
+
+def client_faults() -> contextlib.AbstractContextManager[None]:
+    """The one boundary of every App call: a fault of the database (see
+    :func:`perdure.store.connect.is_database_fault`) reaches the caller as
+    :class:`~perdure.errors.DatabaseUnavailable` with the server's message, never
+    as a driver's class, whichever connection it came from (the App's pool, a
+    caller's connection, a call's own session)."""
+    return reachable(DatabaseUnavailable)
 
 
 def blocking(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
@@ -31,7 +45,8 @@ def blocking(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         core = self._core
-        return core.portal.call(fn(core, *args, **kwargs))
+        with client_faults():
+            return core.portal.call(fn(core, *args, **kwargs))
 
     return call
 
@@ -48,9 +63,10 @@ def awaiting(
     @presents(fn)
     async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         core = self._core
-        if here is not None and here(kwargs):
-            return await fn(core, *args, **kwargs)
-        return await core.portal.run(fn(core, *args, **kwargs))
+        with client_faults():
+            if here is not None and here(kwargs):
+                return await fn(core, *args, **kwargs)
+            return await core.portal.run(fn(core, *args, **kwargs))
 
     return call
 
@@ -62,7 +78,8 @@ def blocking_method(
 
     @presents(fn)
     def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._core.portal.call(fn(self, *args, **kwargs))
+        with client_faults():
+            return self._core.portal.call(fn(self, *args, **kwargs))
 
     return call
 
@@ -74,7 +91,8 @@ def awaiting_method(
 
     @presents(fn)
     async def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._core.portal.run(fn(self, *args, **kwargs))
+        with client_faults():
+            return await self._core.portal.run(fn(self, *args, **kwargs))
 
     return call
 
@@ -120,7 +138,8 @@ def iterating(
         try:
             while True:
                 try:
-                    value = core.portal.call(steps.next())
+                    with client_faults():
+                        value = core.portal.call(steps.next())
                 except StopAsyncIteration:
                     ended = True
                     return
@@ -145,7 +164,8 @@ def async_iterating(
         try:
             while True:
                 try:
-                    value = await core.portal.run(steps.next())
+                    with client_faults():
+                        value = await core.portal.run(steps.next())
                 except StopAsyncIteration:
                     ended = True
                     return
@@ -162,7 +182,8 @@ def here(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], Coroutine[Any, Any, 
 
     @presents(fn)
     async def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await fn(self._core, *args, **kwargs)
+        with client_faults():
+            return await fn(self._core, *args, **kwargs)
 
     return call
 
@@ -172,7 +193,8 @@ def in_new_loop(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return asyncio.run(fn(self._core, *args, **kwargs))
+        with client_faults():
+            return asyncio.run(fn(self._core, *args, **kwargs))
 
     return call
 
@@ -201,7 +223,8 @@ def on_thread(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return run_on_thread(fn(self._core, *args, **kwargs))
+        with client_faults():
+            return run_on_thread(fn(self._core, *args, **kwargs))
 
     return call
 
@@ -211,6 +234,7 @@ def direct(fn: Callable[Concatenate[Core, P], T]) -> Callable[Concatenate[HasCor
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return fn(self._core, *args, **kwargs)
+        with client_faults():
+            return fn(self._core, *args, **kwargs)
 
     return call

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perdure.engine.control import Disconnected
+from perdure.store.connect import is_unavailable
 from perdure.store.statement import Statement
 from perdure.store.store import AsyncStore
 
@@ -125,7 +126,7 @@ class Committer:
                 _settle(future, exc=Disconnected("the worker stopped during a commit"))
             raise
         except (Exception, Disconnected) as exc:
-            if len(batch) == 1 or isinstance(exc, Disconnected):
+            if len(batch) == 1 or lost_connection(exc):
                 for _, future in batch:
                     _settle(future, exc=exc)
                 return
@@ -142,6 +143,18 @@ class Committer:
         self.units += len(batch)
         for (_, future), result in zip(batch, results, strict=True):
             _settle(future, result)
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether a failed shared commit lost its connection (no unit can be tried alone now).
+
+    A deadlock or serialization failure of the shared transaction, or a
+    statement error, leaves the connection usable: each unit is then tried
+    in a transaction of its own.
+    """
+    if not isinstance(exc, Disconnected):
+        return False
+    return exc.__cause__ is None or is_unavailable(exc.__cause__)
 
 
 def _settle(

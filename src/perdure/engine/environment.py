@@ -16,6 +16,7 @@ from perdure.engine import serialization
 from perdure.engine.commit import Committer, Unit
 from perdure.engine.observer import Observer
 from perdure.engine.retry import RetryPolicy
+from perdure.engine.unheld import Unheld
 from perdure.store import session
 from perdure.store.rows import ClaimedTask
 from perdure.store.statement import Statement
@@ -68,6 +69,9 @@ class ExecutionEnv:
     #: claimed them moved on (a gather that failed fast); the worker waits
     #: for them, then cancels them, before it stops (engine.parallel.settle).
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    #: The tasks this worker holds beside its claim loop's, and the recovery of
+    #: claims whose answer was lost (engine.unheld).
+    unheld: Unheld = field(default_factory=Unheld)
 
     async def write(self, task_id: int, statement: Statement[T]) -> T:
         """Commit one write fenced on task ``task_id``, in a transaction shared with

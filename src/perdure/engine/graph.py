@@ -109,7 +109,8 @@ async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) ->
     limit = parallel.batch_size(env, parallel.GATHER_BATCH)
     try:
         while True:
-            claimed = await store.execute(
+            claimed = await env.unheld.claim_gathered(
+                store,
                 statements.steps.claim_gathered(
                     task.run_id,
                     task.fence.worker_id,
@@ -118,7 +119,7 @@ async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) ->
                     before=n,
                     limit=limit,
                     lease_seconds=env.lease_seconds,
-                )
+                ),
             )
             if not claimed:
                 return

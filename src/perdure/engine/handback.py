@@ -1,12 +1,14 @@
-"""Handing back a task whose execution lost the database, once it answers again."""
+"""Handing back a task whose execution met a fault of the database, once it answers again."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 from perdure.engine.control import Disconnected
 from perdure.engine.observer import task_fields
+from perdure.store.connect import is_unavailable
 from perdure.store.rows import ClaimedTask
 from perdure.store.store import AsyncStore
 
@@ -14,9 +16,13 @@ log = logging.getLogger("perdure.worker")
 
 
 async def hand_back(
-    store: AsyncStore, task: ClaimedTask, lease_seconds: float, stopping: asyncio.Event
+    store: AsyncStore,
+    task: ClaimedTask,
+    lease_seconds: float,
+    stopping: asyncio.Event,
+    fault: BaseException | None = None,
 ) -> None:
-    """Give back ``task`` as soon as the database answers.
+    """Give back ``task`` as soon as the database answers; ``fault`` is why it stopped.
 
     The checkpoints hold everything done so far, so the run can be
     replayed at once by any worker. Until the task is handed back it stays
@@ -25,6 +31,7 @@ async def hand_back(
     worker is ``stopping``), the lease is left to lapse and the reaper makes
     the task claimable instead.
     """
+    detail = json.dumps({"reason": reason(fault)})
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 2 * lease_seconds
     delay = 0.25
@@ -36,7 +43,7 @@ async def hand_back(
                     delay_seconds=0,
                     failed=False,
                     event="run_released",
-                    detail_json='{"reason": "database unreachable"}',
+                    detail_json=detail,
                 )
             )
             log.info(
@@ -56,3 +63,11 @@ async def hand_back(
                 return
         await asyncio.sleep(delay)
         delay = min(delay * 2, 5.0)
+
+
+def reason(fault: BaseException | None) -> str:
+    """The reason a handed-back task's history records: unreachable, or the server's fault."""
+    cause = fault.__cause__ if fault is not None else None
+    if cause is None or is_unavailable(cause):
+        return "database unreachable"
+    return f"database fault: {getattr(cause, 'sqlstate', None) or type(cause).__name__}"

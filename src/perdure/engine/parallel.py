@@ -271,7 +271,8 @@ async def _execute_here(
     after = gather_start
     try:
         while True:
-            claimed = await env.store.execute(
+            claimed = await env.unheld.claim_gathered(
+                env.store,
                 statements.steps.claim_gathered(
                     run_id,
                     worker_id,
@@ -280,7 +281,7 @@ async def _execute_here(
                     before=gather_start + len(calls),
                     limit=limit,
                     lease_seconds=env.lease_seconds,
-                )
+                ),
             )
             if not claimed:
                 if after == gather_start:
@@ -418,7 +419,9 @@ def keep_leases(env: ExecutionEnv, worker_id: str, task_ids: list[int]) -> async
                 env.store.statements.tasks.heartbeat(worker_id, task_ids, env.lease_seconds)
             )
 
-    return asyncio.create_task(keep())
+    kept = asyncio.create_task(keep())
+    kept.add_done_callback(lambda _: env.unheld.drop(task_ids))
+    return kept
 
 
 class HeldExecution(Execution):

@@ -41,6 +41,7 @@ from perdure.engine.threads import StepThreads
 from perdure.engine.wakeup import Wakeup
 from perdure.engine.watchdog import LoopWatch, StepsInFlight
 from perdure.errors import ConfigurationError
+from perdure.store import outage_log
 from perdure.store.listener import Listener
 from perdure.store.rows import ClaimedTask
 from perdure.store.statements import Statements
@@ -179,6 +180,7 @@ class Worker:
             unavailable=Disconnected,
             direct_url=self.direct_url,
         )
+        outage_log.install()
         await store.open(timeout=opts.connect_seconds)
         loop = self._loop = asyncio.get_running_loop()
         threads = self.threads = StepThreads(
@@ -318,6 +320,7 @@ class Worker:
             free = self._free_slots()
             timeout: float | None = None
             try:
+                await env.unheld.recover(store, self.id, self.running)
                 await self._report_stuck(store)
                 if opts.exit_when_idle:
                     # Inline mode has no reaper schedule: revive lapsed
@@ -364,6 +367,7 @@ class Worker:
                 # long outage costs a reconnect attempt every few seconds, not
                 # a busy loop) and try again without restarting the worker.
                 backoff = min(max(backoff * 2, 0.25), 5.0)
+                env.unheld.suspect = env.unheld.suspect or isinstance(exc, Disconnected)
                 log.warning("claim failed (%s); retrying in %.2f s", exc, backoff)
                 timeout = backoff
                 wakeup.event.clear()
@@ -419,16 +423,18 @@ class Worker:
             raise
         except Disconnected as exc:
             result = "disconnected"
+            env.unheld.suspect = True
             log.warning(
                 "run %s: lost the database mid-execution (%s)",
                 task.run_id,
                 exc,
                 extra=task_fields(task),
             )
-            await hand_back(env.store, task, self.options.lease_seconds, self.stop_requested)
+            await hand_back(env.store, task, self.options.lease_seconds, self.stop_requested, exc)
         except Exception:
             # A database error mid-execution: the task stays claimed and its
             # lease lapses, so another worker (or this one) replays it.
+            env.unheld.abandoned.add(task.fence.task_id)
             log.exception(
                 "executing run %s failed; its lease will lapse",
                 task.run_id,

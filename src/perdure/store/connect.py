@@ -191,6 +191,65 @@ def is_unavailable(exc: BaseException) -> bool:
     return state.startswith("08") or state in _UNAVAILABLE_STATES
 
 
+#: SQLSTATEs of the database's own faults, which no statement of the user's
+#: caused and which pass once the server is whole again: disk full, out of
+#: memory and other insufficient resources (class 53), operator intervention
+#: (class 57: a shutdown, a crash, a server starting up), system errors (class
+#: 58: an I/O error, a missing file), and the transaction conflicts the server
+#: resolves by giving up one transaction (a serialization failure, a deadlock,
+#: a commit whose outcome is unknown).
+_FAULT_CLASSES = ("53", "57", "58")
+_FAULT_STATES = frozenset({"40001", "40P01", "40003"})
+#: query_canceled (class 57) is the user's statement_timeout or a user's
+#: cancel: the statement's own doing, which would fail again on every retry.
+_NOT_FAULTS = frozenset({"57014"})
+
+
+def is_database_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is a fault of the database, not a failure of the work that met it.
+
+    The one place that says so, for the engine and the App alike: everything
+    :func:`is_unavailable` names (a lost or refused connection, a server going
+    away, a read-only server), a full disk or other exhausted resource (class
+    53), an operator's or the system's intervention (classes 57 and 58, but
+    not a statement timeout), and a serialization failure, deadlock or
+    commit of unknown outcome (40001, 40P01, 40003). Inside
+    ``ctx.transaction`` the user's SQL and the checkpoint share a
+    transaction: such an error there is still the database's fault, whereas a
+    constraint the user's statement violated is the user's.
+
+    A row that cannot be decoded is neither: it is the row's fault, and not
+    judged here.
+    """
+    if is_unavailable(exc):
+        return True
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate
+    if state is None or state in _NOT_FAULTS:
+        return False
+    return state in _FAULT_STATES or state.startswith(_FAULT_CLASSES)
+
+
+def fault_message(exc: BaseException) -> str:
+    """What a client is told of the database fault ``exc``: the kind, then the server's words."""
+    state = getattr(exc, "sqlstate", None) or ""
+    if is_read_only(exc):
+        kind = "PostgreSQL is read-only"
+    elif state.startswith("53"):
+        kind = "PostgreSQL is out of resources"
+    elif state.startswith("40"):
+        kind = "PostgreSQL gave up the transaction"
+    elif state.startswith("58"):
+        kind = "PostgreSQL failed"
+    else:
+        kind = "PostgreSQL is unreachable"
+    # The server's primary message, without the CONTEXT of a perdure function.
+    diag = getattr(exc, "diag", None)
+    said = getattr(diag, "message_primary", None) if diag is not None else None
+    return f"{kind}: {said or exc}"
+
+
 def is_refused(exc: BaseException) -> bool:
     """Whether the server refused the connection itself: a wrong password, database or role."""
     message = str(exc)
@@ -210,7 +269,7 @@ def connect(url: str, **options: Any) -> psycopg.Connection[Any]:
         if is_refused(exc):
             reason = str(exc).split("FATAL:", 1)[-1].strip()
             raise ConfigurationError(f"PostgreSQL refused the connection: {reason}") from exc
-        if is_unavailable(exc):
+        if is_database_fault(exc):
             raise DatabaseUnavailable(f"cannot reach PostgreSQL: {exc}") from exc
         raise
 

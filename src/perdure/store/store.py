@@ -24,8 +24,9 @@ from perdure.errors import DatabaseUnavailable
 from perdure.store.batch_statements import combine
 from perdure.store.connect import (
     Endpoints,
+    fault_message,
+    is_database_fault,
     is_read_only,
-    is_unavailable,
     read_only_refused,
     reports_read_only,
 )
@@ -67,7 +68,8 @@ async def execute_async(conn: psycopg.AsyncConnection[Any], stmt: Statement[T]) 
 class AsyncStore:
     """A connection pool plus the statements of one schema.
 
-    When the database cannot be reached (see :func:`is_unavailable`), every
+    When the database cannot be reached or fails on its own (see
+    :func:`~perdure.store.connect.is_database_fault`), every
     method raises ``unavailable`` (by default :class:`DatabaseUnavailable`)
     from the driver's error. A worker passes an engine signal that user code
     cannot catch, so that a lost connection stops an execution instead of
@@ -278,12 +280,13 @@ class AsyncStore:
 
 @contextlib.contextmanager
 def reachable(unavailable: type[BaseException]) -> Iterator[None]:
-    """Turn a driver error that means "database unreachable" into ``unavailable``."""
+    """Turn a driver error that is the database's fault (see
+    :func:`~perdure.store.connect.is_database_fault`) into ``unavailable``."""
     try:
         yield
     except Exception as exc:
-        if is_unavailable(exc):
-            raise unavailable(f"PostgreSQL is unreachable: {exc}") from exc
+        if is_database_fault(exc):
+            raise unavailable(fault_message(exc)) from exc
         raise
 
 

@@ -101,6 +101,13 @@ class TaskStatements(Namespace):
             **fence.params(),
         )
 
+    def release_unheld(self, worker_id: str, held: Sequence[int]) -> Statement[int]:
+        """Give back the tasks claimed under ``worker_id`` other than ``held`` (claims
+        whose answer was lost): due at once, no lapse or failure counted; how many."""
+        return self._build(
+            "task_release_unheld", count("changed"), worker_id=worker_id, held=list(held)
+        )
+
     def rescue(self, *, limit: int) -> Statement[tuple[int, int]]:
         """Revive tasks with expired leases; (revived, dead-lettered at their workflow's
         ``max_lapses``: a step task fails its step, a run's own task hands its run on to

@@ -211,6 +211,34 @@ WITH released AS (
 )
 SELECT count(*) AS changed FROM released;
 
+-- name: task_release_unheld
+-- Give back every task claimed under this worker's id that it does not
+-- execute (%(held)s names those it does): claims that committed while their
+-- answer was lost with the connection, so that the worker never heard of
+-- them. The worker runs this once its connection is back after a failure,
+-- instead of leaving those leases to lapse: the task is due at once, and no
+-- lapse and no failure is counted (the claim's attempt was never started).
+-- Served by tasks_claimed_idx (worker_id, claimed rows only). A run paused
+-- meanwhile gets its task back paused.
+WITH released AS (
+    UPDATE {schema}.tasks t
+    SET status = CASE WHEN r.status = 'paused' THEN 'paused' ELSE 'ready' END,
+        worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL, available_at = {now}
+    FROM {schema}.runs r
+    WHERE r.id = t.run_id AND t.worker_id = %(worker_id)s AND t.status = 'claimed'
+      AND NOT (t.id = ANY(%(held)s))
+    RETURNING t.run_id, t.kind, t.attempt
+), queued AS (
+    UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
+    FROM released WHERE r.id = released.run_id AND released.kind = 'run' AND r.status = 'running'
+), event AS (
+    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
+    SELECT run_id, {now}, 'run_released', attempt, %(worker_id)s,
+           jsonb_build_object('reason', 'claim answer lost', 'available_at', {now})
+    FROM released
+)
+SELECT count(*) AS changed FROM released;
+
 -- name: task_rescue
 -- The reaper: tasks whose lease expired go back to ready (their worker died
 -- or stalled). A task whose leases lapsed as many times as its workflow's
