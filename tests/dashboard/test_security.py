@@ -209,3 +209,26 @@ def test_user_text_is_escaped_everywhere(
         assert "<b>gateway</b>" not in page.text, path
     assert escaped in client.get(f"/runs/{workload.scripted}").text
     assert "&lt;b&gt;gateway&lt;/b&gt;" in client.get(f"/runs/{workload.failed}").text
+
+
+def test_a_payload_nested_too_deep_is_shown_and_nothing_is_sent(
+    make_client: MakeClient, defined: perdure.App
+) -> None:
+    run = defined.start("approval", {"doc": 6})
+    client = make_client()
+    deep = "[" * 100_000 + "]" * 100_000
+    answer = client.post(
+        f"/runs/{run.id}/signal",
+        data={"csrf": csrf_of(client), "name": "approve", "payload": deep, "key": ""},
+    )
+    assert answer.status_code == 400
+    assert "nested deeper than" in answer.text and "nothing was sent" in answer.text
+    assert defined.signals(run.id) == []
+
+
+@pytest.mark.parametrize("query", ["version=%C2%B2", "limit=%C2%B2", "version=" + "9" * 5000])
+def test_a_number_filter_that_is_not_ascii_digits_is_ignored(
+    make_client: MakeClient, query: str
+) -> None:
+    answer = make_client().get(f"/runs?{query}")
+    assert answer.status_code == 200

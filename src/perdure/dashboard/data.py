@@ -21,6 +21,8 @@ from typing import Any
 from perdure.api import replica
 from perdure.api.app import App
 from perdure.api.filters import RunFilter
+from perdure.dashboard.api.limits import json_depth
+from perdure.engine.serialization import MAX_DEPTH
 from perdure.errors import ConfigurationError, DatabaseUnavailable
 from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, WorkflowInfo
 
@@ -241,6 +243,10 @@ class DashboardData:
         Text that is not JSON is refused with ConfigurationError before
         anything is sent; an empty payload sends null.
         """
+        if json_depth(payload_text.encode("utf-8", "surrogatepass")) > MAX_DEPTH:
+            raise ConfigurationError(
+                f"the payload is nested deeper than {MAX_DEPTH} levels; nothing was sent"
+            )
         try:
             payload = json.loads(payload_text) if payload_text.strip() else None
         except json.JSONDecodeError as exc:

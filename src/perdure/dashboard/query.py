@@ -102,13 +102,13 @@ def parse(params: QueryParams, now: datetime) -> RunsQuery:
         status = None
     version = None
     if form["version"]:
-        if form["version"].isdigit() and 0 < int(form["version"]) < 2**31:
+        if _count(form["version"]) and 0 < int(form["version"]) < 2**31:
             version = int(form["version"])
         else:
             errors.append(f"version must be a positive number, not {form['version']!r}: ignored")
             form["version"] = ""
     tags = _tag(form, errors)
-    limit = int(form["limit"]) if form["limit"].isdigit() else 50
+    limit = int(form["limit"]) if _count(form["limit"]) else 50
     if limit not in PAGE_SIZES:
         limit = 50
     filter = RunFilter(
@@ -135,3 +135,8 @@ def _tag(form: dict[str, str], errors: list[str]) -> dict[str, str] | None:
     errors.append(f"tag must be NAME=VALUE, not {form['tag']!r}: ignored")
     form["tag"] = ""
     return None
+
+
+def _count(text: str) -> bool:
+    """Whether ``text`` is a count in ASCII digits (``str.isdigit`` also takes ``'²'``)."""
+    return text.isascii() and text.isdigit() and len(text) <= 10

@@ -8,11 +8,9 @@ from typing import Any
 
 from starlette.requests import Request
 
+from perdure.dashboard.api import limits
 from perdure.dashboard.api.problems import Problem
 from perdure.types import Run
-
-#: The largest request body accepted, in bytes.
-MAX_BODY = 1024 * 1024
 
 
 def run_json(run: Run) -> dict[str, Any]:
@@ -42,17 +40,20 @@ def run_json(run: Run) -> dict[str, Any]:
 
 
 async def body_of(request: Request) -> dict[str, Any]:
-    """The request's JSON object body ({} when empty); 415 or 400 otherwise."""
-    raw = await request.body()
+    """The request's JSON object body ({} when empty); 413, 415 or 400 otherwise.
+
+    The size is checked before the body is held (:func:`limits.read_body`)
+    and the nesting before it is decoded (:func:`limits.check_depth`).
+    """
+    raw = await limits.read_body(request)
     if not raw:
         return {}
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/json":
-        raise Problem(415, "unsupported-media-type", "send the body as application/json")
-    if len(raw) > MAX_BODY:
-        raise Problem(413, "body-too-large", f"the body is over {MAX_BODY} bytes")
+    kind, params = limits.media_type(request.headers.get("content-type", ""))
+    if kind != "application/json" or params.get("charset", "utf-8").lower() != "utf-8":
+        raise Problem(415, "unsupported-media-type", "send the body as application/json (UTF-8)")
+    limits.check_depth(raw)
     try:
-        body = json.loads(raw)
+        body = json.loads(raw.decode("utf-8"))
     except ValueError as exc:
         raise Problem(400, "invalid-json", f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -76,28 +77,22 @@ def only_fields(body: dict[str, Any], allowed: set[str]) -> None:
 
 
 def seconds_param(request: Request, name: str, default: float, maximum: float) -> float:
-    """A query parameter in seconds, from 0 to ``maximum``."""
+    """A query parameter in seconds (ASCII digits, a decimal point), from 0 to ``maximum``."""
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
+    value = limits.ascii_decimal(raw, name)
     if not 0 <= value <= maximum:
         raise Problem(400, "invalid-argument", f"{name} must be 0 to {maximum:g} seconds")
     return value
 
 
 def int_param(request: Request, name: str) -> int | None:
-    """An integer query parameter, or None when absent."""
+    """An integer query parameter (ASCII digits), or None when absent."""
     raw = request.query_params.get(name)
     if raw is None:
         return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise Problem(400, "invalid-argument", f"{name} must be an integer") from None
+    return limits.ascii_integer(raw, name)
 
 
 def time_param(request: Request, name: str) -> datetime | None:

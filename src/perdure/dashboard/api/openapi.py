@@ -72,7 +72,15 @@ SIGNAL = {
     "type": "object",
     "required": ["name"],
     "additionalProperties": False,
-    "properties": {"name": _STR, "payload": _ANY, "key": _STR},
+    "properties": {
+        "name": _STR,
+        "payload": _ANY,
+        "key": {
+            "type": "string",
+            "description": "Idempotency key: the same signal again answers the same signal_id; "
+            "another name or payload with it is 409 idempotency-key-reused.",
+        },
+    },
 }
 SIGNAL_SENT = {
     "type": "object",
@@ -101,9 +109,22 @@ def _json(schema: str, description: str) -> dict[str, Any]:
     }
 
 
+#: What each refusal means, by status, where one status has codes worth telling apart.
+_REFUSALS = {
+    400: "Refused: invalid-argument, invalid-json, too-deep (JSON nested over 201 levels), "
+    "invalid-header (a malformed header: numbers are ASCII digits).",
+    409: "Refused: key-conflict (the key belongs to a run of another workflow), "
+    "idempotency-key-reused (the key was sent with another request), invalid-run-state.",
+    413: "Refused: body-too-large (over 1 MiB; a larger Content-Length is refused unread).",
+    415: "Refused: unsupported-media-type (the body must be UTF-8 application/json).",
+}
+
+
 def _problems(*statuses: int) -> dict[str, Any]:
     content = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
-    return {str(s): {"description": "Refused.", "content": content} for s in statuses}
+    return {
+        str(s): {"description": _REFUSALS.get(s, "Refused."), "content": content} for s in statuses
+    }
 
 
 def _param(name: str, where: str, description: str, schema: Any = None) -> dict[str, Any]:
@@ -117,7 +138,19 @@ def _param(name: str, where: str, description: str, schema: Any = None) -> dict[
 
 
 _REF = _param("ref", "path", "The run's id or key.")
-_TIMEOUT = _param("timeout", "query", "Seconds to wait (0-300, default 30).", {"type": "number"})
+_TIMEOUT = _param(
+    "timeout",
+    "query",
+    "Seconds to wait (0-300, default 30).",
+    {"type": "number", "minimum": 0, "maximum": 300},
+)
+#: The Idempotency-Key header: visible ASCII, spaces inside allowed.
+_KEY_HEADER = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 512,
+    "pattern": "^[!-~]([ -~]*[!-~])?$",
+}
 _FILTERS = [
     _param("status", "query", "One run status."),
     _param("workflow", "query", "A workflow name."),
@@ -153,7 +186,15 @@ PATHS: dict[str, Any] = {
         "post": {
             "operationId": "startRun",
             "summary": "Start a run (idempotent with the Idempotency-Key header).",
-            "parameters": [_param("Idempotency-Key", "header", "The run's key.")],
+            "parameters": [
+                _param(
+                    "Idempotency-Key",
+                    "header",
+                    "The run's key: the same request again answers the same run (200); "
+                    "another input with it is 409 idempotency-key-reused.",
+                    _KEY_HEADER,
+                )
+            ],
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Start"}}},
@@ -161,7 +202,7 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "201": _json("Run", "A new run."),
                 "200": _json("Run", "The run that already had this key."),
-                **_problems(400, 409, 415, 422),
+                **_problems(400, 409, 422),
             },
         },
         "get": {
@@ -182,7 +223,7 @@ PATHS: dict[str, Any] = {
     "/runs/{ref}/signals": {
         "post": {
             "operationId": "signalRun",
-            "summary": "Send a signal to a run.",
+            "summary": "Send a signal to a run (idempotent with the body's key).",
             "parameters": [_REF],
             "requestBody": {
                 "required": True,
@@ -233,8 +274,18 @@ PATHS: dict[str, Any] = {
             "parameters": [
                 _REF,
                 _param("key", "path", "The stream key."),
-                _param("after", "query", "Skip entries up to this id.", {"type": "integer"}),
-                _param("Last-Event-ID", "header", "Resume after this id.", {"type": "integer"}),
+                _param(
+                    "after",
+                    "query",
+                    "Skip entries up to this id.",
+                    {"type": "integer", "minimum": 0},
+                ),
+                _param(
+                    "Last-Event-ID",
+                    "header",
+                    "Resume after this id (ASCII digits).",
+                    {"type": "integer", "minimum": 0},
+                ),
             ],
             "responses": {
                 "200": {
@@ -258,9 +309,10 @@ PATHS: dict[str, Any] = {
 
 # Every call may meet the guards: no token (401); a POST, read-only mode or
 # another site's Origin (403); a non-loopback Host without a token (400).
+# A POST's body may be too large (413) or not JSON (415).
 for _item in PATHS.values():
     for _method, _op in _item.items():
-        _guards = (400, 401, 403) if _method == "post" else (400, 401)
+        _guards = (400, 401, 403, 413, 415) if _method == "post" else (400, 401)
         _op["responses"] = {**_problems(*_guards), **_op["responses"]}
 
 DOCUMENT: dict[str, Any] = {

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from perdure.api.app import App
+from perdure.dashboard.api import limits, reuse
 from perdure.dashboard.api.encode import (
     body_of,
     field,
@@ -35,7 +36,7 @@ async def start(request: Request) -> Response:
     body = await body_of(request)
     only_fields(body, _START_FIELDS)
     key = field(body, "key", str, None)
-    header = request.headers.get("idempotency-key")
+    header = limits.idempotency_key(request.headers.get("idempotency-key"))
     if header is not None:
         if key is not None and key != header:
             raise Problem(400, "invalid-argument", "the Idempotency-Key header and key differ")
@@ -43,7 +44,8 @@ async def start(request: Request) -> Response:
     workflow = field(body, "workflow", str, None)
     if workflow is None:
         raise Problem(400, "invalid-argument", "'workflow' is required")
-    handle = await app_of(request).start_async(
+    app = app_of(request)
+    handle = await app.start_async(
         workflow,
         body.get("input"),
         key=key,
@@ -55,7 +57,9 @@ async def start(request: Request) -> Response:
         dedup_key=field(body, "dedup_key", str, None),
         tags=field(body, "tags", dict, None),
     )
-    run = await app_of(request).get_run_async(handle.id)
+    run = await app.get_run_async(handle.id)
+    if key is not None and not handle.created:
+        reuse.check_start(app, run, key, body.get("input"))
     return JSONResponse(
         run_json(run),
         status_code=201 if handle.created else 200,
@@ -107,9 +111,11 @@ async def signal(request: Request) -> Response:
     if name is None:
         raise Problem(400, "invalid-argument", "'name' is required")
     ref = request.path_params["ref"]
-    signal_id = await app_of(request).signal_async(
-        ref, name, body.get("payload"), key=field(body, "key", str, None)
-    )
+    key = field(body, "key", str, None)
+    app = app_of(request)
+    signal_id = await app.signal_async(ref, name, body.get("payload"), key=key)
+    if key is not None:
+        await reuse.check_signal(app, ref, signal_id, key, name, body.get("payload"))
     return JSONResponse({"signal_id": signal_id, "run": ref, "name": name}, status_code=202)
 
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from perdure.dashboard.api import limits
 from perdure.dashboard.api.encode import int_param, run_json, seconds_param
 from perdure.dashboard.api.problems import Problem
 from perdure.dashboard.api.runs import app_of
@@ -58,7 +59,10 @@ async def stream(request: Request) -> Response:
     app = app_of(request)
     ref, key = request.path_params["ref"], request.path_params["key"]
     header = request.headers.get("last-event-id")
-    after = int(header) if header and header.isdigit() else (int_param(request, "after") or 0)
+    if header:
+        after = limits.ascii_integer(header, "Last-Event-ID", header=True)
+    else:
+        after = int_param(request, "after") or 0
     if after < 0:
         raise Problem(400, "invalid-argument", "after must be 0 or more")
     if len(key) > MAX_KEY or not key.isprintable():
