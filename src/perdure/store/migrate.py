@@ -222,7 +222,9 @@ def pin_functions(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> 
             "WHERE p.pronamespace = {name}::regnamespace LOOP "
             "EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', "
             "v_fn, {literal}); END LOOP; END $pin$"
-        ).format(name=sql.Literal(sql.Identifier(schema).as_string(conn)), literal=sql.Literal(schema))
+        ).format(
+            name=sql.Literal(sql.Identifier(schema).as_string(conn)), literal=sql.Literal(schema)
+        )
     )
     conn.execute(
         sql.SQL("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {} FROM PUBLIC").format(
