@@ -1,0 +1,149 @@
+"""Each grant holds its boundary: tested as a role holding it, one attack per test.
+
+The client grant (`perdure migrate --grant-client`) calls the public SQL
+functions and nothing else; the reader grant (`--grant-reader`) reads the
+tables and nothing else; a role with no grant reaches nothing (EXECUTE is
+revoked from PUBLIC on every function).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from sql_roles import SqlSetup
+
+from perdure.store import privileges
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+
+TABLE_WRITES = [
+    "SELECT * FROM {s}.runs",
+    "SELECT * FROM {s}.history",
+    "SELECT * FROM {s}.schema_migrations",
+    "UPDATE {s}.runs SET status = 'completed', output = '\"forged\"'",
+    "DELETE FROM {s}.history",
+    "INSERT INTO {s}.workflows (name, version, queue) VALUES ('x', 1, 'x')",
+]
+
+INTERNAL = [
+    "SELECT * FROM {s}.insert_run(gen_random_uuid(), 'w', 1, 'w', NULL, 'null', now())",
+    "SELECT * FROM {s}.insert_runs(ARRAY[gen_random_uuid()], 'w', 1, 'w', ARRAY[NULL::text], "
+    "ARRAY['null'::jsonb], now())",
+    "SELECT {s}.history_partitions_ensure(now(), 1)",
+    "SELECT {s}.history_partition_drop(now())",
+    "SELECT * FROM {s}.find_run('k')",
+    "SELECT {s}.check_text('a', 'b', 1)",
+    "SELECT {s}.send_signal('k', 'go', '1', NULL, now())",
+    "SELECT * FROM {s}.cancel_runs(ARRAY[gen_random_uuid()], 'x', NULL, now())",
+]
+
+WRITING_FUNCTIONS = [
+    "SELECT {s}.start_run('w')",
+    "SELECT {s}.send_signal('k', 'go')",
+    "SELECT {s}.cancel_run('k')",
+    "SELECT {s}.pause_run('k')",
+    "SELECT {s}.resume_run('k')",
+]
+
+
+def refused(setup: SqlSetup, url: str, query: str) -> None:
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        setup.call(url, query)
+
+
+@pytest.mark.parametrize("query", TABLE_WRITES)
+def test_a_client_touches_no_table(sql_setup: SqlSetup, query: str) -> None:
+    _, url = sql_setup.role("client")
+    refused(sql_setup, url, query)
+
+
+@pytest.mark.parametrize("query", INTERNAL)
+def test_a_client_calls_no_internal_function(sql_setup: SqlSetup, query: str) -> None:
+    _, url = sql_setup.role("client")
+    refused(sql_setup, url, query)
+
+
+def test_a_client_starts_signals_reads_and_cancels_runs(sql_setup: SqlSetup) -> None:
+    _, url = sql_setup.role("client")
+    [(run_id,)] = sql_setup.call(url, "SELECT {s}.start_run('w', '{{\"n\": 1}}', p_key => 'k')")
+    assert sql_setup.call(url, "SELECT {s}.send_signal('k', 'go', '1')")[0][0] > 0
+    [(status,)] = sql_setup.call(url, "SELECT status FROM {s}.run_status('k')")
+    assert status == "queued"
+    assert sql_setup.call(url, "SELECT {s}.get_event('k', 'e')") == [(None,)]
+    assert sql_setup.call(url, "SELECT * FROM {s}.read_stream('k', 's')") == []
+    assert sql_setup.call(url, "SELECT {s}.pause_run('k')") == [("paused",)]
+    assert sql_setup.call(url, "SELECT {s}.resume_run('k')") == [("queued",)]
+    assert sql_setup.call(url, "SELECT {s}.cancel_run(%s)", str(run_id)) == [("cancelled",)]
+    [(stored,)] = sql_setup.call(sql_setup.pg_url, "SELECT status FROM {s}.runs WHERE key = 'k'")
+    assert stored == "cancelled"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "UPDATE {s}.runs SET status = 'completed'",
+        "DELETE FROM {s}.history",
+        "INSERT INTO {s}.workflows (name, version, queue) VALUES ('x', 1, 'x')",
+        *WRITING_FUNCTIONS,
+        *INTERNAL,
+    ],
+)
+def test_a_reader_writes_nothing(sql_setup: SqlSetup, query: str) -> None:
+    _, url = sql_setup.role("reader")
+    refused(sql_setup, url, query)
+
+
+def test_a_reader_reads_every_table_even_one_added_later(sql_setup: SqlSetup) -> None:
+    _, url = sql_setup.role("reader")
+    sql_setup.call(sql_setup.owner_url, "SELECT {s}.start_run('w', p_key => 'k')")
+    assert sql_setup.call(url, "SELECT key FROM {s}.runs") == [("k",)]
+    assert sql_setup.call(url, "SELECT count(*) FROM {s}.history") == [(1,)]
+    # A table a later migration creates is readable too (default privileges).
+    sql_setup.call(sql_setup.owner_url, "CREATE TABLE {s}.later (id int)")
+    assert sql_setup.call(url, "SELECT count(*) FROM {s}.later") == [(0,)]
+
+
+@pytest.mark.parametrize("query", ["SELECT {s}.start_run('w')", "SELECT {s}.get_event('k', 'e')"])
+def test_a_role_without_a_grant_executes_nothing(sql_setup: SqlSetup, query: str) -> None:
+    role, url = sql_setup.role(None)
+    sql_setup.call(sql_setup.owner_url, f"GRANT USAGE ON SCHEMA {{s}} TO {role}")
+    refused(sql_setup, url, query)
+
+
+def test_the_documented_grants_are_the_ones_perdure_runs() -> None:
+    text = DOCS.read_text()
+    for kind in privileges.KINDS:
+        role = f"perdure_{kind}"
+        assert privileges.grant_script("perdure", role, kind) in text, kind
+    env = dict(os.environ)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perdure",
+            "--database-url",
+            "postgresql://unused",
+            "--schema",
+            "perdure",
+            "migrate",
+            "--grant-client",
+            "perdure_client",
+            "--grant-reader",
+            "perdure_reader",
+            "--print-grants",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == privileges.grant_script(
+        "perdure", "perdure_client", "client"
+    ) + privileges.grant_script("perdure", "perdure_reader", "reader")
