@@ -147,3 +147,36 @@ def test_the_documented_grants_are_the_ones_perdure_runs() -> None:
     assert done.stdout == privileges.grant_script(
         "perdure", "perdure_client", "client"
     ) + privileges.grant_script("perdure", "perdure_reader", "reader")
+
+
+def test_perdure_migrate_grants_a_client_and_a_reader(sql_setup: SqlSetup) -> None:
+    client, client_url = sql_setup.role(None)
+    reader, reader_url = sql_setup.role(None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perdure",
+            "--database-url",
+            sql_setup.owner_url,
+            "--schema",
+            sql_setup.schema,
+            "migrate",
+            "--grant-client",
+            client,
+            "--grant-reader",
+            reader,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"granted client privileges to role {client}" in done.stdout
+    assert f"granted reader privileges to role {reader}" in done.stdout
+    sql_setup.call(client_url, "SELECT {s}.start_run('w', p_key => 'k')")
+    assert sql_setup.call(reader_url, "SELECT key FROM {s}.runs") == [("k",)]
+    refused(sql_setup, client_url, "SELECT key FROM {s}.runs")
+    refused(sql_setup, reader_url, "SELECT {s}.start_run('w')")

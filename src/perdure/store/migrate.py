@@ -213,13 +213,18 @@ def pin_functions(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> 
     so that a caller's temporary table never stands in for one of the
     schema's inside a SECURITY DEFINER function (docs/security.md). Run after
     each migration from version :data:`PINNED_FROM` on, so the functions later
-    migrations create are pinned and kept from PUBLIC too.
+    migrations create are pinned and kept from PUBLIC too. (ALTER DEFAULT
+    PRIVILEGES cannot do the latter per schema: PUBLIC's EXECUTE is a global
+    default, and revoking it globally would change every function the
+    migrating role creates anywhere in the database.) Functions of the schema
+    the migrating role does not own are left alone.
     """
     conn.execute(
         sql.SQL(
             "DO $pin$ DECLARE v_fn regprocedure; BEGIN "
             "FOR v_fn IN SELECT p.oid::regprocedure FROM pg_proc p "
-            "WHERE p.pronamespace = {name}::regnamespace LOOP "
+            "WHERE p.pronamespace = {name}::regnamespace "
+            "AND pg_has_role(current_user, p.proowner, 'MEMBER') LOOP "
             "EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', "
             "v_fn, {literal}); END LOOP; END $pin$"
         ).format(

@@ -650,7 +650,8 @@ DECLARE
     v_fn regprocedure;
 BEGIN
     FOR v_fn IN SELECT p.oid::regprocedure FROM pg_proc p
-                WHERE p.pronamespace = current_schema()::regnamespace LOOP
+                WHERE p.pronamespace = current_schema()::regnamespace
+                  AND pg_has_role(current_user, p.proowner, 'MEMBER') LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp',
                        v_fn, current_schema());
     END LOOP;
