@@ -10,9 +10,16 @@ Nothing is written by a refused call.
 
 from __future__ import annotations
 
+import json
+import sys
+
 import psycopg
 import pytest
 from sql_roles import SqlSetup
+
+import perdure
+from perdure.engine import serialization
+from perdure.engine.serialization import MAX_DEPTH, MAX_INT_DIGITS
 
 DEEP = "[" * 3000 + "]" * 3000
 BIG = '"' + "x" * (1024 * 1024) + '"'
@@ -124,3 +131,46 @@ def test_a_worker_drops_no_partition_ahead_of_now(sql_setup: SqlSetup) -> None:
     while sql_setup.call(url, drop) != [(None,)]:
         pass
     assert sql_setup.call(url, ahead) == [(kept,)]
+
+
+def nested(levels: int, inner: object) -> object:
+    value: object = inner
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        nested(199, 1),
+        nested(200, 1),
+        nested(200, []),
+        10**MAX_INT_DIGITS - 1,
+        10**MAX_INT_DIGITS,
+        -(10**MAX_INT_DIGITS),
+        {"a": [1.5, -(10**MAX_INT_DIGITS - 1)]},
+    ],
+    ids=["199 deep", "200 deep", "201 deep, empty", "4300 digits", "4301", "-4301", "mixed"],
+)
+def test_sql_and_python_refuse_the_same_json(sql_setup: SqlSetup, value: object) -> None:
+    try:
+        text = serialization.dumps(value, "the input")
+        python_takes = True
+    except perdure.SerializationError:
+        # Writing a 4301-digit integer needs the interpreter's limit lifted.
+        limit = sys.get_int_max_str_digits()
+        sys.set_int_max_str_digits(0)
+        try:
+            text = json.dumps(value)
+        finally:
+            sys.set_int_max_str_digits(limit)
+        python_takes = False
+    _, url = sql_setup.role("client")
+    try:
+        sql_setup.call(url, "SELECT {s}.start_run('w', %s::jsonb)", text)
+        sql_takes = True
+    except psycopg.errors.InvalidParameterValue:
+        sql_takes = False
+    assert sql_takes == python_takes
+    assert MAX_DEPTH == 200

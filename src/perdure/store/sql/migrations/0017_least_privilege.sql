@@ -42,6 +42,12 @@ BEGIN
         RAISE EXCEPTION '% is % bytes, over the %-byte payload limit', p_what, v_size, p_max_bytes
             USING ERRCODE = '22023';
     END IF;
+    -- One walk in the usual case, in which the value is fine.
+    IF NOT jsonb_path_exists(p_value, 'strict $ ? (exists (@.**{201}) || exists (@.** ? '
+                                      '(@.type() == "number" && (@ >= 1e4300 || @ <= -1e4300))))')
+    THEN
+        RETURN p_value;
+    END IF;
     IF jsonb_path_exists(p_value, 'strict $.**{201}') THEN
         RAISE EXCEPTION '% is nested deeper than 200 levels', p_what USING ERRCODE = '22023';
     END IF;
@@ -124,30 +130,47 @@ DECLARE
     v_input   jsonb;
     v_key     text;
 BEGIN
-    IF p_workflow IS NULL OR p_workflow !~ '^[A-Za-z_][A-Za-z0-9_.:\-]{0,127}$' THEN
-        RAISE EXCEPTION 'invalid workflow name %', coalesce(p_workflow, 'NULL')
-            USING ERRCODE = '22023';
-    END IF;
-    IF p_version IS NULL OR p_version < 0 THEN
-        RAISE EXCEPTION 'version must be 0 or more, not %', p_version USING ERRCODE = '22023';
-    END IF;
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION 'a start needs a time' USING ERRCODE = '22023';
-    END IF;
-    PERFORM check_time('now', p_now);
-    PERFORM check_priority(p_priority);
-    PERFORM check_seconds('delay', coalesce(p_delay_seconds, 'NaN'));
-    PERFORM check_seconds('timeout', p_timeout_seconds, true);
-    PERFORM check_text('partition_key', p_partition_key, 512);
-    PERFORM check_text('dedup_key', p_dedup_key, 512);
-    PERFORM check_json('tags', p_tags, 1048576);
-    PERFORM check_json('trace context', p_trace_context, 65536);
-    IF cardinality(p_ids) IS DISTINCT FROM cardinality(p_inputs)
-       OR cardinality(p_ids) IS DISTINCT FROM cardinality(p_keys) THEN
+    -- One expression for the usual case, in which every argument is fine;
+    -- the checks that name what is wrong run only when it is not.
+    IF p_workflow IS NULL OR p_workflow !~ '^[A-Za-z_][A-Za-z0-9_.:\-]{0,127}$'
+       OR p_version IS NULL OR p_version < 0 OR p_now IS NULL OR NOT isfinite(p_now)
+       OR p_now NOT BETWEEN now() - interval '100 years' AND now() + interval '100 years'
+       OR p_priority IS NULL OR p_priority = -2147483648
+       OR p_delay_seconds IS NULL OR NOT p_delay_seconds BETWEEN 0 AND 31536000000
+       OR p_timeout_seconds <= 0 OR p_timeout_seconds > 31536000000
+       OR p_partition_key = '' OR length(p_partition_key) > 512
+       OR p_dedup_key = '' OR length(p_dedup_key) > 512
+       OR cardinality(p_ids) IS DISTINCT FROM cardinality(p_inputs)
+       OR cardinality(p_ids) IS DISTINCT FROM cardinality(p_keys)
+    THEN
+        IF p_workflow IS NULL OR p_workflow !~ '^[A-Za-z_][A-Za-z0-9_.:\-]{0,127}$' THEN
+            RAISE EXCEPTION 'invalid workflow name %', coalesce(p_workflow, 'NULL')
+                USING ERRCODE = '22023';
+        END IF;
+        IF p_version IS NULL OR p_version < 0 THEN
+            RAISE EXCEPTION 'version must be 0 or more, not %', p_version USING ERRCODE = '22023';
+        END IF;
+        IF p_now IS NULL THEN
+            RAISE EXCEPTION 'a start needs a time' USING ERRCODE = '22023';
+        END IF;
+        PERFORM check_time('now', p_now);
+        PERFORM check_priority(p_priority);
+        PERFORM check_seconds('delay', coalesce(p_delay_seconds, 'NaN'));
+        PERFORM check_seconds('timeout', p_timeout_seconds, true);
+        PERFORM check_text('partition_key', p_partition_key, 512);
+        PERFORM check_text('dedup_key', p_dedup_key, 512);
         RAISE EXCEPTION 'ids, keys and inputs must have as many items' USING ERRCODE = '22023';
     END IF;
+    IF p_tags IS NOT NULL THEN
+        PERFORM check_json('tags', p_tags, 1048576);
+    END IF;
+    IF p_trace_context IS NOT NULL THEN
+        PERFORM check_json('trace context', p_trace_context, 65536);
+    END IF;
     FOREACH v_key IN ARRAY p_keys LOOP
-        PERFORM check_text('key', v_key, 512);
+        IF v_key = '' OR length(v_key) > 512 THEN
+            PERFORM check_text('key', v_key, 512);
+        END IF;
     END LOOP;
     FOREACH v_input IN ARRAY p_inputs LOOP
         PERFORM check_json('input', v_input, 134217728);
@@ -389,7 +412,10 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 AS $$
 BEGIN
-    PERFORM check_json('the signal''s payload', p_payload, 1048576);
+    -- The internal form refuses JSON Python cannot decode.
+    IF octet_length(p_payload::text) > 1048576 THEN
+        PERFORM check_json('the signal''s payload', p_payload, 1048576);
+    END IF;
     RETURN send_signal(p_run, p_name, p_payload, p_key, now());
 END
 $$;
@@ -428,7 +454,9 @@ BEGIN
     PERFORM check_text('key', p_key, 512);
     PERFORM check_text('partition_key', p_partition_key, 512);
     PERFORM check_text('dedup_key', p_dedup_key, 512);
-    PERFORM check_priority(p_priority);
+    IF p_priority IS NULL OR p_priority = -2147483648 THEN
+        PERFORM check_priority(p_priority);
+    END IF;
     IF p_delay < interval '0' OR NOT isfinite(p_delay)
        OR extract(epoch FROM p_delay) > 1000 * 365 * 86400.0 THEN
         RAISE EXCEPTION 'delay must not be negative nor over 1000 years, not %', p_delay
@@ -439,7 +467,11 @@ BEGIN
         RAISE EXCEPTION 'timeout must be positive and at most 1000 years, not %', p_timeout
             USING ERRCODE = '22023';
     END IF;
-    PERFORM check_json('the input', p_input, 1048576);
+    -- insert_runs refuses JSON Python cannot decode; the size is held here
+    -- to what Python takes.
+    IF octet_length(p_input::text) > 1048576 THEN
+        PERFORM check_json('the input', p_input, 1048576);
+    END IF;
     IF p_tags IS NOT NULL THEN
         IF jsonb_typeof(p_tags) <> 'object' OR (SELECT count(*) FROM jsonb_object_keys(p_tags)) > 64
         THEN
