@@ -11,12 +11,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from sql_roles import SqlSetup
 
+from perdure.store import migrate as migrations
 from perdure.store import privileges
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
@@ -180,3 +184,48 @@ def test_perdure_migrate_grants_a_client_and_a_reader(sql_setup: SqlSetup) -> No
     assert sql_setup.call(reader_url, "SELECT key FROM {s}.runs") == [("k",)]
     refused(sql_setup, client_url, "SELECT key FROM {s}.runs")
     refused(sql_setup, reader_url, "SELECT {s}.start_run('w')")
+
+
+def test_a_worker_granted_before_the_upgrade_keeps_working(pg_url: str, schema: str) -> None:
+    # The owner grants at version 16, then migrates to 17, which recreates
+    # send_signal and adds the check functions: default privileges cover them.
+    suffix = uuid.uuid4().hex[:8]
+    owner, worker = f"perdure_owner_{suffix}", f"perdure_worker_{suffix}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for role in (owner, worker):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(
+                sql.Identifier(conn.info.dbname), sql.Identifier(owner)
+            )
+        )
+    owner_url, worker_url = (make_conninfo(pg_url, user=r) for r in (owner, worker))
+    try:
+        migrations.migrate(owner_url, schema, upto=16)
+        with psycopg.connect(owner_url, autocommit=True) as conn:
+            for statement in privileges.grant_statements(schema, worker):
+                conn.execute(statement)
+        migrations.migrate(owner_url, schema)
+        s = sql.Identifier(schema)
+        with psycopg.connect(worker_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.workflows (name, version, queue) VALUES ('w', 1, 'w')"
+                ).format(s)
+            )
+            conn.execute(
+                sql.SQL(
+                    "SELECT * FROM {}.insert_runs(ARRAY[gen_random_uuid()], 'w', 1, 'w', "
+                    "ARRAY['k'], ARRAY['{{\"n\": 1}}'::jsonb], now())"
+                ).format(s)
+            )
+            sent = conn.execute(
+                sql.SQL("SELECT {}.send_signal('k', 'go', '1', NULL, now())").format(s)
+            ).fetchone()
+            assert sent is not None and sent[0] > 0
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            migrations.drop_schema(conn, schema)
+            for role in (worker, owner):
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
