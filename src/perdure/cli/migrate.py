@@ -30,9 +30,25 @@ if TYPE_CHECKING:
     help="Grant ROLE what a worker needs (row access, no DDL); repeatable. See docs/security.md.",
 )
 @click.option(
+    "--grant-client",
+    "clients",
+    metavar="ROLE",
+    multiple=True,
+    help="Grant ROLE the public SQL functions only (start_run, send_signal, ...; no table "
+    "access); repeatable. See docs/security.md.",
+)
+@click.option(
+    "--grant-reader",
+    "readers",
+    metavar="ROLE",
+    multiple=True,
+    help="Grant ROLE SELECT on the tables only (dashboards, analytics); repeatable.",
+)
+@click.option(
     "--print-grants",
     is_flag=True,
-    help="Print the SQL that --grant-to runs, and do nothing else.",
+    help="Print the SQL that --grant-to, --grant-client and --grant-reader run, and do "
+    "nothing else.",
 )
 @click.option(
     "--plan",
@@ -42,7 +58,13 @@ if TYPE_CHECKING:
 )
 @click.pass_obj
 def migrate(
-    state: CliState, target: str | None, roles: tuple[str, ...], print_grants: bool, plan: bool
+    state: CliState,
+    target: str | None,
+    roles: tuple[str, ...],
+    clients: tuple[str, ...],
+    readers: tuple[str, ...],
+    print_grants: bool,
+    plan: bool,
 ) -> None:
     """Apply the schema migrations this version of perdure ships (applying twice is a no-op).
 
@@ -50,19 +72,28 @@ def migrate(
     runs of them can be started (and listed) before any of its workers is up.
     With --grant-to ROLE, ROLE (an existing role) gets exactly what a worker
     needs: it can run workers (`perdure worker --no-migrate`), start and signal
-    runs, but not create, alter or drop anything. Run this as the schema's owner.
+    runs, but not create, alter or drop anything. With --grant-client ROLE, ROLE
+    may only call the public SQL functions (docs/any-language.md); with
+    --grant-reader ROLE, only read the tables. Run this as the schema's owner.
     With --plan, nothing is applied (docs/deploying.md: rolling deploys).
     """
     if plan:
         app = state.app()
         show_plan(app.session_url, app.schema)
         return
+    grants = [
+        *(("worker", role) for role in roles),
+        *(("client", role) for role in clients),
+        *(("reader", role) for role in readers),
+    ]
     if print_grants:
-        if not roles:
-            raise click.UsageError("--print-grants needs --grant-to ROLE")
+        if not grants:
+            raise click.UsageError(
+                "--print-grants needs --grant-to, --grant-client or --grant-reader ROLE"
+            )
         schema = state.app().schema
-        for role in roles:
-            click.echo(privileges.grant_script(schema, role), nl=False)
+        for kind, role in grants:
+            click.echo(privileges.grant_script(schema, role, kind), nl=False)
         return
     with state.app(target) as app:
         names = {m.version: m.name for m in migrations.available()}
@@ -75,6 +106,6 @@ def migrate(
             app.register()
             defined = ", ".join(f"{n}@{v}" for n, v in sorted(app.registry.all()))
             click.echo(f"registered the workflows of {target}: {defined or 'none'}")
-        for role in roles:
-            privileges.grant_worker(app.session_url, app.schema, role)
-            click.echo(f"schema {app.schema}: granted worker privileges to role {role}")
+        for kind, role in grants:
+            privileges.grant(app.session_url, app.schema, role, kind)
+            click.echo(f"schema {app.schema}: granted {kind} privileges to role {role}")

@@ -30,6 +30,9 @@ SCHEMA_AHEAD = 1
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 MIN_SERVER_VERSION = 140000
+#: The first migration after which every function's search_path is pinned
+#: (see :func:`pin_functions`).
+PINNED_FROM = 17
 #: The newest major version perdure supports (newer ones are not refused).
 MAX_SUPPORTED_VERSION = 180000
 
@@ -179,8 +182,15 @@ def _apply(
             if migration.version <= have or (upto is not None and migration.version > upto):
                 continue
             with conn.transaction():
-                conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+                # The schema first, so that what a migration creates lands in
+                # it; pg_temp last, so that no temporary table stands in for
+                # one of the schema's.
+                conn.execute(
+                    sql.SQL("SET LOCAL search_path TO {}, pg_catalog, pg_temp").format(ident)
+                )
                 conn.execute(migration.sql.encode())
+                if migration.version >= PINNED_FROM:
+                    pin_functions(conn, schema)
                 conn.execute(
                     sql.SQL(
                         "INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)"
@@ -194,6 +204,38 @@ def _apply(
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
     return applied
+
+
+def pin_functions(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    """Pin every function of ``schema`` to a safe search_path; take EXECUTE from PUBLIC.
+
+    The path is ``pg_catalog, <schema>, pg_temp``: the temporary schema last,
+    so that a caller's temporary table never stands in for one of the
+    schema's inside a SECURITY DEFINER function (docs/security.md). Run after
+    each migration from version :data:`PINNED_FROM` on, so the functions later
+    migrations create are pinned and kept from PUBLIC too. (ALTER DEFAULT
+    PRIVILEGES cannot do the latter per schema: PUBLIC's EXECUTE is a global
+    default, and revoking it globally would change every function the
+    migrating role creates anywhere in the database.) Functions of the schema
+    the migrating role does not own are left alone.
+    """
+    conn.execute(
+        sql.SQL(
+            "DO $pin$ DECLARE v_fn regprocedure; BEGIN "
+            "FOR v_fn IN SELECT p.oid::regprocedure FROM pg_proc p "
+            "WHERE p.pronamespace = {name}::regnamespace "
+            "AND pg_has_role(current_user, p.proowner, 'MEMBER') LOOP "
+            "EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', "
+            "v_fn, {literal}); END LOOP; END $pin$"
+        ).format(
+            name=sql.Literal(sql.Identifier(schema).as_string(conn)), literal=sql.Literal(schema)
+        )
+    )
+    conn.execute(
+        sql.SQL("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {} FROM PUBLIC").format(
+            sql.Identifier(schema)
+        )
+    )
 
 
 def schema_exists(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> bool:

@@ -7,6 +7,13 @@ write rows: USAGE on the schema, SELECT/INSERT/UPDATE/DELETE on its tables
 current), USAGE on its sequences and EXECUTE on its functions. Default
 privileges extend the same grants to tables that later migrations create, so
 an upgrade by the owner does not lock the workers out.
+
+Two narrower grants serve roles that run no worker (docs/security.md has the
+matrix): a *client* (a web app, or code in another language) gets USAGE on the
+schema and EXECUTE on the public SQL functions only (:data:`PUBLIC_FUNCTIONS`),
+which run as the schema's owner and check every argument; it reads and writes
+no table. A *reader* (a dashboard, analytics) gets USAGE and SELECT on the
+tables, now and later, and executes no function.
 """
 
 from __future__ import annotations
@@ -18,6 +25,22 @@ from perdure.errors import ConfigurationError, SchemaError
 from perdure.store import migrate as migrations
 
 _TABLES = sql.SQL("SELECT, INSERT, UPDATE, DELETE")
+
+#: The SQL functions a client role may execute (migrations 0011 and 0017):
+#: the documented entry points of docs/any-language.md, by signature.
+PUBLIC_FUNCTIONS = (
+    "start_run(text, jsonb, text, integer, interval, integer, jsonb, text, text, interval)",
+    "run_status(text)",
+    "cancel_run(text, text)",
+    "pause_run(text)",
+    "resume_run(text)",
+    "get_event(text, text)",
+    "read_stream(text, text, integer, integer)",
+    "send_signal(text, text, jsonb, text)",
+)
+
+#: The kinds of grant :func:`grant` gives, as named in ``perdure migrate``'s options.
+KINDS = ("worker", "client", "reader")
 
 
 def grant_statements(schema: str, role: str) -> list[sql.Composed]:
@@ -37,9 +60,42 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
     return [sql.SQL(text).format(**names) for text in texts]
 
 
-def grant_script(schema: str, role: str) -> str:
-    """The grants as SQL text, one statement per line, for a DBA to review or run."""
-    return "".join(f"{stmt.as_string(None)};\n" for stmt in grant_statements(schema, role))
+def client_statements(schema: str, role: str) -> list[sql.Composed]:
+    """The statements that let ``role`` call the public SQL functions of ``schema``, only."""
+    s, r = sql.Identifier(schema), sql.Identifier(role)
+    statements = [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, r)]
+    for signature in PUBLIC_FUNCTIONS:
+        name, _, args = signature.partition("(")
+        statements.append(
+            sql.SQL("GRANT EXECUTE ON FUNCTION {}.{}({} TO {}").format(
+                s, sql.Identifier(name), sql.SQL(args), r
+            )
+        )
+    return statements
+
+
+def reader_statements(schema: str, role: str) -> list[sql.Composed]:
+    """The statements that let ``role`` read the tables of ``schema`` (now and later), only."""
+    names = {"schema": sql.Identifier(schema), "role": sql.Identifier(role)}
+    texts = [
+        "GRANT USAGE ON SCHEMA {schema} TO {role}",
+        "GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}",
+        "ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT SELECT ON TABLES TO {role}",
+    ]
+    return [sql.SQL(text).format(**names) for text in texts]
+
+
+_STATEMENTS = {
+    "worker": grant_statements,
+    "client": client_statements,
+    "reader": reader_statements,
+}
+
+
+def grant_script(schema: str, role: str, kind: str = "worker") -> str:
+    """The grants of ``kind`` as SQL text, one statement per line, for a DBA to review or run."""
+    statements = _STATEMENTS[kind](schema, role)
+    return "".join(f"{stmt.as_string(None)};\n" for stmt in statements)
 
 
 def grant_worker(url: str, schema: str, role: str) -> None:
@@ -48,6 +104,17 @@ def grant_worker(url: str, schema: str, role: str) -> None:
     Run it as the schema's owner, after :func:`perdure.store.migrate.migrate`.
     Granting twice is a no-op.
     """
+    grant(url, schema, role, "worker")
+
+
+def grant(url: str, schema: str, role: str, kind: str) -> None:
+    """Give ``role`` the ``kind`` grant (worker, client or reader) in ``schema``, at once.
+
+    Run it as the schema's owner, after :func:`perdure.store.migrate.migrate`
+    (the schema must be current). Granting twice is a no-op.
+    """
+    if kind not in _STATEMENTS:
+        raise ConfigurationError(f"unknown grant {kind!r}: use one of {', '.join(KINDS)}")
     if not isinstance(role, str) or not role or len(role) > 63 or "\x00" in role:
         raise ConfigurationError(f"invalid role name {role!r}")
     with psycopg.connect(url) as conn:
@@ -69,5 +136,5 @@ def grant_worker(url: str, schema: str, role: str) -> None:
                 f"role {role!r} does not exist: create it first "
                 f"(CREATE ROLE {sql.Identifier(role).as_string(conn)} LOGIN PASSWORD '...')"
             )
-        for stmt in grant_statements(schema, role):
+        for stmt in _STATEMENTS[kind](schema, role):
             conn.execute(stmt)
