@@ -252,6 +252,24 @@ class ResultTimeout(PerdureError, TimeoutError):
         super().__init__(f"run {run_id} did not finish within {timeout:g} s (it is {status})")
 
 
+class BlockingCallInEventLoop(PerdureError, RuntimeError):
+    """A blocking perdure call was made on a thread whose event loop is running.
+
+    The call would hold that loop, and every task on it (an async workflow's
+    worker, a web server's requests), until it returned: it is refused at
+    once instead. ``call`` is what was called (``run.result()``), ``use`` the
+    async form to await in its place (``await run.result_async()``).
+    """
+
+    def __init__(self, call: str, use: str) -> None:
+        self.call = call
+        self.use = use
+        super().__init__(
+            f"{call} blocks, and it was called on a thread whose event loop is running "
+            f"(it would freeze every task of that loop until it returned): use {use} instead"
+        )
+
+
 class DatabaseUnavailable(PerdureError, ConnectionError):
     """perdure could not reach the PostgreSQL server."""
 

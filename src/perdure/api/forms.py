@@ -7,6 +7,11 @@ through :meth:`Portal.call`. Two helpers take an operation over a
 :class:`~perdure.api.core.Core` (``fn(core, ...)``, for the App's flat
 surface); two take a method of an object that has a core (``RunHandle``); and
 two derive the forms of an async iterator.
+
+Every sync form refuses, at once, to run on a thread whose event loop is
+running (:func:`refuse_under_loop`): it would freeze that loop until it
+returned. Sync steps and ``def`` workflows run on worker threads, which have
+no running loop, and call the sync forms freely.
 """
 
 from __future__ import annotations
@@ -18,11 +23,30 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from perdure.api.core import Core, HasCore
 from perdure.api.presenting import presents
+from perdure.errors import BlockingCallInEventLoop
 
 P = ParamSpec("P")
 T = TypeVar("T")
 S = TypeVar("S", bound=HasCore)
 Op = Callable[Concatenate[Core, P], Coroutine[Any, Any, T]]
+
+#: How the docs and messages name the object a form is called on.
+_RECEIVERS = {"App": "app", "RunHandle": "run"}
+
+
+def refuse_under_loop(form: Callable[..., Any], iterator: bool = False) -> None:
+    """Raise BlockingCallInEventLoop if this thread runs an event loop, naming the async form."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return  # no loop here: blocking is what the caller asked for
+    owner, _, name = form.__qualname__.rpartition(".")
+    receiver = _RECEIVERS.get(owner, owner.lower() or "app")
+    if iterator:
+        raise BlockingCallInEventLoop(
+            f"for ... in {receiver}.{name}()", f"async for ... in {receiver}.{name}_async()"
+        )
+    raise BlockingCallInEventLoop(f"{receiver}.{name}()", f"await {receiver}.{name}_async()")
 
 
 def blocking(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
@@ -30,6 +54,7 @@ def blocking(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        refuse_under_loop(call)
         core = self._core
         return core.portal.call(fn(core, *args, **kwargs))
 
@@ -62,6 +87,7 @@ def blocking_method(
 
     @presents(fn)
     def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        refuse_under_loop(call)
         return self._core.portal.call(fn(self, *args, **kwargs))
 
     return call
@@ -114,6 +140,7 @@ def iterating(
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        refuse_under_loop(call, iterator=True)  # at the first value asked for
         core = self._core
         steps = _Steps(fn(core, *args, **kwargs))
         ended = False
@@ -172,6 +199,7 @@ def in_new_loop(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        refuse_under_loop(call)
         return asyncio.run(fn(self._core, *args, **kwargs))
 
     return call
@@ -201,6 +229,7 @@ def on_thread(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        refuse_under_loop(call)
         return run_on_thread(fn(self._core, *args, **kwargs))
 
     return call

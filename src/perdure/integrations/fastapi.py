@@ -77,9 +77,8 @@ def lifespan(
     @asynccontextmanager
     async def manage(api: FastAPI) -> AsyncIterator[None]:
         api.state.perdure = app
-        # ensure_schema and close have no async form: run them off the loop.
-        await asyncio.to_thread(app.ensure_schema)
-        running: perdure.Worker | None = app.worker(**worker_options) if worker else None
+        await app.ensure_schema_async()
+        running = await app.worker_async(**worker_options) if worker else None
         task = asyncio.create_task(running.run()) if running is not None else None
         try:
             yield
