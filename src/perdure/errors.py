@@ -1,9 +1,9 @@
-"""The errors perdure raises, all under one root, :class:`PerdureError`.
+"""The errors perdure raises, all under one root, [`PerdureError`][perdure.errors.PerdureError].
 
 Each class's docstring is its default message. Errors carry structured fields
 (``run_id``, ``position``, ...) so callers can act on them without parsing text.
 Engine control flow that user code must never swallow derives from
-``BaseException`` and lives in :mod:`perdure.engine.control`, not here.
+``BaseException`` and lives in ``perdure.engine.control``, not here.
 """
 
 from __future__ import annotations

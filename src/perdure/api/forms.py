@@ -2,14 +2,14 @@
 
 Every public operation that does I/O is written once, as a coroutine that runs
 on the portal loop (where the pool lives). Its ``x_async`` form awaits it from
-the caller's loop through :meth:`Portal.run`; its ``x`` form blocks on it
-through :meth:`Portal.call`. Two helpers take an operation over a
-:class:`~perdure.api.core.Core` (``fn(core, ...)``, for the App's flat
+the caller's loop through ``Portal.run``; its ``x`` form blocks on it
+through ``Portal.call``. Two helpers take an operation over a
+``Core`` (``fn(core, ...)``, for the App's flat
 surface); two take a method of an object that has a core (``RunHandle``); and
 two derive the forms of an async iterator.
 
 Every sync form refuses, at once, to run on a thread whose event loop is
-running (:func:`refuse_under_loop`): it would freeze that loop until it
+running (``refuse_under_loop``): it would freeze that loop until it
 returned. Sync steps and ``def`` workflows run on worker threads, which have
 no running loop, and call the sync forms freely.
 """

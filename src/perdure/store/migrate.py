@@ -3,7 +3,7 @@
 Migrations are taken in order under a session advisory lock, each in its own
 transaction that also records its version, so two processes migrating at once
 serialise and applying twice is a no-op. A schema one version newer than this
-code is used (the rolling-deploy rule, see :mod:`perdure.store.versions`); a
+code is used (the rolling-deploy rule, see ``perdure.store.versions``); a
 newer one is refused.
 """
 
@@ -25,7 +25,7 @@ from perdure.store.connect import connect
 log = logging.getLogger("perdure.migrate")
 
 #: How many schema versions ahead of its own this code accepts (the rolling-deploy
-#: rule of :mod:`perdure.store.versions`).
+#: rule of ``perdure.store.versions``).
 SCHEMA_AHEAD = 1
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -124,7 +124,7 @@ def migrate(url: str, schema: str, upto: int | None = None) -> list[int]:
 
     A schema that is already current is only read: no lock is taken and no DDL
     runs, so a role with no right to create or alter tables (a restricted
-    worker, see :mod:`perdure.store.privileges`) may call it. When there is
+    worker, see ``perdure.store.privileges``) may call it. When there is
     something to apply and the role may not, SchemaError says so.
     """
     migrations = available()
@@ -210,7 +210,7 @@ def drop_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> No
 def ensure_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
     """Raise SchemaError unless the server is supported and this code runs on ``schema``.
 
-    That is the code's own version or the next one (see :mod:`perdure.store.versions`).
+    That is the code's own version or the next one (see ``perdure.store.versions``).
     """
     check_server(conn)
     have = current_version(conn, schema)

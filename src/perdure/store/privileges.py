@@ -45,7 +45,7 @@ def grant_script(schema: str, role: str) -> str:
 def grant_worker(url: str, schema: str, role: str) -> None:
     """Grant ``role`` what a worker needs in ``schema`` (which must be current), in one transaction.
 
-    Run it as the schema's owner, after :func:`perdure.store.migrate.migrate`.
+    Run it as the schema's owner, after ``perdure.store.migrate.migrate``.
     Granting twice is a no-op.
     """
     if not isinstance(role, str) or not role or len(role) > 63 or "\x00" in role:
