@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,7 +33,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ven
     """
     made: dict[tuple[str, ...], Future[venvs.Venv]] = {}
     base: list[Path] = []
-    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="venv")
+    pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1), thread_name_prefix="venv")
 
     def get(extra: str, *also: str) -> venvs.Venv:
         if not base:

@@ -45,6 +45,8 @@ def site(venv: Callable[..., Venv], tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def test_the_site_builds_strictly_with_the_docs_extra_alone(site: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert '.venv/bin/pip install -e ".[docs]" && .venv/bin/mkdocs build --strict\n' in readme
     cli = (site / "reference" / "cli" / "index.html").read_text()
     for command in ("worker", "check-replay", "schedules", "dashboard"):
         assert f">{command}<" in cli or f"perdure {command}" in cli, command
