@@ -69,10 +69,14 @@ def run(args: list[str], env: dict[str, str]) -> str:
 
 
 def status(env: dict[str, str], key: str) -> str:
+    """The run's status, or "" while it (or the schema, for a stage run first) does not exist."""
     with psycopg.connect(env["PERDURE_DATABASE_URL"]) as conn:
-        row = conn.execute(
-            f"SELECT status FROM {env['PERDURE_SCHEMA']}.runs WHERE key = %s", (key,)
-        ).fetchone()
+        try:
+            row = conn.execute(
+                f"SELECT status FROM {env['PERDURE_SCHEMA']}.runs WHERE key = %s", (key,)
+            ).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return ""
     return str(row[0]) if row else ""
 
 
