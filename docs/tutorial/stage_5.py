@@ -1,7 +1,7 @@
 """Stage 5: stock and payment at the same time, then one packing step per item.
 
 Terminal 1:  perdure worker stage_5:app --concurrency 8
-Terminal 2:  python stage_5.py 5
+Terminal 2:  python stage_5.py 5   (waits for the order's result)
 Terminal 3:  perdure runs signal order-5 packed --data '{"parcel": "P-5", "kg": 2.5}'
 """
 

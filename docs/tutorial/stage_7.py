@@ -1,7 +1,8 @@
 """Stage 7: a morning of orders to look at in the dashboard.
 
-python stage_7.py         (ten orders: seven shipped, three waiting for the warehouse)
-perdure dashboard         (then open http://127.0.0.1:8080/)
+python stage_7.py               (ten orders: seven shipped, three waiting for the warehouse)
+perdure worker stage_7:app      (terminal 1: ships a waiting order once it is signalled)
+perdure dashboard               (terminal 2: then open http://127.0.0.1:8080/)
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from perdure.engine.retry import RetryPolicy
     from perdure.engine.worker import Worker
     from perdure.errors import (
+        BlockingCallInEventLoop,
         Cancelled,
         ChildFailed,
         ConfigurationError,
@@ -69,6 +70,7 @@ __version__ = "0.1.0"
 #: (the ``perdure`` command among them) that needs a few pays for only those.
 _HOMES: dict[str, str] = {
     "App": "perdure.api.app",
+    "BlockingCallInEventLoop": "perdure.errors",
     "BulkResult": "perdure.types",
     "Cancelled": "perdure.errors",
     "ChildFailed": "perdure.errors",
@@ -143,6 +145,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "App",
+    "BlockingCallInEventLoop",
     "BulkResult",
     "Cancelled",
     "ChildFailed",

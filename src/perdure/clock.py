@@ -2,9 +2,9 @@
 
 SQL never calls ``now()`` directly: every named query compares times through
 ``coalesce(%(now)s, now())`` and every statement gets ``now`` from a
-:class:`Clock`. The system clock passes ``None``, so the server's own time is
+``Clock``. The system clock passes ``None``, so the server's own time is
 used and workers on machines with skewed clocks still agree. A
-:class:`VirtualClock` passes its own time, so tests move time instead of
+[`VirtualClock`][perdure.VirtualClock] passes its own time, so tests move time instead of
 sleeping.
 """
 
@@ -32,7 +32,7 @@ class Clock:
 
 
 class VirtualClock(Clock):
-    """A clock that stands still until :meth:`advance` moves it."""
+    """A clock that stands still until [`advance`][perdure.VirtualClock.advance] moves it."""
 
     def __init__(self, start: datetime | None = None) -> None:
         """Start at ``start`` (an aware datetime), or at the current UTC time."""

@@ -1,9 +1,9 @@
-"""The errors perdure raises, all under one root, :class:`PerdureError`.
+"""The errors perdure raises, all under one root, [`PerdureError`][perdure.errors.PerdureError].
 
 Each class's docstring is its default message. Errors carry structured fields
 (``run_id``, ``position``, ...) so callers can act on them without parsing text.
 Engine control flow that user code must never swallow derives from
-``BaseException`` and lives in :mod:`perdure.engine.control`, not here.
+``BaseException`` and lives in ``perdure.engine.control``, not here.
 """
 
 from __future__ import annotations
@@ -250,6 +250,24 @@ class ResultTimeout(PerdureError, TimeoutError):
         self.timeout = timeout
         self.status = status
         super().__init__(f"run {run_id} did not finish within {timeout:g} s (it is {status})")
+
+
+class BlockingCallInEventLoop(PerdureError, RuntimeError):
+    """A blocking perdure call was made on a thread whose event loop is running.
+
+    The call would hold that loop, and every task on it (an async workflow's
+    worker, a web server's requests), until it returned: it is refused at
+    once instead. ``call`` is what was called (``run.result()``), ``use`` the
+    async form to await in its place (``await run.result_async()``).
+    """
+
+    def __init__(self, call: str, use: str) -> None:
+        self.call = call
+        self.use = use
+        super().__init__(
+            f"{call} blocks, and it was called on a thread whose event loop is running "
+            f"(it would freeze every task of that loop until it returned): use {use} instead"
+        )
 
 
 class DatabaseUnavailable(PerdureError, ConnectionError):

@@ -36,7 +36,9 @@ class _TakeOver(Observer):
 
 def _run_once(app: perdure.App, observer: Observer) -> None:
     async def main() -> None:
-        worker = app.worker(observers=[observer], exit_when_idle=True, poll_seconds=0.02)
+        worker = await app.worker_async(
+            observers=[observer], exit_when_idle=True, poll_seconds=0.02
+        )
         await worker.run()
 
     asyncio.run(main())

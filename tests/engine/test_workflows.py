@@ -309,7 +309,7 @@ def test_async_api_starts_and_waits(app: perdure.App) -> None:
         handle = await app.start_async("hello", "ada", key="hello:ada")
         again = await app.start_async("hello", "ada", key="hello:ada")
         assert again.id == handle.id and not again.created
-        worker = app.worker(**FAST)
+        worker = await app.worker_async(**FAST)
         task = asyncio.create_task(worker.run())
         try:
             assert await handle.result_async(timeout=20) == "hello ada"

@@ -1,4 +1,4 @@
-"""The FastAPI example (docs/examples/fastapi_app.py) served by a real uvicorn process.
+"""The FastAPI example with its agent (docs/examples/fastapi_agent_app.py) served by uvicorn.
 
 A real HTTP client talks to it: runs started from handlers (200 or 202),
 their state, their streams as Server-Sent Events, an approval arriving over
@@ -38,7 +38,7 @@ def server(pg_url: str, schema: str, tmp_path: Path) -> Iterator[httpx.Client]:
     log = tmp_path / "uvicorn.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "fastapi_app:api", "--port", str(port)],
+            [sys.executable, "-m", "uvicorn", "fastapi_agent_app:api", "--port", str(port)],
             cwd=EXAMPLES,
             env=env,
             stdout=out,

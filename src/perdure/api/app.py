@@ -1,10 +1,10 @@
 """App: define workflows, start and inspect runs, run workers.
 
-The App is a flat surface over a :class:`~perdure.api.core.Core`. Each
+The App is a flat surface over a ``Core``. Each
 operation is written once, as a coroutine in a feature module (starting,
 reading, manage, messaging, queues, schedules, retention, registering,
 workers); its sync and ``_async`` forms here are derived from it in one line
-each (:mod:`perdure.api.forms`).
+each (``perdure.api.forms``).
 """
 
 from __future__ import annotations
@@ -215,8 +215,8 @@ class App:
 
         ``queue`` defaults to the graph's name. Each step becomes a task of its
         own as soon as its dependencies are done, so independent steps run in
-        parallel on any workers. ``max_lapses`` as for :meth:`workflow`.
-        See :class:`~perdure.Graph`.
+        parallel on any workers. ``max_lapses`` as for [`workflow`][perdure.App.workflow].
+        See ``Graph``.
         """
         check_policy("retry", retry)
         graph = Graph(

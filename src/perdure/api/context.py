@@ -1,7 +1,7 @@
 """The ``ctx`` a workflow receives: durable steps and database transactions.
 
-Async workflows get a :class:`Context`, whose methods are awaited. Plain
-``def`` workflows run on a worker thread and get a :class:`SyncContext` with the
+Async workflows get a [`Context`][perdure.Context], whose methods are awaited. Plain
+``def`` workflows run on a worker thread and get a [`SyncContext`][perdure.SyncContext] with the
 same methods that block instead; both drive one engine execution.
 """
 
@@ -125,7 +125,7 @@ class _Base:
         timeout: float | None = None,
         **kwargs: Any,
     ) -> StepCall[Any]:
-        """Describe step ``name`` without running it, for :meth:`gather`.
+        """Describe step ``name`` without running it, for ``gather``.
 
         In an ``async def`` workflow ``ctx.step(...)`` does the same; in a plain
         ``def`` workflow ``ctx.step`` runs at once, so parallel steps are
@@ -260,7 +260,7 @@ class Context(_Base):
 
         Signals sent before the run gets here are kept and delivered in order,
         one per wait. After ``timeout`` (seconds or timedelta; None waits
-        forever) raises :class:`~perdure.SignalTimeout`. With ``type`` (a
+        forever) raises [`SignalTimeout`][perdure.errors.SignalTimeout]. With ``type`` (a
         Pydantic model, a dataclass, ``list[Model]``...) the payload is
         rebuilt as that type (InvalidPayload if it does not fit).
         """
@@ -319,11 +319,11 @@ class Context(_Base):
         replay the recorded output is returned and ``fn`` is not called. An
         ordinary exception is retried per ``retry`` (default: 3 attempts with
         backoff); ``PermanentError`` or exhausted attempts raise
-        :class:`~perdure.StepFailed` into the workflow. ``timeout`` (seconds)
-        fails an attempt that runs longer with :class:`~perdure.StepTimeout`,
+        [`StepFailed`][perdure.errors.StepFailed] into the workflow. ``timeout`` (seconds)
+        fails an attempt that runs longer with [`StepTimeout`][perdure.errors.StepTimeout],
         retried like any error (a plain ``def`` step's thread cannot be
         stopped: it runs on, and its result is ignored). Pass several
-        un-awaited steps to :meth:`gather` to run them in parallel.
+        un-awaited steps to [`gather`][perdure.Context.gather] to run them in parallel.
         """
         return self._call(name, fn, args, kwargs, retry, timeout)
 
@@ -334,7 +334,7 @@ class Context(_Base):
         step becomes a task of its own that any worker may claim; the run
         waits without holding a worker slot and resumes when all are done.
         Fail-fast: the first step to fail for good raises its
-        :class:`~perdure.StepFailed` here at once (the others finish and are
+        [`StepFailed`][perdure.errors.StepFailed] here at once (the others finish and are
         recorded). With ``return_exceptions=True`` it waits for all and puts
         StepFailed instances in place of the failed steps' results.
         """
@@ -352,7 +352,7 @@ class Context(_Base):
     ) -> list[Any]:
         """Run ``fn(item)`` for every item as parallel steps ``name[0]``, ``name[1]``, ...
 
-        The same as :meth:`gather` over one step per item, keyed by index.
+        The same as [`gather`][perdure.Context.gather] over one step per item, keyed by index.
         """
         calls = self._map_calls(name, fn, items, retry, timeout)
         # MappedSteps builds a step only when read: a parallel step's task
@@ -419,7 +419,7 @@ class Context(_Base):
 def _blocking(
     fn: Callable[Concatenate[Context, P], Awaitable[T]],
 ) -> Callable[Concatenate[SyncContext, P], T]:
-    """The blocking form of a :class:`Context` method, for a workflow's worker thread."""
+    """The blocking form of a ``Context`` method, for a workflow's worker thread."""
 
     @presents(fn)
     def call(self: SyncContext, /, *args: P.args, **kwargs: P.kwargs) -> T:
@@ -440,9 +440,9 @@ async def _sync_child(started: Awaitable[ChildRun]) -> SyncChildRun:
 
 @owned
 class SyncContext(_Base):
-    """The durable API of a plain ``def`` workflow: :class:`Context`, blocking.
+    """The durable API of a plain ``def`` workflow: [`Context`][perdure.Context], blocking.
 
-    Each method is :class:`Context`'s, run on the execution's loop while the
+    Each method is [`Context`][perdure.Context]'s, run on the execution's loop while the
     workflow's thread waits. ``ctx.step`` runs the step at once, so parallel
     steps are written ``ctx.gather(ctx.branch("a", f), ctx.branch("b", g))``.
     """
@@ -471,7 +471,7 @@ class SyncContext(_Base):
         key: str | None = None,
         version: int | None = None,
     ) -> SyncChildRun:
-        """Start a child run; see :meth:`Context.start_child`."""
+        """Start a child run; see [`Context.start_child`][perdure.Context.start_child]."""
         started = self._context.start_child(workflow, input, key=key, version=version)
         child: SyncChildRun = call_sync(self._execution.loop, _sync_child(started))
         return child

@@ -1,8 +1,8 @@
 """The App's core: where the database is, its pool, its statements and its definitions.
 
 Every feature module (starting, reading, managing, messaging, queues,
-schedules, retention) is a set of coroutines over one :class:`Core`. They run
-on the core's :class:`~perdure.api.portal.Portal` loop, where the pool lives.
+schedules, retention) is a set of coroutines over one ``Core``. They run
+on the core's ``Portal`` loop, where the pool lives.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class Core:
             self.schema_ready = True
 
     async def ready(self) -> None:
-        """:meth:`ensure_schema` without blocking the loop."""
+        """``ensure_schema`` without blocking the loop."""
         if not self.schema_ready:
             await asyncio.to_thread(self.ensure_schema)
 

@@ -118,7 +118,7 @@ class RunFilter:
         }
 
     def listing(self) -> dict[str, Any]:
-        """The query parameters of ``run_list``: :meth:`params` and the status."""
+        """The query parameters of ``run_list``: ``params()`` and the status."""
         return {"status": None if self.status is None else str(self.status), **self.params()}
 
     def statuses(self, allowed: Iterable[RunStatus]) -> list[str]:

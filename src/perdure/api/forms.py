@@ -2,13 +2,18 @@
 
 Every public operation that does I/O is written once, as a coroutine that runs
 on the portal loop (where the pool lives). Its ``x_async`` form awaits it from
-the caller's loop through :meth:`Portal.run`; its ``x`` form blocks on it
-through :meth:`Portal.call`. Two helpers take an operation over a
-:class:`~perdure.api.core.Core` (``fn(core, ...)``, for the App's flat
+the caller's loop through ``Portal.run``; its ``x`` form blocks on it
+through ``Portal.call``. Two helpers take an operation over a
+``Core`` (``fn(core, ...)``, for the App's flat
 surface); two take a method of an object that has a core (``RunHandle``); and
 two derive the forms of an async iterator. Each runs the call inside
-:func:`client_faults`, where a fault of the database becomes
-:class:`~perdure.errors.DatabaseUnavailable`.
+``client_faults``, where a fault of the database becomes
+``DatabaseUnavailable``.
+
+Every sync form refuses, at once, to run on a thread whose event loop is
+running (``refuse_under_loop``): it would freeze that loop until it
+returned. Sync steps and ``def`` workflows run on worker threads, which have
+no running loop, and call the sync forms freely.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from perdure.api.core import Core, HasCore
 from perdure.api.presenting import presents
-from perdure.errors import DatabaseUnavailable
+from perdure.errors import BlockingCallInEventLoop, DatabaseUnavailable
 from perdure.store.store import reachable
 
 P = ParamSpec("P")
@@ -29,11 +34,29 @@ T = TypeVar("T")
 S = TypeVar("S", bound=HasCore)
 Op = Callable[Concatenate[Core, P], Coroutine[Any, Any, T]]
 
+#: How the docs and messages name the object a form is called on.
+_RECEIVERS = {"App": "app", "RunHandle": "run"}
+
+
+def refuse_under_loop(form: Callable[..., Any], iterator: bool = False) -> None:
+    """Raise BlockingCallInEventLoop if this thread runs an event loop, naming the async form."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return  # no loop here: blocking is what the caller asked for
+    owner, _, name = form.__qualname__.rpartition(".")
+    receiver = _RECEIVERS.get(owner, owner.lower() or "app")
+    if iterator:
+        raise BlockingCallInEventLoop(
+            f"for ... in {receiver}.{name}()", f"async for ... in {receiver}.{name}_async()"
+        )
+    raise BlockingCallInEventLoop(f"{receiver}.{name}()", f"await {receiver}.{name}_async()")
+
 
 def client_faults() -> contextlib.AbstractContextManager[None]:
     """The one boundary of every App call: a fault of the database (see
-    :func:`perdure.store.connect.is_database_fault`) reaches the caller as
-    :class:`~perdure.errors.DatabaseUnavailable` with the server's message, never
+    ``perdure.store.connect.is_database_fault``) reaches the caller as
+    ``DatabaseUnavailable`` with the server's message, never
     as a driver's class, whichever connection it came from (the App's pool, a
     caller's connection, a call's own session)."""
     return reachable(DatabaseUnavailable)
@@ -44,6 +67,7 @@ def blocking(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        refuse_under_loop(call)
         core = self._core
         with client_faults():
             return core.portal.call(fn(core, *args, **kwargs))
@@ -78,6 +102,7 @@ def blocking_method(
 
     @presents(fn)
     def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        refuse_under_loop(call)
         with client_faults():
             return self._core.portal.call(fn(self, *args, **kwargs))
 
@@ -132,6 +157,7 @@ def iterating(
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        refuse_under_loop(call, iterator=True)  # at the first value asked for
         core = self._core
         steps = _Steps(fn(core, *args, **kwargs))
         ended = False
@@ -193,6 +219,7 @@ def in_new_loop(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        refuse_under_loop(call)
         with client_faults():
             return asyncio.run(fn(self._core, *args, **kwargs))
 
@@ -223,6 +250,7 @@ def on_thread(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        refuse_under_loop(call)
         with client_faults():
             return run_on_thread(fn(self._core, *args, **kwargs))
 

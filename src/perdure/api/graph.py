@@ -1,7 +1,7 @@
 """Graph workflows: ``app.graph(...)`` and its ``@graph.step(...)`` decorator.
 
 A graph is a DAG of steps. Each step is ``fn(ctx, input)`` where ``ctx`` is a
-:class:`~perdure.StepContext` and ``input`` is the run's input (a step with no
+[`StepContext`][perdure.StepContext] and ``input`` is the run's input (a step with no
 dependencies), its one dependency's output, or a dict of its dependencies'
 outputs by step name. The graph is checked as it is written (duplicate names,
 dependencies on functions that are not steps of this graph) and again, whole,
@@ -75,7 +75,7 @@ def _source_line(fn: Callable[..., Any] | None) -> str | None:
 
 @dataclass
 class Graph:
-    """A graph workflow; define its steps with :meth:`step`."""
+    """A graph workflow; define its steps with ``step``."""
 
     name: str
     version: int

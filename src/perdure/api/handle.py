@@ -46,9 +46,9 @@ class RunHandle:
     async def _result(self, timeout: float | None = None) -> Any:
         """Wait for the run to finish and return its output.
 
-        Raises :class:`~perdure.RunFailed` (with the recorded error and
-        traceback) if it failed, :class:`~perdure.RunCancelled` if it was
-        cancelled and :class:`~perdure.ResultTimeout` if ``timeout`` seconds
+        Raises [`RunFailed`][perdure.errors.RunFailed] (with the recorded error and
+        traceback) if it failed, [`RunCancelled`][perdure.errors.RunCancelled] if it was
+        cancelled and [`ResultTimeout`][perdure.errors.ResultTimeout] if ``timeout`` seconds
         pass first. Cancelling an async caller stops the wait cleanly.
         """
         return await wait_result(self._core, self.id, timeout)

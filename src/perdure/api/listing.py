@@ -58,5 +58,5 @@ def page(found: list[Run], limit: int) -> RunPage:
 
 
 def check_limit(limit: Any) -> int:
-    """``limit`` if it is a page size from 1 to :data:`MAX_LIMIT`."""
+    """``limit`` if it is a page size from 1 to ``MAX_LIMIT``."""
     return arguments.integer("limit", limit, minimum=1, maximum=MAX_LIMIT)

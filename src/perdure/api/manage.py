@@ -10,7 +10,7 @@ that already exist:
   ``restarted_from``.
 * ``app.fork(run, from_step=N)``: the same, but the original's checkpoints
   before step N are copied, so those steps are replayed, not executed again
-  (see :mod:`perdure.engine.lineage` for what "before" means).
+  (see ``perdure.engine.lineage`` for what "before" means).
 * ``app.cancel_runs(filter)`` / ``app.retry_runs(filter)``: every run the
   filter matches, in bounded batches; ``dry_run=True`` lists them first.
 """
@@ -190,9 +190,9 @@ async def retry_runs(
 ) -> BulkResult:
     """Retry every failed, cancelled or compensation_failed run ``filter`` matches.
 
-    Each run resumes at the step that failed, as with :meth:`retry`.
+    Each run resumes at the step that failed, as with [`retry`][perdure.App.retry].
     ``dry_run``, ``batch_size``, ``limit`` and the result are as for
-    :meth:`cancel_runs`.
+    [`cancel_runs`][perdure.App.cancel_runs].
     """
 
     async def act(ids: list[str], statuses: list[str]) -> list[str]:

@@ -57,7 +57,7 @@ async def signal_many(
     the signals' ids, in order.
 
     Item ``i`` sends ``payloads[i]`` (None without ``payloads``) with
-    ``keys[i]``, as :meth:`signal` does one; a run may appear more than once,
+    ``keys[i]``, as [`signal`][perdure.App.signal] does one; a run may appear more than once,
     and its signals keep their order. Every item is checked first, and one
     refused (a bad payload or key, an unknown or finished run) refuses the
     whole batch with an error that names its index: nothing is written.
@@ -117,7 +117,7 @@ async def signals(core: Core, run: str) -> list[dict[str, Any]]:
 
 
 async def pause(core: Core, run: str) -> Run:
-    """Pause an unfinished run: it is not claimed until :meth:`resume`."""
+    """Pause an unfinished run: it is not claimed until [`resume`][perdure.App.resume]."""
     return await _steer(core, run, "pause")
 
 

@@ -1,6 +1,6 @@
 """Waking callers that wait for a run's events or stream values.
 
-``app.get_event`` and ``app.read_stream`` wait on :class:`Notices`: one
+``app.get_event`` and ``app.read_stream`` wait on ``Notices``: one
 connection per App, opened on the first wait, LISTENs on ``<schema>_messages``
 (the events and streams tables' triggers NOTIFY it with the run's id). A
 waiter looks again when its run published, or at the fallback interval (for a

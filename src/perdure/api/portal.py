@@ -1,8 +1,8 @@
 """A private event loop in a daemon thread: the sync API's way into async code.
 
-perdure is written once, in asyncio. The sync methods of :class:`~perdure.App`
+perdure is written once, in asyncio. The sync methods of [`App`][perdure.App]
 submit the same coroutines to this loop and wait; the async methods await them
-through :func:`asyncio.wrap_future`, so cancelling the caller's task cancels
+through ``asyncio.wrap_future``, so cancelling the caller's task cancels
 the work too. Database pools live on this loop only.
 """
 

@@ -1,7 +1,7 @@
 """How a derived form presents itself: the operation's name, docstring and signature.
 
 The sync and async forms of an operation are made from one coroutine at
-import time (:mod:`perdure.api.forms`, ``SyncContext``). These helpers make
+import time (``perdure.api.forms``, ``SyncContext``). These helpers make
 each form read, to ``help()``, IDEs, debuggers and the API reference, as the
 method users call: its parameters with ``self`` first, its own class and name.
 """

@@ -13,7 +13,7 @@ from perdure.errors import ConfigurationError
 
 
 class Unset(enum.Enum):
-    """The type of :data:`UNSET`."""
+    """The type of ``UNSET``."""
 
     UNSET = "unset"
 

@@ -72,7 +72,7 @@ async def set_queue(
     """Change the limits of queue ``name`` now, for every worker's next claim.
 
     What ``perdure queues set`` does; the settings are those of
-    :meth:`queue`. Pass None to remove a limit; a setting left out is
+    [`queue`][perdure.App.queue]. Pass None to remove a limit; a setting left out is
     kept. Tasks already running are not stopped when a limit is lowered.
     A worker whose code declares the same setting (``app.queue``) writes
     its value back when it starts.

@@ -1,9 +1,9 @@
 """Reading runs: find one by id or key, list them, their steps and history, wait for results.
 
-Also the observability reads the dashboard is built on (:func:`count_runs`,
-:func:`run_activity`, held tasks), each served by an index so that its cost
+Also the observability reads the dashboard is built on ([`count_runs`][perdure.App.count_runs],
+[`run_activity`][perdure.App.run_activity], held tasks), each served by an index so that its cost
 does not grow with finished runs. Listings and counts take the criteria of
-one :class:`~perdure.api.filters.RunFilter`.
+one [`RunFilter`][perdure.RunFilter].
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ async def list_runs(
     ``since`` (created at or after) and ``before`` (created before), and
     ``parent`` (the children of that run), ``tags`` (runs whose tags
     include every given pair), ``runs`` (only these run ids): the
-    criteria of :class:`perdure.RunFilter`. ``archived=True`` lists the
+    criteria of [`perdure.RunFilter`][perdure.RunFilter]. ``archived=True`` lists the
     runs ``perdure prune --archive`` moved to the archive instead. The
     page is a list of at most ``limit`` runs; its ``next_cursor``, passed
     as ``cursor=``, gives the page after it (None on the last page).
@@ -105,9 +105,9 @@ async def steps(core: Core, ref: str) -> list[Step]:
 async def history(core: Core, ref: str) -> list[HistoryEvent]:
     """The append-only history of a run (live or archived), oldest entry first.
 
-    Each entry is a :class:`~perdure.HistoryEvent` (run_started, step_completed,
+    Each entry is a ``HistoryEvent`` (run_started, step_completed,
     ...); not to be confused with the values a run publishes with
-    ``ctx.set_event`` (see :func:`events`).
+    ``ctx.set_event`` (see [`events`][perdure.App.events]).
     """
     run = await core.find(ref)
     if run.archived:
@@ -181,7 +181,7 @@ async def events(core: Core, ref: str) -> list[dict[str, Any]]:
     """The events run ``ref`` published with ``ctx.set_event``: key, value, position, updated_at.
 
     Events are the values a run publishes for the outside to read
-    (``get_event``); what happened to the run is its :func:`history`.
+    (``get_event``); what happened to the run is its [`history`][perdure.App.history].
     """
     run = await core.find(ref)
     return await core.run(core.statements.events.list(run.id))

@@ -166,7 +166,7 @@ class Registry:
         return max(found, key=lambda d: d.version) if found else None
 
     def require(self, name: str, version: int | None = None) -> Any:
-        """Like :meth:`get`, but raise UnknownWorkflow when missing."""
+        """Like ``get``, but raise UnknownWorkflow when missing."""
         found = self.get(name, version)
         if found is None:
             raise UnknownWorkflow(name, version)

@@ -3,7 +3,7 @@
 Declared in code with ``@app.schedule(...)`` (every worker records them when
 it starts, like workflows) or added at run time with ``app.add_schedule(...)``
 (recorded at once). Both live in the ``schedules`` table, which every worker
-ticks (:mod:`perdure.engine.schedules`). Operators pause, resume and trigger
+ticks (``perdure.engine.schedules``). Operators pause, resume and trigger
 them with ``perdure schedules ...`` or the operations here.
 """
 
@@ -92,7 +92,7 @@ async def add_schedule(
 ) -> ScheduleInfo:
     """Add (or replace) schedule ``name`` now; every worker ticks it from its next tick.
 
-    Arguments as for :meth:`schedule`. The workflow must be defined in
+    Arguments as for [`schedule`][perdure.App.schedule]. The workflow must be defined in
     this App or registered by a worker (UnknownWorkflow otherwise). Adding
     a schedule again replaces its definition; its pause state is kept, and
     its next tick changes only if the cron or the time zone did.

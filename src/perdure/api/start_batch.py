@@ -3,7 +3,7 @@
 A start on the App's pool that arrives while another start of the same shape
 (workflow, version, queue, priority, delay, timeout, tags) is being written
 waits for that statement, then goes with every start that arrived meanwhile
-in one ``run_insert_many`` statement (at most :data:`MOST`), each with the
+in one ``run_insert_many`` statement (at most ``MOST``), each with the
 semantics of a single start: its own key, its own input, its own answer. A
 start alone is written at once, by itself: no start waits for a timer, only
 for the statement ahead of it, so one caller sees no change and many callers

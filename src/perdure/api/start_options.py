@@ -1,7 +1,7 @@
 """The queueing options of ``app.start``: partition key, dedup key, debounce, tags.
 
 Checked here, before anything is written (invariant 10), and turned into the
-:class:`~perdure.store.rows.Queueing` the store writes with the run.
+``Queueing`` the store writes with the run.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Starting runs: the checks, the insert statement, keys, dedup and debounce.
 
-:func:`start` validates everything before anything is written (invariant 10),
+[`start`][perdure.App.start] validates everything before anything is written (invariant 10),
 builds one ``run_insert`` statement (run, first task and history row together)
 and runs it on the App's pool or on the caller's connection, so a run can be
 started inside the caller's own transaction; on the pool, starts in flight
-at once are written together (:mod:`perdure.api.start_batch`).
-:func:`start_many` starts many runs of one workflow the same way in one
+at once are written together (``perdure.api.start_batch``).
+[`start_many`][perdure.App.start_many] starts many runs of one workflow the same way in one
 statement (``run_insert_many``): every item is checked before any is written,
 and all go through ``insert_runs`` (migration 0015), the one definition of a
 start, as a single start does.
@@ -108,7 +108,7 @@ async def start_many(
     """Start one run of ``workflow`` per item of ``inputs``, in one statement; their
     handles, in order.
 
-    Each start is what :meth:`start` does with the same options; ``keys``
+    Each start is what [`start`][perdure.App.start] does with the same options; ``keys``
     (one per input, None for no key) makes each idempotent: a key already
     taken, or repeated in ``inputs``, answers the run that has it. Every item
     is checked first: a bad one (its input, its key) refuses the whole batch

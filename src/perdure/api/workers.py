@@ -32,14 +32,14 @@ async def worker(
 ) -> Worker:
     """A worker for this App's workflows (``await worker.run()`` in async code).
 
-    Options are those of :class:`~perdure.engine.options.WorkerOptions`:
+    Options are those of [`WorkerOptions`][perdure.WorkerOptions]:
     ``concurrency``, ``queues``, ``lease_seconds``, ``poll_seconds``, ...
     With ``metrics_port`` (0: any free port) the worker serves Prometheus
     metrics on ``http://metrics_host:metrics_port/metrics`` while it runs.
     It traces its runs and steps with OpenTelemetry when ``tracing`` is
     True, or by default when the program configured a tracer provider
     (``tracer_provider`` names one). ``observers`` are told of claims,
-    executions and steps (see :class:`~perdure.engine.observer.Observer`).
+    executions and steps (see ``Observer``).
     See docs/observability.md.
     """
     # Imported here: reading and starting runs never loads the worker.

@@ -1,7 +1,7 @@
 """``perdure runs`` management commands: cancel and retry (one run or by filter),
 restart, fork.
 
-Attached to the ``runs`` group by :func:`attach`. A bulk command first shows
+Attached to the ``runs`` group by ``attach``. A bulk command first shows
 what it matches (``--dry-run`` stops there), then asks for confirmation
 (``--yes`` skips the question) and acts on exactly the runs it showed, in
 bounded batches: a run that moved on meanwhile is reported as skipped.

@@ -29,7 +29,7 @@ def parse_limit(value: str) -> int | None:
 
 
 def _limit_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Limit:
-    """Parse a limit option with :func:`parse_limit`; UNSET when it is not given."""
+    """Parse a limit option with ``parse_limit``; UNSET when it is not given."""
     if value is None:
         return UNSET
     try:
@@ -63,7 +63,7 @@ def parse_rate(value: str) -> tuple[int, float] | None:
 
 
 def _rate_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Rate:
-    """Parse ``--rate-limit`` with :func:`parse_rate`; UNSET when it is not given."""
+    """Parse ``--rate-limit`` with ``parse_rate``; UNSET when it is not given."""
     if value is None:
         return UNSET
     try:

@@ -1,8 +1,8 @@
 """Shared output helpers for the commands: tables, statuses, times, durations and JSON.
 
 Every value that comes from the database (names, keys, error messages) is put in
-a :class:`rich.text.Text`, never in a markup string, so a ``[`` in user data is
-printed as it is. JSON output goes through :func:`echo_json`, with nothing else
+a ``rich.text.Text``, never in a markup string, so a ``[`` in user data is
+printed as it is. JSON output goes through ``echo_json``, with nothing else
 on stdout, so it can be piped into other tools.
 """
 
@@ -62,7 +62,7 @@ def console() -> Console:
     """A console on the current stdout, for tables.
 
     On a terminal it takes the terminal's width. Piped output has no width to
-    fit, so unless ``COLUMNS`` says otherwise it gets :data:`PIPE_WIDTH`
+    fit, so unless ``COLUMNS`` says otherwise it gets ``PIPE_WIDTH``
     columns rather than rich's 80, and long ids are not cut.
     """
     out = Console(highlight=False)
@@ -174,7 +174,7 @@ def to_jsonable(value: Any) -> Any:
 
 
 def dumps(value: Any, *, indent: int | None = 2) -> str:
-    """``value`` as JSON text (see :func:`to_jsonable`)."""
+    """``value`` as JSON text (see ``to_jsonable``)."""
     return json.dumps(to_jsonable(value), indent=indent, ensure_ascii=False, default=str)
 
 

@@ -1,6 +1,6 @@
 """The run filter options shared by ``perdure runs list`` and the bulk commands.
 
-Each option is named as a field of :class:`perdure.RunFilter`, so a command
+Each option is named as a field of [`perdure.RunFilter`][perdure.RunFilter], so a command
 passes ``{name: value for name in CRITERIA}`` on as its filter.
 """
 
@@ -69,7 +69,7 @@ _OPTIONS = [
 
 
 def filter_options(fn: F) -> F:
-    """Add the run filter options (see :data:`CRITERIA`) to a click command."""
+    """Add the run filter options (see ``CRITERIA``) to a click command."""
     for option in reversed(_OPTIONS):
         fn = option(fn)
     return fn

@@ -19,7 +19,7 @@ from perdure.types import HistoryEvent, Run, RunStatus, Step
 if TYPE_CHECKING:
     from perdure.cli.state import CliState
 
-#: Kept for callers of the earlier name: see :func:`perdure.cli.times.parse_point`.
+#: Kept for callers of the earlier name: see ``perdure.cli.times.parse_point``.
 parse_since = times.parse_point
 
 

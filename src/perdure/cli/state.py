@@ -36,7 +36,7 @@ class CliState:
         return app
 
     def reader(self) -> App:
-        """An App for read-only commands: on ``--read-url`` when given, else as :meth:`app`."""
+        """An App for read-only commands: on ``--read-url`` when given, else as ``app``."""
         if self.read_url is None:
             return self.app()
         from perdure.api.app import App

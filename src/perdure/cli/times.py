@@ -34,7 +34,7 @@ def parse_point(value: str, now: datetime | None = None) -> datetime:
 
 
 def point_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    """A click callback: parse with :func:`parse_point`, or fail saying what is accepted."""
+    """A click callback: parse with ``parse_point``, or fail saying what is accepted."""
     if value is None:
         return None
     try:
@@ -44,7 +44,7 @@ def point_option(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 
 def duration_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    """A click callback: parse with :func:`parse_duration`, or fail saying what is accepted."""
+    """A click callback: parse with ``parse_duration``, or fail saying what is accepted."""
     if value is None:
         return None
     try:

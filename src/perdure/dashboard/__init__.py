@@ -1,7 +1,7 @@
 """The perdure dashboard: a web UI over the same database, served from the package.
 
 ``perdure dashboard`` serves it; in code, ``create_app(app, DashboardConfig())``
-is an ASGI application and :func:`serve` runs it with uvicorn. See
+is an ASGI application and ``serve`` runs it with uvicorn. See
 docs/dashboard.md.
 """
 

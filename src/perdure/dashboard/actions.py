@@ -2,7 +2,7 @@
 
 Each action checks, in order: read-only mode (403), the Origin header (403)
 and the CSRF token (403); then it calls the same App method the CLI calls,
-through :class:`~perdure.dashboard.data.DashboardData`. A refused action (a
+through ``DashboardData``. A refused action (a
 run in the wrong state, a payload that is not JSON) shows the run page again
 with the reason, and changes nothing.
 """

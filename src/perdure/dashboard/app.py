@@ -2,7 +2,7 @@
 
 Pages render on the server with Jinja2 (autoescape on: every value from the
 database is escaped); ``static/dashboard.js`` only adds live refresh and
-confirmations. Data comes from :mod:`perdure.dashboard.data`, which calls the
+confirmations. Data comes from ``perdure.dashboard.data``, which calls the
 library and nothing else.
 """
 

@@ -1,7 +1,7 @@
 """Everything the dashboard reads and does, through the library's public calls only.
 
 This is the one module between the pages and perdure: it calls
-:class:`perdure.App` methods (the same ones the CLI calls) and returns plain
+[`perdure.App`][perdure.App] methods (the same ones the CLI calls) and returns plain
 data for the templates. No SQL here, no engine, no store. When the library
 gains richer calls (more list_runs filters, queue ages, schedules, fork), this
 module is where they are swapped in; optional ones are looked up at run time,

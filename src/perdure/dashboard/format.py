@@ -1,6 +1,6 @@
 """How the dashboard writes values: relative times, durations, ids, JSON, status colours.
 
-Pure functions, registered as Jinja2 filters by :mod:`perdure.dashboard.app`.
+Pure functions, registered as Jinja2 filters by ``perdure.dashboard.app``.
 They return plain text; Jinja2's autoescape makes it safe in the page.
 """
 

@@ -89,11 +89,11 @@ def serve(
 class BackgroundServer:
     """The dashboard served on a thread of this process (tests, notebooks, scripts).
 
-    Port 0 picks a free port; :attr:`url` tells which.
+    Port 0 picks a free port; ``url`` tells which.
     """
 
     def __init__(self, app: App, config: DashboardConfig, reader: App | None = None) -> None:
-        """Listen now (so the URL is known) and start serving on a thread (see :func:`serve`)."""
+        """Listen now (so the URL is known) and start serving on a thread (see ``serve``)."""
         app.ensure_schema()
         self._sock, config = _listen(config)
         self.url = config.url

@@ -1,7 +1,7 @@
 """``perdure demo``: durable workflows surviving a worker killed mid-flight.
 
-:mod:`perdure.demo.workflows` defines the demo's workflows on a module-level
-App; :mod:`perdure.demo.runner` starts worker processes, triggers runs, kills
+``perdure.demo.workflows`` defines the demo's workflows on a module-level
+App; ``perdure.demo.runner`` starts worker processes, triggers runs, kills
 one worker with SIGKILL and checks from the database that nothing was lost and
 no completed step ran twice.
 """

@@ -1,7 +1,7 @@
 """Run the demo: start workers, trigger runs, kill a worker mid-flight, check the outcome.
 
 Everything the summary says is read back from the database afterwards:
-perdure's own records through :class:`~perdure.App` methods, and the demo's
+perdure's own records through [`App`][perdure.App] methods, and the demo's
 ledger and orders tables with plain SQL. Nothing is taken on trust from the
 processes that did the work.
 """

@@ -1,7 +1,7 @@
 """Checks of the arguments of public calls, before anything reaches the database.
 
 A wrong type, a number out of range or text PostgreSQL cannot store is refused
-here with a :class:`~perdure.errors.ConfigurationError` that names the
+here with a [`ConfigurationError`][perdure.errors.ConfigurationError] that names the
 argument, instead of surfacing later as a driver error, a half-done operation
 or a run that retries something that can never work.
 """
@@ -47,7 +47,7 @@ def seconds(what: str, value: object, *, positive: bool = False) -> float:
     """``value`` (a number of seconds or a timedelta) as a float, or ConfigurationError.
 
     It must be finite, not negative (not zero either when ``positive``), and at
-    most :data:`MAX_SECONDS`.
+    most ``MAX_SECONDS``.
     """
     amount = value.total_seconds() if isinstance(value, timedelta) else value
     if (
@@ -67,7 +67,7 @@ def seconds(what: str, value: object, *, positive: bool = False) -> float:
 
 
 def optional_seconds(what: str, value: object, *, positive: bool = False) -> float | None:
-    """Like :func:`seconds`, with None passed through."""
+    """Like ``seconds``, with None passed through."""
     return None if value is None else seconds(what, value, positive=positive)
 
 
@@ -120,7 +120,7 @@ def text(what: str, value: object, *, max_length: int, control: bool = True) -> 
 
 
 def optional_text(what: str, value: object, *, max_length: int) -> str | None:
-    """Like :func:`text`, with None passed through."""
+    """Like ``text``, with None passed through."""
     return None if value is None else text(what, value, max_length=max_length)
 
 

@@ -138,7 +138,7 @@ class Claims:
         return min(found) if found else None
 
     def due(self, queues: list[str] | None = None) -> Statement[float | None]:
-        """The statement of :meth:`next_due` for ``queues`` (all served) without throttles."""
+        """The statement of ``next_due`` for ``queues`` (all served) without throttles."""
         return self.statements.tasks.next_due(
             self.worker_id, self.queues if queues is None else queues, self.names, self.versions
         )

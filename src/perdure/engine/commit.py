@@ -1,6 +1,6 @@
 """Group commit: the checkpoints of a worker's concurrent runs share transactions.
 
-Each execution hands its fenced writes to the worker's :class:`Committer` and
+Each execution hands its fenced writes to the worker's ``Committer`` and
 waits for them to commit. The committer sends whatever is waiting as one
 pipelined transaction (one round trip, one commit, one WAL flush for all of
 them), and while that is in flight the next writes gather for the next one.
@@ -71,7 +71,7 @@ class Committer:
         ]
 
     async def stop(self) -> None:
-        """Stop the lanes; a unit still queued gets :class:`Disconnected`."""
+        """Stop the lanes; a unit still queued gets ``Disconnected``."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -16,7 +16,7 @@ class Suspend(BaseException):
 class LeaseLost(BaseException):
     """This worker lost its lease on the task: stop executing it without another write.
 
-    The control-flow form of :class:`perdure.errors.LeaseLost` (which it
+    The control-flow form of [`perdure.errors.LeaseLost`][perdure.errors.LeaseLost] (which it
     carries as ``error``): a ``BaseException``, so that a workflow's
     ``except Exception:`` cannot swallow it.
     """

@@ -22,7 +22,7 @@ from perdure.errors import InvalidSchedule
 
 #: The time zone of a schedule that names none.
 DEFAULT_TIMEZONE = "UTC"
-#: What a schedule does with ticks missed while no worker ran: see :func:`plan`.
+#: What a schedule does with ticks missed while no worker ran: see ``plan``.
 CATCHUP_POLICIES = ("latest", "all", "skip")
 DEFAULT_CATCHUP = "latest"
 #: At most this many ticks of one schedule are started at once, by default.

@@ -42,7 +42,7 @@ log = logging.getLogger("perdure.executor")
 T = TypeVar("T")
 
 
-#: A workflow definition whose body runs in an :class:`Execution`.
+#: A workflow definition whose body runs in an ``Execution``.
 Spec = WorkflowSpec["Execution"]
 
 

@@ -1,6 +1,6 @@
 """Fault points for tests: make the executing worker crash or a step fail on cue.
 
-The executor calls :func:`hit` at fixed points of a step (before it runs,
+The executor calls ``hit`` at fixed points of a step (before it runs,
 before its checkpoint, after its checkpoint has committed: for a checkpoint
 held until the workflow's next await, when that write commits). With no fault
 installed this is one empty-list check. perdure.testing installs faults for a
@@ -33,7 +33,7 @@ _LOCK = threading.Lock()
 
 
 def install(fault: Fault) -> None:
-    """Activate ``fault`` until :func:`remove`."""
+    """Activate ``fault`` until ``remove``."""
     with _LOCK:
         _FAULTS.append(fault)
 

@@ -1,16 +1,16 @@
 """What the engine tells its observers: claims, executions, steps, how runs end.
 
 A worker calls these hooks at the moments worth counting, tracing or logging;
-:mod:`perdure.observability` implements Prometheus metrics and OpenTelemetry
-spans on them, and :class:`LoggingObserver` writes the log records about runs
+``perdure.observability`` implements Prometheus metrics and OpenTelemetry
+spans on them, and ``LoggingObserver`` writes the log records about runs
 and steps. Hooks run inline on the worker's event loop, so each must be quick
 and do no I/O: observing never adds a database round trip.
 
 Every record logged about a run or a step carries the fields of
-:data:`LOG_FIELDS` as ``extra`` attributes. While a task executes, they are
-also kept in a context variable (:func:`log_fields`), so that records logged by
+``LOG_FIELDS`` as ``extra`` attributes. While a task executes, they are
+also kept in a context variable (``log_fields``), so that records logged by
 the workflow's own code can be given them too
-(:class:`perdure.observability.LogContextFilter`).
+(``perdure.observability.LogContextFilter``).
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ class LoggingObserver(Observer):
 
     Routine progress (a run or step completed) is logged at DEBUG, retries at
     INFO, failures and lost leases at WARNING. It also keeps the fields of
-    the execution and step in progress for :func:`log_fields`.
+    the execution and step in progress for ``log_fields``.
     """
 
     def execution_started(self, task: ClaimedTask) -> Any:

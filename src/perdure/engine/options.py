@@ -1,4 +1,4 @@
-"""How a worker claims and holds work: :class:`WorkerOptions`, checked when made."""
+"""How a worker claims and holds work: ``WorkerOptions``, checked when made."""
 
 from __future__ import annotations
 

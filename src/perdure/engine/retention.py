@@ -5,7 +5,7 @@ session advisory lock), so among all workers and ``perdure prune`` commands
 one at a time does the work; the others skip their turn. A pass:
 
 1. creates the day partitions of ``history`` from today to
-   :data:`DAYS_AHEAD` days ahead where missing;
+   ``DAYS_AHEAD`` days ahead where missing;
 2. when asked to prune, deletes (or archives) finished runs older than the
    cutoff in batches, each batch one statement and so one short transaction
    (``FOR UPDATE SKIP LOCKED``: runs someone holds are left for next time);
@@ -127,7 +127,7 @@ async def maintenance_loop(
     batch_size: int,
     report: Callable[[PruneResult | None], None],
 ) -> None:
-    """Run :func:`maintenance_pass` now and every ``interval`` seconds; report each."""
+    """Run ``maintenance_pass`` now and every ``interval`` seconds; report each."""
     while True:
         try:
             result = await maintenance_pass(

@@ -18,7 +18,7 @@ class RetryPolicy:
     The wait before attempt ``n + 1`` is ``initial_delay * multiplier ** (n - 1)``,
     capped at ``max_delay``, then spread by up to ``jitter`` (a fraction) in
     either direction so that runs failing together do not retry together.
-    Exceptions listed in ``non_retryable`` (and :class:`~perdure.PermanentError`)
+    Exceptions listed in ``non_retryable`` (and [`PermanentError`][perdure.errors.PermanentError])
     fail at once.
     """
 

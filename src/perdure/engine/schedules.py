@@ -1,6 +1,6 @@
 """Ticking schedules: every worker starts the runs of due ticks, once per tick in all.
 
-Each worker runs :func:`tick_loop`. For each due schedule it opens a
+Each worker runs ``tick_loop``. For each due schedule it opens a
 transaction, locks the schedule's row with ``FOR UPDATE SKIP LOCKED`` (a
 schedule another worker is ticking is skipped, not waited for), starts a run
 for each tick the schedule's catch-up policy keeps, and moves ``next_tick``

@@ -1,11 +1,11 @@
 """JSON in and out, checked when a value enters perdure rather than later.
 
 Inputs, step outputs and results are JSON values. A value is refused with a
-:class:`~perdure.errors.SerializationError` when JSON cannot hold it faithfully
+[`SerializationError`][perdure.errors.SerializationError] when JSON cannot hold it faithfully
 (NaN, non-string keys, arbitrary objects), when PostgreSQL's ``jsonb`` cannot
 (the NUL character, lone surrogates, integers of more than 4300 digits), or
 when it is over the size limit. Pydantic models and dataclasses are stored as
-the JSON they dump to (see :mod:`perdure.engine.typed`). Workflow code always
+the JSON they dump to (see ``perdure.engine.typed``). Workflow code always
 sees the decoded JSON, or the type its annotations declare rebuilt from it, on
 the first execution as on replay, so a tuple becomes a list both times and
 never only after a crash.

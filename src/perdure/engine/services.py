@@ -3,7 +3,7 @@
 A service is anything with ``start()`` and ``async stop()``: the wakeup's
 LISTEN connection, the group commit's lanes, and each periodic loop (the
 heartbeat, the reaper, the status report, the schedule ticker, retention),
-which :class:`Loop` runs as a background task.
+which ``Loop`` runs as a background task.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Service(Protocol):
 
 
 class Loop:
-    """A periodic coroutine as a service: a task from :meth:`start`, cancelled by :meth:`stop`."""
+    """A periodic coroutine as a service: a task from ``start``, cancelled by ``stop``."""
 
     def __init__(self, name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run ``run()`` as the task ``perdure-<name>`` once started."""

@@ -8,7 +8,7 @@ from that JSON with the type the code declares:
 
 * a workflow's input with its function's input parameter annotation, when
   ``app.start`` is called (an invalid input is refused there, with
-  :class:`~perdure.errors.InvalidPayload`, before anything is written) and
+  [`InvalidPayload`][perdure.errors.InvalidPayload], before anything is written) and
   each time the run is executed;
 * a step's output with the step function's return annotation, before its
   checkpoint is written (an output that does not fit fails the step) and on
@@ -40,7 +40,7 @@ from typing import Any
 
 from perdure.errors import InvalidPayload
 
-#: Returned by :func:`plain` for a value that is neither a model nor a dataclass.
+#: Returned by ``plain`` for a value that is neither a model nor a dataclass.
 NOT_TYPED: Any = object()
 
 

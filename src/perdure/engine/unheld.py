@@ -49,7 +49,7 @@ class Unheld:
     async def claim_gathered(
         self, store: AsyncStore, statement: Statement[list[GatheredStep]]
     ) -> list[GatheredStep]:
-        """Run a claim of parallel steps; the steps it claimed are held until :meth:`drop`."""
+        """Run a claim of parallel steps; the steps it claimed are held until ``drop``."""
         while self._recovering is not None:
             await self._recovering.wait()
         self.claiming += 1
@@ -69,7 +69,7 @@ class Unheld:
         (``running`` and the gathered steps); how many. Raises as the store does.
 
         Once done, logs that the database answers again, with the count of
-        warnings held back meanwhile (see :mod:`perdure.store.outage_log`).
+        warnings held back meanwhile (see ``perdure.store.outage_log``).
         """
         if not self.suspect or self.claiming or self._recovering is not None:
             return 0

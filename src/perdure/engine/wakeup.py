@@ -3,8 +3,8 @@
 The ``tasks`` triggers NOTIFY ``<schema>_wakeup`` (the payload: the task's
 queue) when a task becomes ready. A worker holds one dedicated connection
 (the direct URL: LISTEN needs a session) on a thread of its own, which sets
-:attr:`Wakeup.event` on the event loop when a notification is its to answer.
-Between notifications, at least every :data:`TICK_SECONDS`, the thread runs
+``Wakeup.event`` on the event loop when a notification is its to answer.
+Between notifications, at least every ``TICK_SECONDS``, the thread runs
 its chores (the heartbeat, the loop watch): they go on while the event loop
 is blocked by a step that does not yield. If the connection drops, the
 worker polls (the fallback) while the thread reconnects with backoff; the
@@ -28,7 +28,7 @@ log = logging.getLogger("perdure.wakeup")
 TICK_SECONDS = 0.2
 
 #: How long after a notification the second worker of a queue checks that
-#: the first took the work (see :class:`Wakeup`)...
+#: the first took the work (see ``Wakeup``)...
 CONFIRM_SECONDS = 0.01
 #: ...and when the others check, each STAGGER_SECONDS after the previous one,
 #: in waves of STAGGER_WAVE workers: at most about 0.3 s late, whatever the
@@ -49,7 +49,7 @@ class Chore(Protocol):
 
 
 class Wakeup:
-    """A thread LISTENing on a channel, setting :attr:`event` for the notifications
+    """A thread LISTENing on a channel, setting ``event`` for the notifications
     this worker is to answer.
 
     Every worker of a fleet gets every notification, though one task is ready.
@@ -76,7 +76,7 @@ class Wakeup:
         place: Callable[[str], int | None] = lambda payload: 0,
         confirm: Callable[[Listener], bool] = lambda listener: True,
     ) -> None:
-        """Listen on ``channel`` of the server at ``url`` once :meth:`start` is called."""
+        """Listen on ``channel`` of the server at ``url`` once ``start`` is called."""
         self.url = url
         self.channel = channel
         self.application_name = application_name

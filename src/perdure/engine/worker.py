@@ -60,7 +60,7 @@ class _Held:
 class Worker:
     """A worker process's engine: give it workflow specs, then ``await run()``."""
 
-    #: The event loop :meth:`run` serves on.
+    #: The event loop ``run`` serves on.
     _loop: asyncio.AbstractEventLoop
 
     def __init__(
@@ -80,11 +80,11 @@ class Worker:
 
         With ``direct_url``, ``url`` may go through a transaction-mode pooler:
         LISTEN and the maintenance lock use ``direct_url`` (see
-        :mod:`perdure.store.connect`).
+        ``perdure.store.connect``).
 
         ``observers`` are told of claims, executions, steps and how runs end,
-        after the worker's own :class:`LoggingObserver` (see
-        :mod:`perdure.engine.observer`).
+        after the worker's own ``LoggingObserver`` (see
+        ``perdure.engine.observer``).
         """
         if not specs:
             raise ConfigurationError("a worker needs at least one workflow to serve")
@@ -165,7 +165,7 @@ class Worker:
             self.on_event(event, fields)
 
     async def run(self) -> None:
-        """Serve until :meth:`request_stop` is called (or the task is cancelled)."""
+        """Serve until ``request_stop`` is called (or the task is cancelled)."""
         opts = self.options
         # Every connection of this worker is named perdure-worker-<id>[-kind],
         # so that pg_stat_activity tells whose it is.
@@ -248,7 +248,7 @@ class Worker:
         """The periodic loops beside the claim loop (fewer in inline mode).
 
         The reaper and the schedule ticker run only while this worker holds
-        the fleet's duties (see :mod:`perdure.engine.maintenance`).
+        the fleet's duties (see ``perdure.engine.maintenance``).
         """
         opts = self.options
         status = Loop(

@@ -2,16 +2,16 @@
 
 Install with ``pip install "perdure[fastapi]"``; see docs/integrations/fastapi.md.
 
-- :func:`lifespan` ties an App to the FastAPI app's lifespan: the schema is
+- ``lifespan`` ties an App to the FastAPI app's lifespan: the schema is
   made ready at startup, an optional worker runs in the server's event loop,
   and both stop (the worker gracefully) at shutdown.
-- :func:`start_run` starts a run from a handler and either answers with its
+- ``start_run`` starts a run from a handler and either answers with its
   result or, if the run is still going after ``wait`` seconds, with
   ``202 Accepted`` and a ``Location`` to poll.
-- :func:`router` serves ``GET /runs/{id}``, the run's streams as Server-Sent
+- ``router`` serves ``GET /runs/{id}``, the run's streams as Server-Sent
   Events, signals (``POST /runs/{id}/signals/{name}``, which is how an
   approval arrives over HTTP) and cancellation.
-- :func:`add_error_handlers` maps perdure's errors to HTTP statuses (see
+- ``add_error_handlers`` maps perdure's errors to HTTP statuses (see
   ``STATUS_BY_ERROR``).
 """
 
@@ -77,9 +77,8 @@ def lifespan(
     @asynccontextmanager
     async def manage(api: FastAPI) -> AsyncIterator[None]:
         api.state.perdure = app
-        # ensure_schema and close have no async form: run them off the loop.
-        await asyncio.to_thread(app.ensure_schema)
-        running: perdure.Worker | None = app.worker(**worker_options) if worker else None
+        await app.ensure_schema_async()
+        running = await app.worker_async(**worker_options) if worker else None
         task = asyncio.create_task(running.run()) if running is not None else None
         try:
             yield
@@ -116,10 +115,10 @@ async def start_run(
     """Start a run and answer for it: 200 with the result, or 202 with where to look.
 
     Waits up to ``wait`` seconds for the run to finish: a finished run is
-    answered ``200`` with :func:`run_view`; a failed one raises
-    ``RunFailed`` (500 through :func:`add_error_handlers`). Otherwise the
+    answered ``200`` with ``run_view``; a failed one raises
+    ``RunFailed`` (500 through ``add_error_handlers``). Otherwise the
     answer is ``202 Accepted`` with the run's id and a ``Location`` header
-    naming the route ``status_route`` (the :func:`router`'s status route by
+    naming the route ``status_route`` (the ``router``'s status route by
     default). ``options`` are those of ``App.start`` (``key=`` makes a retried
     request return the same run).
     """
@@ -159,7 +158,7 @@ def sse(values: AsyncIterator[Any]) -> StreamingResponse:
 def router(app: perdure.App, *, prefix: str = "/runs") -> APIRouter:
     """Routes over ``app``'s runs (include with ``api.include_router(router(app))``).
 
-    - ``GET {prefix}/{run_id}``: the run (:func:`run_view`), route name ``perdure_run``;
+    - ``GET {prefix}/{run_id}``: the run (``run_view``), route name ``perdure_run``;
     - ``GET {prefix}/{run_id}/streams/{key}``: stream ``key`` as Server-Sent Events,
       until the run closes it or finishes;
     - ``POST {prefix}/{run_id}/signals/{name}``: send a signal, the JSON body its

@@ -1,10 +1,10 @@
 """Metrics, traces and structured logs of perdure workers.
 
-- :class:`WorkerMetrics`: Prometheus series of one worker, in its own
+- ``WorkerMetrics``: Prometheus series of one worker, in its own
   registry, served on ``/metrics`` (``perdure worker --metrics-port``).
-- :class:`TracingObserver`: OpenTelemetry spans per run execution and per
+- ``TracingObserver``: OpenTelemetry spans per run execution and per
   step, children of the trace the run was started in (extra ``perdure[otel]``).
-- :class:`JsonFormatter`, :class:`LogContextFilter`: log records as JSON lines
+- ``JsonFormatter``, ``LogContextFilter``: log records as JSON lines
   with the run, step, workflow, attempt and worker of each record.
 
 The names are loaded on first use, so that ``import perdure`` imports neither

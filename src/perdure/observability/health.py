@@ -1,11 +1,11 @@
 """Liveness and readiness of a worker, served next to ``/metrics`` for Kubernetes probes.
 
 - ``/healthz`` (liveness): 200 while the worker's event loop answers within
-  :data:`LOOP_SECONDS`. A database outage does not fail it: the worker rides
+  ``LOOP_SECONDS``. A database outage does not fail it: the worker rides
   the outage out, and a restart would not bring the database back.
 - ``/readyz`` (readiness): 200 once the worker has started, while it is not
   stopping (SIGTERM turns it to 503 at once) and its last heartbeat reached
-  the database less than :data:`STALE_BEATS` heartbeat intervals ago.
+  the database less than ``STALE_BEATS`` heartbeat intervals ago.
 
 Every other path serves the Prometheus registry, as before.
 """

@@ -1,9 +1,9 @@
 """Structured logs: JSON lines that carry the run, step and worker of each record.
 
-perdure logs through the standard :mod:`logging` module, on loggers under
+perdure logs through the standard ``logging`` module, on loggers under
 ``perdure.*``. Each record about a run or a step has the attributes ``run_id``,
 ``workflow``, ``step``, ``attempt`` and ``worker_id`` (set through ``extra``).
-:class:`JsonFormatter` prints them; :class:`LogContextFilter` gives them to
+``JsonFormatter`` prints them; ``LogContextFilter`` gives them to
 records that the workflow's own code logs while a step runs.
 """
 
@@ -68,7 +68,7 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """:data:`TEXT_FORMAT`, then ``[run_id=... step=...]`` when the record has those fields."""
+    """``TEXT_FORMAT``, then ``[run_id=... step=...]`` when the record has those fields."""
 
     def __init__(self) -> None:
         """The text format of ``perdure worker``."""
@@ -93,7 +93,7 @@ def configure_logging(level: str = "info", fmt: str = "text", stream: TextIO | N
     """Log to ``stream`` (stderr) at ``level`` in ``fmt`` (``text`` or ``json``).
 
     What ``perdure worker --log-level --log-format`` does. The handler carries
-    a :class:`LogContextFilter`, so records logged by workflow code while a
+    a ``LogContextFilter``, so records logged by workflow code while a
     step runs carry the step's fields too.
     """
     if fmt not in LOG_FORMATS:

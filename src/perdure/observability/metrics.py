@@ -1,6 +1,6 @@
 """Prometheus metrics of one worker, served on ``/metrics``.
 
-Every :class:`WorkerMetrics` has a registry of its own (not the process-wide
+Every ``WorkerMetrics`` has a registry of its own (not the process-wide
 default), so that several workers in one process, or one test after another,
 never share a series. Counters and histograms are updated from the engine's
 observer hooks, in memory: no metric adds a database round trip. The queue
@@ -65,7 +65,7 @@ class WorkerMetrics(Observer):
     ``app.worker(metrics_port=9464)`` and ``perdure worker --metrics-port
     9464`` create one and serve it while the worker runs. To expose the series
     another way, pass ``WorkerMetrics()`` in ``app.worker(observers=[...])``
-    and read :attr:`registry`.
+    and read ``registry``.
     """
 
     def __init__(
@@ -196,7 +196,7 @@ class WorkerMetrics(Observer):
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` on a thread; the port.
 
-        Port 0 takes any free one. See :mod:`perdure.observability.health`.
+        Port 0 takes any free one. See ``perdure.observability.health``.
         """
         try:
             self._server, self._thread = health.serve(host, port, self.registry, self.health)

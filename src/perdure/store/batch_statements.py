@@ -1,6 +1,6 @@
 """Merge the checkpoints of many runs into one statement (``sql/queries/batch.sql``).
 
-The worker's group commit hands :meth:`AsyncStore.execute_batch` units of
+The worker's group commit hands ``AsyncStore.execute_batch`` units of
 statements from different runs. The two kinds of the hot path, a completed
 step's ``step_checkpoint`` and a run's ``run_complete_step`` (written as a
 ``run_complete_step_many`` of one run), are merged here:
@@ -43,7 +43,7 @@ class BatchStatements(Namespace):
     ) -> Statement[Fenced]:
         """Write the completed-step checkpoint ``step`` and finish the run, in one statement.
 
-        ``step`` is the :meth:`step_checkpoint` statement that would have been
+        ``step`` is the ``step_checkpoint`` statement that would have been
         written alone. The statement is ``run_complete_step_many`` for this
         one run, so that the group commit merges it with others' by joining
         their arrays. Returns (leased, written, changed).

@@ -56,7 +56,7 @@ class Endpoints:
 
         A direct URL that does not say which server it wants gets
         ``target_session_attrs=read-write`` when ``url`` asks for the primary
-        (see :func:`session_url`).
+        (see ``session_url``).
         """
         return session_url(self.url, self.direct_url)
 
@@ -65,7 +65,7 @@ class Endpoints:
         """Whether ``url`` asks for the primary (``target_session_attrs=read-write``).
 
         libpq checks it when it connects; the pools check it again each time
-        they hand a connection out (see :func:`read_only_refused`), since a
+        they hand a connection out (see ``read_only_refused``), since a
         connection made to a primary can end up on a read-only server.
         """
         return wants_primary(self.url)
@@ -174,7 +174,7 @@ def is_unavailable(exc: BaseException) -> bool:
 
     A lost or refused connection, a server shutting down or starting up, no
     free connection slot, no pooled connection within the pool's timeout, or
-    a connection on a server that cannot write (see :func:`is_read_only`):
+    a connection on a server that cannot write (see ``is_read_only``):
     in a failover each is over once a new primary is reached. An error that
     the server raised for the statement itself (a constraint, a deadlock, a
     serialization failure) is not.
@@ -209,7 +209,7 @@ def is_database_fault(exc: BaseException) -> bool:
     """Whether ``exc`` is a fault of the database, not a failure of the work that met it.
 
     The one place that says so, for the engine and the App alike: everything
-    :func:`is_unavailable` names (a lost or refused connection, a server going
+    ``is_unavailable`` names (a lost or refused connection, a server going
     away, a read-only server), a full disk or other exhausted resource (class
     53), an operator's or the system's intervention (classes 57 and 58, but
     not a statement timeout), and a serialization failure, deadlock or

@@ -3,7 +3,7 @@
 Migrations are taken in order under a session advisory lock, each in its own
 transaction that also records its version, so two processes migrating at once
 serialise and applying twice is a no-op. A schema one version newer than this
-code is used (the rolling-deploy rule, see :mod:`perdure.store.versions`); a
+code is used (the rolling-deploy rule, see ``perdure.store.versions``); a
 newer one is refused.
 """
 
@@ -25,13 +25,13 @@ from perdure.store.connect import connect
 log = logging.getLogger("perdure.migrate")
 
 #: How many schema versions ahead of its own this code accepts (the rolling-deploy
-#: rule of :mod:`perdure.store.versions`).
+#: rule of ``perdure.store.versions``).
 SCHEMA_AHEAD = 1
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 MIN_SERVER_VERSION = 140000
 #: The first migration after which every function's search_path is pinned
-#: (see :func:`pin_functions`).
+#: (see ``pin_functions``).
 PINNED_FROM = 17
 #: The newest major version perdure supports (newer ones are not refused).
 MAX_SUPPORTED_VERSION = 180000
@@ -127,7 +127,7 @@ def migrate(url: str, schema: str, upto: int | None = None) -> list[int]:
 
     A schema that is already current is only read: no lock is taken and no DDL
     runs, so a role with no right to create or alter tables (a restricted
-    worker, see :mod:`perdure.store.privileges`) may call it. When there is
+    worker, see ``perdure.store.privileges``) may call it. When there is
     something to apply and the role may not, SchemaError says so.
     """
     migrations = available()
@@ -212,7 +212,7 @@ def pin_functions(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> 
     The path is ``pg_catalog, <schema>, pg_temp``: the temporary schema last,
     so that a caller's temporary table never stands in for one of the
     schema's inside a SECURITY DEFINER function (docs/security.md). Run after
-    each migration from version :data:`PINNED_FROM` on, so the functions later
+    each migration from version ``PINNED_FROM`` on, so the functions later
     migrations create are pinned and kept from PUBLIC too. (ALTER DEFAULT
     PRIVILEGES cannot do the latter per schema: PUBLIC's EXECUTE is a global
     default, and revoking it globally would change every function the
@@ -252,7 +252,7 @@ def drop_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> No
 def ensure_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
     """Raise SchemaError unless the server is supported and this code runs on ``schema``.
 
-    That is the code's own version or the next one (see :mod:`perdure.store.versions`).
+    That is the code's own version or the next one (see ``perdure.store.versions``).
     """
     check_server(conn)
     have = current_version(conn, schema)

@@ -2,13 +2,13 @@
 
 While the server or the pooler is away, every pool reconnection attempt, every
 failed claim, heartbeat and listener retry would log a warning of its own:
-hundreds a second for one worker. :func:`install` puts a filter on the loggers
+hundreds a second for one worker. ``install`` puts a filter on the loggers
 that report them (psycopg's pool and perdure's own). A warning whose cause is
-an unreachable database (see :func:`~perdure.store.connect.is_unavailable`)
+an unreachable database (see ``is_unavailable``)
 passes as ``database unreachable: <reason> (<what failed>)`` at most once per
-:data:`INTERVAL_SECONDS` for each thing that failed (claims, heartbeats, the
+``INTERVAL_SECONDS`` for each thing that failed (claims, heartbeats, the
 pool's reconnections) in a process, saying how many were held back since the
-last one; the others are dropped. :func:`back` reports the count still
+last one; the others are dropped. ``back`` reports the count still
 held back once the database answers again. A warning about one run (it
 carries the run's id) passes as it is: it comes once per run, not once per
 retry. Any other record passes untouched.
@@ -91,7 +91,7 @@ _INSTALLED = threading.Lock()
 
 
 def install() -> OutageFilter:
-    """Put the filter on :data:`LOGGERS` (once per process), counting afresh; the filter."""
+    """Put the filter on ``LOGGERS`` (once per process), counting afresh; the filter."""
     _FILTER.take_held()
     with _INSTALLED:
         for name in LOGGERS:

@@ -10,7 +10,7 @@ an upgrade by the owner does not lock the workers out.
 
 Two narrower grants serve roles that run no worker (docs/security.md has the
 matrix): a *client* (a web app, or code in another language) gets USAGE on the
-schema and EXECUTE on the public SQL functions only (:data:`PUBLIC_FUNCTIONS`),
+schema and EXECUTE on the public SQL functions only (``PUBLIC_FUNCTIONS``),
 which run as the schema's owner and check every argument; it reads and writes
 no table. A *reader* (a dashboard, analytics) gets USAGE and SELECT on the
 tables, now and later, and executes no function.
@@ -39,7 +39,7 @@ PUBLIC_FUNCTIONS = (
     "send_signal(text, text, jsonb, text)",
 )
 
-#: The kinds of grant :func:`grant` gives, as named in ``perdure migrate``'s options.
+#: The kinds of grant ``grant`` gives, as named in ``perdure migrate``'s options.
 KINDS = ("worker", "client", "reader")
 
 
@@ -101,7 +101,7 @@ def grant_script(schema: str, role: str, kind: str = "worker") -> str:
 def grant_worker(url: str, schema: str, role: str) -> None:
     """Grant ``role`` what a worker needs in ``schema`` (which must be current), in one transaction.
 
-    Run it as the schema's owner, after :func:`perdure.store.migrate.migrate`.
+    Run it as the schema's owner, after ``perdure.store.migrate.migrate``.
     Granting twice is a no-op.
     """
     grant(url, schema, role, "worker")
@@ -110,7 +110,7 @@ def grant_worker(url: str, schema: str, role: str) -> None:
 def grant(url: str, schema: str, role: str, kind: str) -> None:
     """Give ``role`` the ``kind`` grant (worker, client or reader) in ``schema``, at once.
 
-    Run it as the schema's owner, after :func:`perdure.store.migrate.migrate`
+    Run it as the schema's owner, after ``perdure.store.migrate.migrate``
     (the schema must be current). Granting twice is a no-op.
     """
     if kind not in _STATEMENTS:

@@ -2,7 +2,7 @@
 
 The engine passes connections and pools around and reacts to a lock that was
 not granted in time; it names them through these aliases and this module's
-:class:`LockBusy`, so that psycopg appears only in the store. The LISTEN
+``LockBusy``, so that psycopg appears only in the store. The LISTEN
 connection of a worker's wakeup is opened here as well.
 """
 
@@ -30,7 +30,7 @@ class LockBusy(Exception):
 
 @contextmanager
 def lock_busy() -> Iterator[None]:
-    """Raise :class:`LockBusy` for a lock the server did not grant in time."""
+    """Raise ``LockBusy`` for a lock the server did not grant in time."""
     try:
         yield
     except psycopg.errors.LockNotAvailable as exc:

@@ -28,7 +28,7 @@ class Statement(Generic[T]):
 
 
 class Builder:
-    """Turns a query name and parameters into a :class:`Statement` for one schema.
+    """Turns a query name and parameters into a ``Statement`` for one schema.
 
     Every statement gets the clock's ``now`` as a parameter, so that every
     time comparison in SQL goes through one clock a test can move.
@@ -50,7 +50,7 @@ class Builder:
 
 
 class Namespace:
-    """The statements of one entity, built by a shared :class:`Builder`."""
+    """The statements of one entity, built by a shared ``Builder``."""
 
     def __init__(self, build: Builder) -> None:
         """Build statements with ``build``."""

@@ -1,7 +1,7 @@
 """Execute statements: on the store's own async pool or on a caller's connection.
 
-:class:`AsyncStore` owns a psycopg ``AsyncConnectionPool`` bound to one event
-loop. :func:`execute_sync` and :func:`execute_async` run a statement on a
+``AsyncStore`` owns a psycopg ``AsyncConnectionPool`` bound to one event
+loop. ``execute_sync`` and ``execute_async`` run a statement on a
 connection the caller owns, inside the caller's transaction, which is how a run
 starts atomically with the caller's business write.
 """
@@ -69,8 +69,8 @@ class AsyncStore:
     """A connection pool plus the statements of one schema.
 
     When the database cannot be reached or fails on its own (see
-    :func:`~perdure.store.connect.is_database_fault`), every
-    method raises ``unavailable`` (by default :class:`DatabaseUnavailable`)
+    ``is_database_fault``), every
+    method raises ``unavailable`` (by default ``DatabaseUnavailable``)
     from the driver's error. A worker passes an engine signal that user code
     cannot catch, so that a lost connection stops an execution instead of
     passing for a failure of the step it interrupted.
@@ -89,14 +89,14 @@ class AsyncStore:
         direct_url: str | None = None,
         max_idle: float = 600.0,
     ) -> None:
-        """Prepare a pool of up to ``max_size`` connections to ``url`` (opened by :meth:`open`).
+        """Prepare a pool of up to ``max_size`` connections to ``url`` (opened by ``open``).
 
         While the server is away the pool retries connecting with backoff;
         ``reconnect_seconds`` caps the wait between two attempts, so that the
         pool is back within a few seconds of the server, however long it was
         gone, without trying more than a few times a second. With
         ``direct_url``, ``url`` is taken to go through a transaction-mode
-        pooler (see :mod:`perdure.store.connect`). Connections above
+        pooler (see ``perdure.store.connect``). Connections above
         ``min_size`` idle for ``max_idle`` s are closed.
         """
         self.url = url
@@ -203,7 +203,7 @@ class AsyncStore:
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection in a transaction, for statements that must commit together.
 
-        Pass the connection to :meth:`execute`; the transaction commits when
+        Pass the connection to ``execute``; the transaction commits when
         the block ends, or rolls back if it raises.
         """
         self.round_trips += 2  # BEGIN and COMMIT
@@ -233,7 +233,7 @@ class AsyncStore:
     @asynccontextmanager
     async def _pooled(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection, stamped with the moment it goes back (see
-        :data:`RECENT_SECONDS`), or closed, so that the pool replaces it, if it
+        ``RECENT_SECONDS``), or closed, so that the pool replaces it, if it
         proved to be on a server that cannot write: reused, it would fail again.
 
         (Not the pool's reset hook: with one, psycopg_pool returns each
@@ -281,7 +281,7 @@ class AsyncStore:
 @contextlib.contextmanager
 def reachable(unavailable: type[BaseException]) -> Iterator[None]:
     """Turn a driver error that is the database's fault (see
-    :func:`~perdure.store.connect.is_database_fault`) into ``unavailable``."""
+    ``is_database_fault``) into ``unavailable``."""
     try:
         yield
     except Exception as exc:
@@ -300,7 +300,7 @@ async def _reconnect_again(pool: AsyncConnectionPool) -> None:
 
 
 def _reconnect_again_sync(pool: ConnectionPool) -> None:
-    """:func:`_reconnect_again` for a sync pool."""
+    """``_reconnect_again`` for a sync pool."""
     log.warning("pool %r still cannot reach PostgreSQL; trying again", pool.name)
     with contextlib.suppress(Exception):
         pool.check()

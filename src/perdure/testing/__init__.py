@@ -1,7 +1,7 @@
 """Testing helpers for perdure users: run due work inline, on a real PostgreSQL.
 
 ``drain(app)`` runs every task that is due now in the calling process, with
-the worker's own code path (a :class:`~perdure.Worker` in ``exit_when_idle``
+the worker's own code path (a ``Worker`` in ``exit_when_idle``
 mode), and returns when nothing is due. With ``App(clock=VirtualClock())``,
 ``clock.advance(days=7)`` followed by ``drain(app)`` finishes a week-long
 ``ctx.sleep`` at once.
@@ -39,7 +39,7 @@ async def drain_async(app: App, **options: Any) -> dict[str, int]:
 
 
 def drain(app: App, **options: Any) -> dict[str, int]:
-    """Run all work due now, inline (sync); see :func:`drain_async`.
+    """Run all work due now, inline (sync); see [`drain_async`][perdure.testing.drain_async].
 
     Safe to call from a test that has an event loop running: the work runs on
     a thread of its own.

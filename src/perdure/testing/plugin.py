@@ -4,7 +4,7 @@ Fixtures:
 
 - ``perdure_database_url`` (session): ``PERDURE_TEST_DATABASE_URL`` if set, else
   an embedded PostgreSQL started in a temporary directory for the session.
-- ``perdure_clock``: a :class:`~perdure.VirtualClock` for the test.
+- ``perdure_clock``: a [`VirtualClock`][perdure.VirtualClock] for the test.
 - ``perdure_app``: an App on a schema of its own (dropped after the test),
   on ``perdure_clock``. Define workflows on it, start runs, then
   ``perdure.testing.drain(perdure_app)`` or ``perdure_app.run_until_complete(run)``.

@@ -1,9 +1,9 @@
 """The HTTP JSON API under ``/api/v1``: runs from any language (docs/any-language.md).
 
 Served by ``perdure dashboard`` next to its pages, and alone by ``perdure
-api``, with the dashboard's guards (:mod:`perdure.dashboard.api.gate`).
-Every route calls the public :class:`~perdure.App` API; its OpenAPI document
-is :data:`perdure.dashboard.api.openapi.DOCUMENT`.
+api``, with the dashboard's guards (``perdure.dashboard.api.gate``).
+Every route calls the public [`App`][perdure.App] API; its OpenAPI document
+is ``perdure.dashboard.api.openapi.DOCUMENT``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ PREFIX = "/api/v1"
 
 
 def routes() -> list[Route]:
-    """The API's routes, relative to :data:`PREFIX`."""
+    """The API's routes, relative to ``PREFIX``."""
     return [
         Route("/openapi.json", openapi.document, methods=["GET"]),
         Route("/runs", runs.start, methods=["POST"]),
@@ -41,7 +41,7 @@ def routes() -> list[Route]:
 
 
 def create_api(app: App, config: DashboardConfig, guard: Guard | None = None) -> Starlette:
-    """The API of ``app`` as an ASGI application, to mount at :data:`PREFIX`.
+    """The API of ``app`` as an ASGI application, to mount at ``PREFIX``.
 
     ``guard`` is the dashboard's when the API is served with it (one token).
     """

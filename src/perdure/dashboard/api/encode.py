@@ -42,8 +42,8 @@ def run_json(run: Run) -> dict[str, Any]:
 async def body_of(request: Request) -> dict[str, Any]:
     """The request's JSON object body ({} when empty); 413, 415 or 400 otherwise.
 
-    The size is checked before the body is held (:func:`limits.read_body`)
-    and the nesting before it is decoded (:func:`limits.check_depth`).
+    The size is checked before the body is held (``limits.read_body``)
+    and the nesting before it is decoded (``limits.check_depth``).
     """
     raw = await limits.read_body(request)
     if not raw:

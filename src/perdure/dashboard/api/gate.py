@@ -1,4 +1,4 @@
-"""The API's guards, shared with the dashboard (see :mod:`perdure.dashboard.security`).
+"""The API's guards, shared with the dashboard (see ``perdure.dashboard.security``).
 
 - **Token.** With a token configured, every call needs ``Authorization:
   Bearer <token>``; the dashboard's login cookie is not accepted here, so a

@@ -2,7 +2,7 @@
 
 Each check runs before the work it protects: the size before the body is
 held in memory (Content-Length first, then a cap while it streams in), the
-depth before :func:`json.loads` recurses, and header and query numbers with
+depth before ``json.loads`` recurses, and header and query numbers with
 ASCII digits only (``str.isdigit`` accepts ``'²'``, which ``int`` refuses).
 """
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from perdure.api.handle import RunHandle
 from perdure.dashboard.api import limits
 from perdure.dashboard.api.encode import int_param, run_json, seconds_param
 from perdure.dashboard.api.problems import Problem
@@ -28,7 +29,7 @@ async def result(request: Request) -> Response:
     timeout = seconds_param(request, "timeout", DEFAULT_WAIT, MAX_WAIT)
     run = await app.get_run_async(request.path_params["ref"])
     try:
-        await app.handle(run.id).result_async(timeout=timeout)
+        await RunHandle(app, run.id).result_async(timeout=timeout)
     except (RunFailed, RunCancelled):
         pass  # a final state: the run's error says why
     except ResultTimeout:

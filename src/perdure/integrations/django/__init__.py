@@ -4,10 +4,10 @@ Install with ``pip install "perdure[django]"`` and add ``"perdure.integrations.d
 to ``INSTALLED_APPS``; see docs/integrations/django.md.
 
 - ``PERDURE_APP = "myproj.workflows:app"`` in the settings names the App;
-  :func:`get_app` returns it and ``manage.py perdure_worker`` runs its worker.
-- :func:`start` writes the run on Django's own psycopg 3 connection: inside
+  ``get_app`` returns it and ``manage.py perdure_worker`` runs its worker.
+- ``start`` writes the run on Django's own psycopg 3 connection: inside
   ``transaction.atomic()`` the run exists if and only if that transaction commits.
-- :func:`orm` lends the connection perdure gives a ``ctx.transaction`` step to
+- ``orm`` lends the connection perdure gives a ``ctx.transaction`` step to
   Django's ORM, so the ORM's writes commit with the step's checkpoint.
 """
 

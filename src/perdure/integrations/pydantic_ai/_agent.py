@@ -1,7 +1,7 @@
 """A Pydantic AI agent whose runs are perdure workflow runs.
 
 ``DurableAgent(app, agent)`` registers one workflow, ``agent:<name>``. Its
-body runs the agent with :class:`PerdureDurability` attached, so each model
+body runs the agent with ``PerdureDurability`` attached, so each model
 request and tool call is a step. Around the agent's run, in workflow code:
 
 - progress goes to the run's stream ``events`` (``app.read_stream(run, "events")``):
@@ -161,7 +161,7 @@ class DurableAgent(Generic[AgentDepsT]):
         key: str | None = None,
         **options: Any,
     ) -> perdure.RunHandle:
-        """Start a run from async code; see :meth:`start`."""
+        """Start a run from async code; see ``start``."""
         return await self.app.start_async(
             self.workflow, _input(prompt, message_history), key=key, **options
         )
@@ -190,7 +190,7 @@ class DurableAgent(Generic[AgentDepsT]):
         *,
         key: str | None = None,
     ) -> int:
-        """Decide a waiting run's deferred tool calls from async code; see :meth:`approve`."""
+        """Decide a waiting run's deferred tool calls from async code; see ``approve``."""
         return await self.app.signal_async(
             run, APPROVAL_SIGNAL, _decision(approvals, calls), key=key
         )

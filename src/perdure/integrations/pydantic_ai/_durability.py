@@ -81,7 +81,7 @@ class _StepBackend(JournalCallableOperationBackend[StepSettings]):
 class PerdureDurability(BaseDurabilityCapability[AgentDepsT]):
     """Make an agent's model requests and tool calls perdure steps while it runs in a run.
 
-    Attach it with :class:`~perdure.integrations.pydantic_ai.DurableAgent`
+    Attach it with ``DurableAgent``
     (which also defines the workflow); outside a perdure run it does nothing.
     """
 

@@ -1,8 +1,8 @@
 """Typed statements over the named queries: the store's whole vocabulary.
 
-:class:`Statements` holds one namespace per entity, each building the
+``Statements`` holds one namespace per entity, each building the
 statements of ``sql/queries/<entity>.sql``: ``statements.runs.insert(...)``
-gives a :class:`~perdure.store.statement.Statement` (the rendered query, its
+gives a ``Statement`` (the rendered query, its
 parameters with the clock's ``now``, and a decoder for its rows). Nothing here
 does I/O, so one statement runs on the worker's async pool or on a caller's
 async or sync connection.

@@ -43,7 +43,7 @@ class QueueStatements(Namespace):
     def set(self, name: str, settings: Mapping[str, Any]) -> Statement[bool]:
         """Write the settings in ``settings`` (others are kept); True if anything changed.
 
-        ``settings`` maps column names of :data:`SETTING_FLAGS` to their value
+        ``settings`` maps column names of ``SETTING_FLAGS`` to their value
         (None for no limit); ``rate_limit`` and ``rate_period`` come together.
         """
         unknown = set(settings) - set(SETTING_FLAGS)
@@ -60,7 +60,7 @@ class QueueStatements(Namespace):
 
     @staticmethod
     def wake_payload(worker_id: str) -> str:
-        """The payload of :meth:`wake` sent by ``worker_id``: its own listener ignores it."""
+        """The payload of ``wake`` sent by ``worker_id``: its own listener ignores it."""
         return f"{WAKE_PREFIX}{worker_id}"
 
     def wake(self, worker_id: str) -> Statement[None]:

@@ -104,7 +104,7 @@ class RunStatements(Namespace):
         lookup: bool = False,
     ) -> Statement[dict[int, StartResult]]:
         """Start one run per item (``run_ids``, ``keys`` and ``inputs_json`` in step), as
-        :meth:`insert` does each; the answers by item index (0-based). An index
+        ``insert`` does each; the answers by item index (0-based). An index
         missing from the answer raced a concurrent start of its key: start it again."""
         return self._build(
             "run_insert_many",
@@ -285,8 +285,8 @@ class RunStatements(Namespace):
     ) -> Statement[dict[str, int]]:
         """How many runs of each status match ``filters``, each count stopping at ``cap``.
 
-        ``filters`` are the criteria :meth:`perdure.RunFilter.params` gives.
-        Planned with its values (never prepared), as :meth:`list` is.
+        ``filters`` are the criteria [`perdure.RunFilter.params`][perdure.RunFilter.params] gives.
+        Planned with its values (never prepared), as ``list`` is.
         """
         stmt = self._build(
             "run_count_by_status", _counts, statuses=list(statuses), cap=cap, **filters
@@ -296,7 +296,7 @@ class RunStatements(Namespace):
     def count_recent(self, filters: Mapping[str, Any], cap: int) -> Statement[dict[str, int]]:
         """How many of the newest ``cap`` runs matching ``filters`` are in each status.
 
-        ``filters`` as for :meth:`count_by_status`.
+        ``filters`` as for ``count_by_status``.
         """
         stmt = self._build("run_count_recent", _counts, cap=cap, **filters)
         return replace(stmt, prepare=False)
@@ -315,9 +315,9 @@ class RunStatements(Namespace):
     ) -> Statement[list[RunRef]]:
         """A page of runs in ``statuses`` matching ``filters``, newest first, after ``after``.
 
-        ``filters`` holds the criteria of :meth:`list` but the status (each
+        ``filters`` holds the criteria of ``list`` but the status (each
         None to skip it; ``ids`` the given runs), as
-        :meth:`perdure.RunFilter.params` gives them.
+        [`perdure.RunFilter.params`][perdure.RunFilter.params] gives them.
         """
         after_at: datetime | None = None if after is None else after.created_at
         return self._build(
@@ -361,7 +361,7 @@ class RunStatements(Namespace):
         )
 
     def prune_count(self, before: datetime) -> Statement[int]:
-        """How many runs :meth:`prune` would take in all."""
+        """How many runs ``prune`` would take in all."""
         return self._build("run_prune_count", count("prunable"), before=before)
 
     def prune_cutoff(self, seconds: float) -> Statement[datetime]:
