@@ -237,10 +237,14 @@ class App:
 
     # Starting and reading runs ---------------------------------------------------------
 
-    start = forms.blocking(starting.start)
-    start_async = forms.awaiting(starting.start, here=starting.on_callers_loop)
-    start_many = forms.blocking(starting.start_many)
-    start_many_async = forms.awaiting(starting.start_many, here=starting.on_callers_loop)
+    start = forms.blocking(starting.start, beside=starting.on_callers_thread)
+    start_async = forms.awaiting(
+        starting.start, here=starting.on_callers_loop, beside=starting.on_callers_thread
+    )
+    start_many = forms.blocking(starting.start_many, beside=starting.on_callers_thread)
+    start_many_async = forms.awaiting(
+        starting.start_many, here=starting.on_callers_loop, beside=starting.on_callers_thread
+    )
     handle = forms.blocking(reading.handle)
     handle_async = forms.awaiting(reading.handle)
     get_run = forms.blocking(reading.get_run)

@@ -7,6 +7,12 @@ through :meth:`Portal.call`. Two helpers take an operation over a
 :class:`~perdure.api.core.Core` (``fn(core, ...)``, for the App's flat
 surface); two take a method of an object that has a core (``RunHandle``); and
 two derive the forms of an async iterator.
+
+An operation given the caller's blocking psycopg connection (``conn=``) does
+not run on the portal: driving that connection would stall the portal's loop,
+and every other caller of the App with it, for as long as the caller's
+transaction waits. Its sync form runs it on the calling thread instead (on a
+loop of its own), its async form on a worker thread (``beside``).
 """
 
 from __future__ import annotations
@@ -25,24 +31,38 @@ S = TypeVar("S", bound=HasCore)
 Op = Callable[Concatenate[Core, P], Coroutine[Any, Any, T]]
 
 
-def blocking(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
-    """The sync form of ``fn(core, ...)``: run it on the portal and wait."""
+#: Whether a call's keyword arguments make it run off the portal.
+Beside = Callable[[dict[str, Any]], bool]
+
+
+def blocking(fn: Op[P, T], beside: Beside | None = None) -> Callable[Concatenate[HasCore, P], T]:
+    """The sync form of ``fn(core, ...)``: run it on the portal and wait.
+
+    When ``beside(kwargs)`` is true (the caller's blocking connection) it
+    runs on the calling thread instead (see the module's docstring).
+    """
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         core = self._core
+        if beside is not None and beside(kwargs):
+            return run_beside(fn(core, *args, **kwargs))
         return core.portal.call(fn(core, *args, **kwargs))
 
     return call
 
 
 def awaiting(
-    fn: Op[P, T], here: Callable[[dict[str, Any]], bool] | None = None
+    fn: Op[P, T],
+    here: Beside | None = None,
+    beside: Beside | None = None,
 ) -> Callable[Concatenate[HasCore, P], Coroutine[Any, Any, T]]:
     """The async form of ``fn(core, ...)``: await it running on the portal.
 
     When ``here(kwargs)`` is true (a caller's async connection, which belongs
-    to the caller's loop) it runs on the caller's loop instead.
+    to the caller's loop) it runs on the caller's loop instead; when
+    ``beside(kwargs)`` is true (the caller's blocking connection), on a
+    worker thread, so that neither loop waits on that connection.
     """
 
     @presents(fn)
@@ -50,9 +70,20 @@ def awaiting(
         core = self._core
         if here is not None and here(kwargs):
             return await fn(core, *args, **kwargs)
+        if beside is not None and beside(kwargs):
+            return await asyncio.to_thread(asyncio.run, fn(core, *args, **kwargs))
         return await core.portal.run(fn(core, *args, **kwargs))
 
     return call
+
+
+def run_beside(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a loop of its own in the calling thread (a new thread under a loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    return run_on_thread(coro)
 
 
 def blocking_method(
