@@ -16,8 +16,8 @@ import pytest
 
 import perdure
 
-#: App members without I/O (declarations, configuration, teardown): one form only.
-APP_WITHOUT_IO = {"workflow", "graph", "queue", "schedule", "configure", "close"}
+#: App members without I/O (declarations, configuration): one form only.
+APP_WITHOUT_IO = {"workflow", "graph", "queue", "schedule", "configure"}
 #: Return annotations of the blocking form that stand for the async form's.
 BLOCKING_RETURNS = {
     "StepCall[T]": "T",

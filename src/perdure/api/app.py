@@ -338,12 +338,17 @@ class App:
     run_until_complete = forms.on_thread(draining.run_until_complete)
     run_until_complete_async = forms.here(draining.run_until_complete)
 
-    def close(self) -> None:
-        """Close the App's connections and its private loop."""
-        self._core.close()
+    close = forms.closing(core.close)
+    close_async = forms.async_closing(core.close)
 
     def __enter__(self) -> App:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close_async()

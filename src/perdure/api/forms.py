@@ -237,6 +237,32 @@ def on_thread(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
     return call
 
 
+def closing(fn: Op[[], None]) -> Callable[[HasCore], None]:
+    """The sync form of the App's teardown: ``fn(core)`` on the portal, then the portal ends."""
+
+    @presents(fn)
+    def call(self: HasCore, /) -> None:
+        core = self._core
+        if core.portal.started:
+            core.portal.call(fn(core))
+        core.portal.close()
+
+    return call
+
+
+def async_closing(fn: Op[[], None]) -> Callable[[HasCore], Coroutine[Any, Any, None]]:
+    """The async form of the App's teardown: the portal's end is awaited on a thread."""
+
+    @presents(fn)
+    async def call(self: HasCore, /) -> None:
+        core = self._core
+        if core.portal.started:
+            await core.portal.run(fn(core))
+        await asyncio.to_thread(core.portal.close)  # joins the portal's thread
+
+    return call
+
+
 def direct(fn: Callable[Concatenate[Core, P], T]) -> Callable[Concatenate[HasCore, P], T]:
     """A method for an operation without I/O (a declaration): ``fn(core, ...)`` at once."""
 
