@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 
+from perdure.engine.observer import Observer
+
 T = TypeVar("T")
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -112,17 +114,52 @@ class WorkerProcess:
         return self.proc.wait(timeout=timeout)
 
 
+class RecordingObserver(Observer):
+    """An observer that records every hook the engine calls on it: ``(hook, args)``, in order.
+
+    Tests count and read these instead of parsing logs: ``count("worker_idle")``,
+    ``args("ranked")``. Token-returning hooks return None.
+    """
+
+    def __init__(self) -> None:
+        """Record nothing yet."""
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def count(self, hook: str) -> int:
+        """How many times ``hook`` was called."""
+        return sum(1 for name, _ in list(self.calls) if name == hook)
+
+    def args(self, hook: str) -> list[tuple[Any, ...]]:
+        """The arguments of each call of ``hook``, oldest first."""
+        return [args for name, args in list(self.calls) if name == hook]
+
+
+def _recording(hook: str) -> Callable[..., None]:
+    def record(self: RecordingObserver, *args: Any) -> None:
+        self.calls.append((hook, args))  # list.append is atomic: hooks run on several threads
+
+    record.__name__ = hook
+    return record
+
+
+for _hook in [name for name in vars(Observer) if not name.startswith("_")]:
+    setattr(RecordingObserver, _hook, _recording(_hook))
+
+
 class BackgroundWorker:
     """An in-process worker running on its own thread and event loop."""
 
-    def __init__(self, app: object, **options: object) -> None:
-        """Start a worker of ``app`` with ``options`` (see perdure.WorkerOptions)."""
+    def __init__(self, app: object, **options: Any) -> None:
+        """Start a worker of ``app`` with ``options`` (see perdure.WorkerOptions).
+
+        Its :attr:`recorder` (a :class:`RecordingObserver`) hears every hook.
+        """
         import asyncio
         import threading
 
-        self.events: list[tuple[str, dict[str, object]]] = []
-        self.worker = app.worker(**options)  # type: ignore[attr-defined]
-        self.worker.on_event = lambda event, fields: self.events.append((event, fields))
+        self.recorder = RecordingObserver()
+        observers = [*options.pop("observers", ()), self.recorder]
+        self.worker = app.worker(observers=observers, **options)  # type: ignore[attr-defined]
         self.loop = asyncio.new_event_loop()
         self.error: BaseException | None = None
 
@@ -137,9 +174,9 @@ class BackgroundWorker:
         self.thread = threading.Thread(target=serve, name="test-worker", daemon=True)
         self.thread.start()
 
-    def count(self, event: str) -> int:
-        """How many times the worker emitted ``event``."""
-        return sum(1 for name, _ in list(self.events) if name == event)
+    def count(self, hook: str) -> int:
+        """How many times the worker's observers heard ``hook`` (an Observer method)."""
+        return self.recorder.count(hook)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop gracefully and wait for the thread; re-raise a crash of the worker."""

@@ -97,6 +97,10 @@ APP_CASES: dict[str, Case] = {
     "history": (_args(done_id), lambda w, r: r[-1].event == "run_completed"),
     "list_runs": (_args(workflow="boom"), lambda w, r: [x.id for x in r] == [w.failed.id]),
     "pause": (_args(queued_id), lambda w, r: r.status == perdure.RunStatus.PAUSED),
+    "close": (
+        _args(),
+        lambda w, r: r is None and w.app._core.store is None and not w.app._core.portal.started,
+    ),
     "pause_schedule": (_args("nightly"), lambda w, r: r.paused),
     "prune": (_args(timedelta(days=1), dry_run=True), lambda w, r: r.dry_run),
     "queues": (_args(), lambda w, r: {"echo", "boom"} <= {q.name for q in r}),

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 
 import psycopg
 import pytest
 
 import perdure
+from helpers import wait_until
 
 
 def _define(app: perdure.App) -> None:
@@ -50,3 +52,46 @@ def test_a_sync_start_refuses_an_async_connection(app: perdure.App, pg_url: str)
         loop.run_until_complete(conn.close())
         loop.close()
     assert app.list_runs() == []
+
+
+def _waiting_on_a_lock(db_url: str, pid: int) -> bool:
+    with psycopg.connect(db_url) as probe:
+        row = probe.execute(
+            "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", (pid,)
+        ).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_a_start_on_a_blocked_connection_does_not_delay_other_starts(
+    app: perdure.App, pg_url: str, form: str
+) -> None:
+    _define(app)
+    app.start("welcome", 0)  # the pool and the schema are ready
+    with psycopg.connect(pg_url) as holder, psycopg.connect(pg_url) as blocked:
+        # holder's uncommitted run takes key k: a start of k on blocked waits for holder.
+        app.start("welcome", 1, key="k", conn=holder)
+
+        def blocked_start() -> perdure.RunHandle:
+            if form == "sync":
+                return app.start("welcome", 2, key="k", conn=blocked)
+            return asyncio.run(app.start_async("welcome", 2, key="k", conn=blocked))
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            waiting = pool.submit(blocked_start)
+            try:
+                wait_until(
+                    lambda: waiting.done() or _waiting_on_a_lock(pg_url, blocked.info.backend_pid),
+                    what="the caller's start to wait on the key's lock",
+                )
+                assert not waiting.done()
+                # Another thread's start on the App's pool completes meanwhile.
+                other = pool.submit(app.start, "welcome", 3, key="other")
+                assert other.result(timeout=20).created
+                assert not waiting.done()
+            finally:
+                holder.rollback()  # the caller's start goes on
+            handle = waiting.result(timeout=20)
+        blocked.commit()
+    assert handle.created
+    assert app.get_run("k").id == handle.id

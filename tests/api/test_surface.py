@@ -2,7 +2,9 @@
 
 Enumerates App, RunHandle, Context/SyncContext and ChildRun/SyncChildRun and
 fails when a form is missing or the two forms' signatures differ
-(parameters, defaults, annotations; the return modulo the awaitable).
+(parameters, defaults, annotations; the return modulo the awaitable), or when
+a form is written by hand instead of derived from its one operation (the
+derivation marks each form with the operation it is made of).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import pytest
 
 import perdure
 
-#: App members without I/O (declarations, configuration, teardown): one form only.
-APP_WITHOUT_IO = {"workflow", "graph", "queue", "schedule", "configure", "close"}
+#: App members without I/O (declarations, configuration): one form only.
+APP_WITHOUT_IO = {"workflow", "graph", "queue", "schedule", "configure"}
 #: Return annotations of the blocking form that stand for the async form's.
 BLOCKING_RETURNS = {
     "StepCall[T]": "T",
@@ -48,6 +50,11 @@ def _pairs(cls: type, skip: set[str]) -> list[tuple[str, str]]:
     return [
         (n, f"{n}_async") for n in sorted(members) if not n.endswith("_async") and n not in skip
     ]
+
+
+def _derived_from(form: Any) -> Any:
+    """The operation a derived form is made of (None for a hand-written one)."""
+    return getattr(form, "__perdure_derived_from__", None)
 
 
 def _assert_same_return(awaiting: Any, blocking: Any) -> None:
@@ -104,6 +111,11 @@ def test_every_call_has_both_forms_with_one_signature(cls: type, sync: str, asyn
     assert _parameters(blocking) == _parameters(awaiting)
     _assert_same_return(awaiting, blocking)
     assert blocking.__doc__ and blocking.__doc__ == awaiting.__doc__
+    # Both forms are derived from one operation, neither is written by hand.
+    operation = _derived_from(blocking)
+    assert operation is not None, f"{cls.__name__}.{sync} is written by hand"
+    assert _derived_from(awaiting) is operation, f"{cls.__name__}.{async_} is written by hand"
+    assert inspect.iscoroutinefunction(operation) or inspect.isasyncgenfunction(operation)
 
 
 def test_every_async_form_has_a_sync_form() -> None:
@@ -124,6 +136,8 @@ def test_sync_context_has_every_context_method_with_its_signature(name: str) -> 
     assert not inspect.iscoroutinefunction(blocking)
     assert _parameters(blocking) == _parameters(awaiting)
     _assert_same_return(awaiting, blocking)
+    if blocking is not awaiting:  # a method without I/O is shared (branch, on_rollback)
+        assert _derived_from(blocking) is awaiting, f"SyncContext.{name} is written by hand"
 
 
 def test_sync_context_adds_nothing_of_its_own() -> None:
@@ -134,3 +148,13 @@ def test_a_child_run_has_both_forms() -> None:
     assert inspect.iscoroutinefunction(perdure.ChildRun.result)
     assert not inspect.iscoroutinefunction(perdure.SyncChildRun.result)
     assert _parameters(perdure.ChildRun.result) == _parameters(perdure.SyncChildRun.result)
+    assert _derived_from(perdure.SyncChildRun.result) is perdure.ChildRun.result
+
+
+def test_a_hand_written_form_is_told_from_a_derived_one() -> None:
+    class Written:
+        def start(self) -> None:
+            """Written by hand."""
+
+    assert _derived_from(Written.start) is None
+    assert _derived_from(perdure.App.start) is not None

@@ -23,8 +23,8 @@ from helpers import BackgroundWorker, wait_until
 def _ranks_settled(fleet: dict[str, BackgroundWorker], queue: str) -> bool:
     """Whether each worker's last heartbeat gave it its place among the queue's workers."""
     for place, worker in enumerate(fleet.values()):
-        beats = [fields for name, fields in list(worker.events) if name == "heartbeat"]
-        if not beats or beats[-1]["queue_ranks"].get(queue) != place:
+        beats = worker.recorder.args("ranked")  # (rank, queue_ranks) of each heartbeat
+        if not beats or beats[-1][1].get(queue) != place:
             return False
     return True
 
@@ -71,7 +71,7 @@ def test_only_the_queues_first_worker_claims_and_the_others_only_check(
     before = {wid: _claims(w) for wid, w in fleet.items()}
     checks = {wid: list(w.worker.wake_checks) for wid, w in fleet.items()}
     assert app.start("quick", 21).result(timeout=20) == 42
-    assert first.count("task_done") == 1
+    assert first.count("execution_finished") == 1
     # The second checks within about 10 ms, the third within about 0.3 s.
     for wid in ("w2", "w3"):
         worker = fleet[wid]
@@ -82,7 +82,7 @@ def test_only_the_queues_first_worker_claims_and_the_others_only_check(
         )
         assert worker.worker.wake_checks[1] == checks[wid][1], f"{wid} woke for nothing"
         assert _claims(worker) == before[wid], f"{wid} claimed though the run was taken"
-    assert second.count("task_done") == third.count("task_done") == 0
+    assert second.count("execution_finished") == third.count("execution_finished") == 0
 
 
 def test_when_the_first_worker_is_full_the_second_takes_the_run(
@@ -95,7 +95,7 @@ def test_when_the_first_worker_is_full_the_second_takes_the_run(
     # w1 (concurrency 1) cannot take it: w2's check finds it left and claims it.
     assert app.start("quick", 5).result(timeout=10) == 10
     assert second.worker.wake_checks[1] > woken
-    assert second.count("task_done") == 1
+    assert second.count("execution_finished") == 1
     release.set()
     assert blocked.result(timeout=20) == "released"
 

@@ -196,10 +196,12 @@ def test_a_task_taken_away_is_reported_and_stops_at_its_next_ctx_call(
                 "WHERE run_id = %s AND status = 'claimed'",
                 (handle.id,),
             )
-            wait_until(lambda: worker.count("lease_lost") == 1, 20, what="the loss reported")
+            wait_until(lambda: worker.count("lease_taken") == 1, 20, what="the loss reported")
         finally:
             release.set()
-        wait_until(lambda: worker.count("task_done") == 1, 20, what="the execution to stop")
+        wait_until(
+            lambda: worker.count("execution_finished") == 1, 20, what="the execution to stop"
+        )
     assert ran == ["first"], "the step after the loss ran its body"
     (owner,) = db.execute(
         "SELECT worker_id FROM tasks WHERE run_id = %s AND kind = 'run'", (handle.id,)

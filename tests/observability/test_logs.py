@@ -91,7 +91,7 @@ def test_records_about_runs_and_steps_carry_their_fields(app: perdure.App) -> No
             assert ship.result(timeout=60) == 7
             with pytest.raises(perdure.RunFailed):
                 fail.result(timeout=60)
-            wait_until(lambda: worker.count("task_done") == 3)
+            wait_until(lambda: worker.count("execution_finished") == 3)
     finally:
         for logger in loggers:
             logger.removeHandler(handler)

@@ -96,7 +96,9 @@ def test_metrics_endpoint_counts_a_known_workload(app: perdure.App) -> None:
         assert shaky.result(timeout=60) == 1
         # The counters are updated after the result is written: wait for the
         # last execution to be counted before reading them.
-        wait_until(lambda: worker.count("task_done") == 5 + 2 * 2 + 2, what="every execution")
+        wait_until(
+            lambda: worker.count("execution_finished") == 5 + 2 * 2 + 2, what="every execution"
+        )
         samples = scrape(port)
     assert executions["shaky"] == 2
 
@@ -166,7 +168,7 @@ def test_several_workers_in_one_process_keep_separate_series(
         ports = [wait_until(lambda w=w: metrics_of(w).port) for w in (one, two)]
         assert ports[0] != ports[1]
         first.start("ok").result(timeout=60)
-        wait_until(lambda: one.count("task_done") + two.count("task_done") == 1)
+        wait_until(lambda: one.count("execution_finished") + two.count("execution_finished") == 1)
         finished = ("perdure_runs_finished_total", (("status", "completed"), ("workflow", "ok")))
         counts = [scrape(port).get(finished, 0) for port in ports]
     # Both workers serve the same queue: one of them ran the run, and only

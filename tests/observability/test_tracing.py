@@ -63,7 +63,7 @@ def test_a_run_started_in_a_span_is_traced_in_that_trace(
     started = request.get_span_context()
     with BackgroundWorker(app, tracer_provider=provider, **OPTIONS) as worker:
         assert handle.result(timeout=60) == 2
-        wait_until(lambda: worker.count("task_done") == 1)
+        wait_until(lambda: worker.count("execution_finished") == 1)
     found = exporter.get_finished_spans()
     [run] = named(found, "perdure.run checkout")
     reserve, charge = named(found, "perdure.step reserve") + named(found, "perdure.step charge")
@@ -106,8 +106,8 @@ def test_each_execution_and_attempt_has_its_span_and_failures_record_the_excepti
     with BackgroundWorker(app, tracer_provider=provider, **OPTIONS) as worker:
         with pytest.raises(perdure.RunFailed):
             handle.result(timeout=60)
-        wait_until(lambda: worker.count("task_done") >= 2)
-        print("TASKS_DONE", worker.count("task_done"))
+        wait_until(lambda: worker.count("execution_finished") >= 2)
+        print("TASKS_DONE", worker.count("execution_finished"))
     found = exporter.get_finished_spans()
     runs = named(found, "perdure.run pay")
     charges = named(found, "perdure.step charge")
@@ -150,7 +150,7 @@ def test_a_run_started_outside_any_span_gets_a_trace_of_its_own(
     assert db.execute("SELECT trace_context FROM runs").fetchone() == (None,)
     with BackgroundWorker(app, tracer_provider=provider, **OPTIONS) as worker:
         handle.result(timeout=60)
-        wait_until(lambda: worker.count("task_done") == 1)
+        wait_until(lambda: worker.count("execution_finished") == 1)
     [run] = named(exporter.get_finished_spans(), "perdure.run lonely")
     [step] = named(exporter.get_finished_spans(), "perdure.step only")
     assert run.parent is None
@@ -251,7 +251,7 @@ def test_a_graph_run_traces_its_steps_in_the_trace_it_was_started_in(
         assert handle.result(timeout=60) == {"load": 3}
         # The worker that made a step ready runs it in the same execution
         # (see engine.graph): here the run's first task runs both steps.
-        wait_until(lambda: worker.count("task_done") == 1)
+        wait_until(lambda: worker.count("execution_finished") == 1)
     found = exporter.get_finished_spans()
     [execution] = named(found, "perdure.run etl")
     assert execution.attributes is not None

@@ -58,7 +58,7 @@ def test_cancel_mid_step_lets_the_step_finish_and_stops_before_the_next(
         assert started.wait(20)
         app.cancel(handle.id, reason="customer left")
         release.set()
-        wait_until(lambda: worker.count("task_done") >= 1, 20, what="the task to end")
+        wait_until(lambda: worker.count("execution_finished") >= 1, 20, what="the task to end")
     _assert_cancelled(app, handle.id, "customer left")
     assert seen == [f"cleanup: {handle.id}"]
     assert [(s.name, s.status) for s in app.steps(handle.id)] == [("slow", "completed")]

@@ -237,10 +237,14 @@ class App:
 
     # Starting and reading runs ---------------------------------------------------------
 
-    start = forms.blocking(starting.start)
-    start_async = forms.awaiting(starting.start, here=starting.on_callers_loop)
-    start_many = forms.blocking(starting.start_many)
-    start_many_async = forms.awaiting(starting.start_many, here=starting.on_callers_loop)
+    start = forms.blocking(starting.start, beside=starting.on_callers_thread)
+    start_async = forms.awaiting(
+        starting.start, here=starting.on_callers_loop, beside=starting.on_callers_thread
+    )
+    start_many = forms.blocking(starting.start_many, beside=starting.on_callers_thread)
+    start_many_async = forms.awaiting(
+        starting.start_many, here=starting.on_callers_loop, beside=starting.on_callers_thread
+    )
     handle = forms.blocking(reading.handle)
     handle_async = forms.awaiting(reading.handle)
     get_run = forms.blocking(reading.get_run)
@@ -334,12 +338,17 @@ class App:
     run_until_complete = forms.on_thread(draining.run_until_complete)
     run_until_complete_async = forms.here(draining.run_until_complete)
 
-    def close(self) -> None:
-        """Close the App's connections and its private loop."""
-        self._core.close()
+    close = forms.closing(core.close)
+    close_async = forms.async_closing(core.close)
 
     def __enter__(self) -> App:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close_async()

@@ -7,9 +7,10 @@ same methods that block instead; both drive one engine execution.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from perdure.api.presenting import owned, presents
 from perdure.engine import arguments, children, parallel, typed, waits
@@ -222,12 +223,53 @@ class ChildRun:
         return await children.child_result(self._execution, self.run_id, self.workflow)
 
 
+class _Executing(Protocol):
+    """What a blocking form needs of its object: the execution whose loop runs the async form."""
+
+    _execution: Execution
+
+
+A = TypeVar("A")
+B = TypeVar("B", bound=_Executing)
+R = TypeVar("R")
+
+
+def _derive(
+    fn: Callable[Concatenate[A, P], Awaitable[T]],
+    receiver: Callable[[B], A],
+    then: Callable[[T], R],
+    returns: str | None = None,
+) -> Callable[Concatenate[B, P], R]:
+    """The blocking form of the async method ``fn``, for a workflow's worker thread.
+
+    It awaits ``fn`` on ``receiver(self)`` on the execution's loop while the
+    thread waits, and returns what ``then`` makes of its value (annotated
+    ``returns`` when that is not what ``fn`` returns).
+    """
+
+    @presents(fn)
+    def call(self: B, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        async def run() -> R:
+            return then(await fn(receiver(self), *args, **kwargs))
+
+        result: R = call_sync(self._execution.loop, run())
+        return result
+
+    if returns is not None:
+        signature = inspect.signature(call)
+        call.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
+    return call
+
+
+def _same(value: T) -> T:
+    return value
+
+
+@owned
 class SyncChildRun(ChildRun):
     """A child run started by ``ctx.start_child`` in a plain ``def`` workflow."""
 
-    def result(self) -> Any:  # the blocking form
-        """Wait durably for the child to finish; its output, or ChildFailed."""
-        return call_sync(self._execution.loop, ChildRun.result(self))
+    result = _derive(ChildRun.result, _same, _same)
 
 
 class Context(_Base):
@@ -420,21 +462,14 @@ def _blocking(
     fn: Callable[Concatenate[Context, P], Awaitable[T]],
 ) -> Callable[Concatenate[SyncContext, P], T]:
     """The blocking form of a ``Context`` method, for a workflow's worker thread."""
-
-    @presents(fn)
-    def call(self: SyncContext, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        result: T = call_sync(self._execution.loop, _awaited(fn(self._context, *args, **kwargs)))
-        return result
-
-    return call
+    return _derive(fn, _async_context, _same)
 
 
-async def _awaited(value: Awaitable[T]) -> T:
-    return await value
+def _async_context(ctx: SyncContext) -> Context:
+    return ctx._context
 
 
-async def _sync_child(started: Awaitable[ChildRun]) -> SyncChildRun:
-    child = await started
+def _sync_child(child: ChildRun) -> SyncChildRun:
     return SyncChildRun(child._execution, child.run_id, child.workflow)
 
 
@@ -462,16 +497,4 @@ class SyncContext(_Base):
     gather = _blocking(Context.gather)
     map = _blocking(Context.map)
     transaction = _blocking(Context.transaction)
-
-    def start_child(
-        self,
-        workflow: str | Callable[..., Any],
-        input: Any = None,
-        *,
-        key: str | None = None,
-        version: int | None = None,
-    ) -> SyncChildRun:
-        """Start a child run; see [`Context.start_child`][perdure.Context.start_child]."""
-        started = self._context.start_child(workflow, input, key=key, version=version)
-        child: SyncChildRun = call_sync(self._execution.loop, _sync_child(started))
-        return child
+    start_child = _derive(Context.start_child, _async_context, _sync_child, "SyncChildRun")

@@ -193,17 +193,10 @@ class Core:
 
     def close(self) -> None:
         """Close the pool, the message listener and the portal's loop."""
-        store, self.store = self.store, None
-        notices, self.notices_listener = self.notices_listener, None
         atexit.unregister(self.close)
-        if notices is not None:
-            with contextlib.suppress(RuntimeError):
-                self.portal.call(notices.close())
-        if store is not None:
-            try:
-                self.portal.call(store.close())
-            except RuntimeError:
-                pass
+        if self.portal.started:
+            with contextlib.suppress(RuntimeError):  # called from the portal's own loop
+                self.portal.call(close(self))
         self.portal.close()
 
 
@@ -213,6 +206,22 @@ def _embedded_url() -> str:
     server = embedded.ensure_server()
     log.info("using embedded PostgreSQL: %s", embedded.removal_hint(server.data_dir))
     return server.url
+
+
+async def close(core: Core) -> None:
+    """Close the App's connections and its private loop.
+
+    ``async with perdure.App(...) as app:`` closes it through ``close_async``,
+    which does not block the caller's loop.
+    """
+    # On the portal's loop: the listener and the pool; the forms then end the loop.
+    atexit.unregister(core.close)
+    store, core.store = core.store, None
+    notices, core.notices_listener = core.notices_listener, None
+    if notices is not None:
+        await notices.close()
+    if store is not None:
+        await store.close()
 
 
 async def ensure_schema(core: Core) -> None:

@@ -14,6 +14,12 @@ Every sync form refuses, at once, to run on a thread whose event loop is
 running (``refuse_under_loop``): it would freeze that loop until it
 returned. Sync steps and ``def`` workflows run on worker threads, which have
 no running loop, and call the sync forms freely.
+
+An operation given the caller's blocking psycopg connection (``conn=``) does
+not run on the portal: driving that connection would stall the portal's loop,
+and every other caller of the App with it, for as long as the caller's
+transaction waits. Its sync form runs it on the calling thread instead (on a
+loop of its own), its async form on a worker thread (``beside``).
 """
 
 from __future__ import annotations
@@ -62,26 +68,40 @@ def client_faults() -> contextlib.AbstractContextManager[None]:
     return reachable(DatabaseUnavailable)
 
 
-def blocking(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
-    """The sync form of ``fn(core, ...)``: run it on the portal and wait."""
+#: Whether a call's keyword arguments make it run off the portal.
+Beside = Callable[[dict[str, Any]], bool]
+
+
+def blocking(fn: Op[P, T], beside: Beside | None = None) -> Callable[Concatenate[HasCore, P], T]:
+    """The sync form of ``fn(core, ...)``: run it on the portal and wait.
+
+    When ``beside(kwargs)`` is true (the caller's blocking connection) it
+    runs on the calling thread instead (see the module's docstring).
+    """
 
     @presents(fn)
     def call(self: HasCore, /, *args: P.args, **kwargs: P.kwargs) -> T:
         refuse_under_loop(call)
         core = self._core
         with client_faults():
+            if beside is not None and beside(kwargs):
+                return run_beside(fn(core, *args, **kwargs))
             return core.portal.call(fn(core, *args, **kwargs))
 
     return call
 
 
 def awaiting(
-    fn: Op[P, T], here: Callable[[dict[str, Any]], bool] | None = None
+    fn: Op[P, T],
+    here: Beside | None = None,
+    beside: Beside | None = None,
 ) -> Callable[Concatenate[HasCore, P], Coroutine[Any, Any, T]]:
     """The async form of ``fn(core, ...)``: await it running on the portal.
 
     When ``here(kwargs)`` is true (a caller's async connection, which belongs
-    to the caller's loop) it runs on the caller's loop instead.
+    to the caller's loop) it runs on the caller's loop instead; when
+    ``beside(kwargs)`` is true (the caller's blocking connection), on a
+    worker thread, so that neither loop waits on that connection.
     """
 
     @presents(fn)
@@ -90,9 +110,20 @@ def awaiting(
         with client_faults():
             if here is not None and here(kwargs):
                 return await fn(core, *args, **kwargs)
+            if beside is not None and beside(kwargs):
+                return await asyncio.to_thread(asyncio.run, fn(core, *args, **kwargs))
             return await core.portal.run(fn(core, *args, **kwargs))
 
     return call
+
+
+def run_beside(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a loop of its own in the calling thread (a new thread under a loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    return run_on_thread(coro)
 
 
 def blocking_method(
@@ -253,6 +284,32 @@ def on_thread(fn: Op[P, T]) -> Callable[Concatenate[HasCore, P], T]:
         refuse_under_loop(call)
         with client_faults():
             return run_on_thread(fn(self._core, *args, **kwargs))
+
+    return call
+
+
+def closing(fn: Op[[], None]) -> Callable[[HasCore], None]:
+    """The sync form of the App's teardown: ``fn(core)`` on the portal, then the portal ends."""
+
+    @presents(fn)
+    def call(self: HasCore, /) -> None:
+        core = self._core
+        if core.portal.started:
+            core.portal.call(fn(core))
+        core.portal.close()
+
+    return call
+
+
+def async_closing(fn: Op[[], None]) -> Callable[[HasCore], Coroutine[Any, Any, None]]:
+    """The async form of the App's teardown: the portal's end is awaited on a thread."""
+
+    @presents(fn)
+    async def call(self: HasCore, /) -> None:
+        core = self._core
+        if core.portal.started:
+            await core.portal.run(fn(core))
+        await asyncio.to_thread(core.portal.close)  # joins the portal's thread
 
     return call
 

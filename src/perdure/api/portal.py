@@ -44,6 +44,11 @@ class Portal:
                 self._loop = loop
             return self._loop
 
+    @property
+    def started(self) -> bool:
+        """Whether the portal's loop runs (a call started it and no close ended it)."""
+        return self._loop is not None
+
     def is_running_here(self) -> bool:
         """Whether the calling code runs on the portal's loop."""
         try:

@@ -28,6 +28,8 @@ def presents(fn: Callable[..., Any]) -> Callable[[C], C]:
         functools.update_wrapper(call, fn)
         del call.__wrapped__  # type: ignore[attr-defined]
         call.__perdure_form__ = True  # type: ignore[attr-defined]
+        #: The operation this form is derived from (the surface test checks it).
+        call.__perdure_derived_from__ = fn  # type: ignore[attr-defined]
         sig = inspect.signature(fn)
         first, *rest = sig.parameters.values()
         receiver = first.replace(name="self", annotation=inspect.Parameter.empty)

@@ -191,13 +191,18 @@ def on_callers_loop(options: dict[str, Any]) -> bool:
     return caller.is_async(options.get("conn"))
 
 
+def on_callers_thread(options: dict[str, Any]) -> bool:
+    """Whether a start runs off the portal: with a blocking ``conn``, which may wait on locks."""
+    return caller.is_sync(options.get("conn"))
+
+
 def _on_connection(core: Core, conn: object) -> Callable[[Statement[Any]], Awaitable[Any]]:
     """Run statements on the caller's connection ``conn``."""
     if caller.is_sync(conn):
         sync_conn: caller.Connection = conn  # type: ignore[assignment]
 
-        # The portal thread drives the caller's sync connection while the
-        # caller's thread waits for the answer: one connection, one user.
+        # Driven on the caller's thread (or a worker thread), never on the
+        # portal's loop: a transaction waiting on a lock stalls only its caller.
         async def run_sync(stmt: Statement[T]) -> T:
             return caller.execute_sync(sync_conn, stmt)
 

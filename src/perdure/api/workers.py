@@ -7,10 +7,11 @@ import signal
 import threading
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from perdure.api import registering
 from perdure.api.core import Core
+from perdure.engine.options import Unpack, WorkerArguments, WorkerKeywords
 from perdure.errors import ConfigurationError
 from perdure.observability import tracing as _tracing
 
@@ -28,7 +29,7 @@ async def worker(
     tracing: bool | None = None,
     tracer_provider: Any = None,
     observers: Sequence[Observer] = (),
-    **options: Any,
+    **options: Unpack[WorkerKeywords],
 ) -> Worker:
     """A worker for this App's workflows (``await worker.run()`` in async code).
 
@@ -52,7 +53,9 @@ async def worker(
     for definition in defs.values():
         definition.validate()
     try:
-        worker_options = WorkerOptions(**options)
+        # Values are checked by WorkerOptions (prune_after may be a timedelta),
+        # and an unknown name is refused here too.
+        worker_options = WorkerOptions(**cast(dict[str, Any], options))
     except TypeError as exc:
         raise ConfigurationError(f"unknown worker option: {exc}") from None
     watching = list(observers)
@@ -77,7 +80,7 @@ async def worker(
     )
 
 
-async def run_worker(core: Core, /, **options: Any) -> Worker:
+async def run_worker(core: Core, /, **options: Unpack[WorkerArguments]) -> Worker:
     """Run a worker until SIGINT or SIGTERM, then stop gracefully.
 
     A second signal stops at once: in-flight runs are handed back to the queue.

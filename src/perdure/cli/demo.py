@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import psycopg
-from psycopg import sql
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -20,11 +19,13 @@ from rich.text import Text
 from perdure.api.app import App
 from perdure.cli.dashboard import announce, dashboard_options, make_config
 from perdure.cli.render import safe_url
+from perdure.clock import Clock
 from perdure.dashboard import serve as serve_dashboard
 from perdure.demo.runner import DemoConfig, DemoError, Summary, run_demo
-from perdure.demo.workflows import LEDGER, ORDERS, PAYMENTS, create_tables
+from perdure.demo.workflows import create_tables
+from perdure.store import caller
 from perdure.store import migrate as migrations
-from perdure.store.statements import validate_schema
+from perdure.store.statements import Statements, validate_schema
 
 if TYPE_CHECKING:
     from perdure.cli.state import CliState
@@ -139,14 +140,10 @@ def prepare_schema(url: str, schema: str, *, owned: bool, reset: bool) -> None:
 
 
 def _holds_data(conn: psycopg.Connection[Any], url: str, schema: str) -> bool:
-    for table in (LEDGER, ORDERS):
-        name = sql.Identifier(schema, table).as_string(conn)
-        regclass = conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
-        if regclass and regclass[0] is not None:
-            query = sql.SQL("SELECT EXISTS (SELECT 1 FROM {})")
-            row = conn.execute(query.format(sql.Identifier(schema, table))).fetchone()
-            if row and row[0]:
-                return True
+    demo = Statements(schema, Clock()).demos
+    for table in caller.execute_sync(conn, demo.tables()):
+        if caller.execute_sync(conn, demo.has_rows(table)):
+            return True
     with App(url, schema=schema) as app:
         return bool(app.list_runs(limit=1))
 
@@ -246,14 +243,8 @@ def _hints(console: Console, state: CliState, url: str, schema: str, summary: Su
         soft_wrap=True,
     )
     queries = [
-        f"SELECT status, count(*) FROM {schema}.runs GROUP BY status;",
-        f"SELECT event, count(*) FROM {schema}.history GROUP BY event ORDER BY 2 DESC;",
-        f"SELECT run_id, step, pid, at FROM {schema}.{LEDGER} WHERE (run_id, step) IN\n"
-        f"    (SELECT run_id, step FROM {schema}.{LEDGER} GROUP BY 1, 2 HAVING count(*) > 1)\n"
-        "    ORDER BY run_id, at;   -- the steps in flight when the worker died",
-        f"SELECT run_id, outcome, pid, at FROM {schema}.{PAYMENTS} ORDER BY run_id, at;",
-        f"SELECT order_id, count(*) FROM {schema}.{ORDERS} GROUP BY 1 HAVING count(*) > 1;"
-        "   -- empty: exactly once",
+        query + (f"   -- {note}" if note else "")
+        for query, note in Statements(schema, Clock()).demos.looks()
     ]
     for query in queries:
         console.print(Text(f"  {query}"), soft_wrap=True)

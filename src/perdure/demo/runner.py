@@ -2,8 +2,8 @@
 
 Everything the summary says is read back from the database afterwards:
 perdure's own records through [`App`][perdure.App] methods, and the demo's
-ledger and orders tables with plain SQL. Nothing is taken on trust from the
-processes that did the work.
+ledger and orders tables with its named queries (``app.statements.demos``).
+Nothing is taken on trust from the processes that did the work.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from perdure.api.app import App
 from perdure.demo import workflows
+from perdure.store import caller
 from perdure.types import Run, RunStatus
 
 #: The workers' lease: short, so that the killed worker's runs are recovered within seconds.
@@ -300,17 +300,15 @@ def _summarize(
         retries += events.count("step_retry_scheduled")
         if "lease_expired" in events:
             recovered.append(run)
+    demo = client.statements.demos
     with psycopg.connect(config.url, autocommit=True) as conn:
-        ledger = conn.execute(
-            sql.SQL("SELECT run_id::text, step, at FROM {} ORDER BY at").format(
-                sql.Identifier(config.schema, workflows.LEDGER)
-            )
-        ).fetchall()
-        orders = conn.execute(
-            sql.SQL("SELECT order_id, count(*) FROM {} GROUP BY order_id").format(
-                sql.Identifier(config.schema, workflows.ORDERS)
-            )
-        ).fetchall()
+        ledger = [
+            (row["run_id"], row["step"], row["at"])
+            for row in caller.execute_sync(conn, demo.ledger_rows())
+        ]
+        orders = [
+            (row["order_id"], row["rows"]) for row in caller.execute_sync(conn, demo.order_counts())
+        ]
     # A step that runs again after its checkpoint committed would break
     # memoization. Each ledger row is written before its step's checkpoint (or
     # in the same transaction), so a row stamped later than the checkpoint is

@@ -22,13 +22,17 @@ import time
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 import perdure
+from perdure.clock import Clock
+from perdure.store import caller
+from perdure.store.statement import Statement
+from perdure.store.statements import Statements
 
 app = perdure.App()
 
-#: The demo's own tables, named so that they cannot clash with a user's tables.
+#: The demo's own tables (sql/queries/demos.sql in the store), named so that
+#: they cannot clash with a user's tables.
 LEDGER = "demo_ledger"
 ORDERS = "demo_orders"
 PAYMENTS = "demo_payments"
@@ -46,37 +50,8 @@ class PaymentGatewayTimeout(ConnectionError):
 
 def create_tables(conn: psycopg.Connection[Any], schema: str) -> None:
     """Create the demo's ledger, orders and payments tables in ``schema`` if missing."""
-    # demo_orders has no unique key on purpose: a constraint would turn a
-    # duplicate order into an error and hide it, and the demo wants to show
-    # that no duplicate is ever written.
-    ddl = """
-        CREATE TABLE IF NOT EXISTS {ledger} (
-            run_id uuid NOT NULL,
-            step   text NOT NULL,
-            pid    integer NOT NULL,
-            at     timestamptz NOT NULL DEFAULT now()
-        );
-        CREATE TABLE IF NOT EXISTS {orders} (
-            order_id     integer NOT NULL,
-            run_id       uuid NOT NULL,
-            amount_cents integer NOT NULL,
-            charge_id    text NOT NULL,
-            created_at   timestamptz NOT NULL DEFAULT now()
-        );
-        CREATE TABLE IF NOT EXISTS {payments} (
-            run_id  uuid NOT NULL,
-            outcome text NOT NULL,
-            pid     integer NOT NULL,
-            at      timestamptz NOT NULL DEFAULT now()
-        );
-    """
-    conn.execute(
-        sql.SQL(ddl).format(
-            ledger=sql.Identifier(schema, LEDGER),
-            orders=sql.Identifier(schema, ORDERS),
-            payments=sql.Identifier(schema, PAYMENTS),
-        )
-    )
+    for statement in Statements(schema, Clock()).demos.create_tables():
+        caller.execute_sync(conn, statement)
 
 
 def demo_inputs(runs: int, seed: int) -> list[tuple[str, str, dict[str, Any]]]:
@@ -101,10 +76,6 @@ def demo_inputs(runs: int, seed: int) -> list[tuple[str, str, dict[str, Any]]]:
 # Helpers the steps share ----------------------------------------------------------
 
 
-def _table(name: str) -> sql.Identifier:
-    return sql.Identifier(app.schema, name)
-
-
 def _rng(data: dict[str, Any], what: str) -> random.Random:
     # Seeded from the input, so a run draws the same numbers on every attempt.
     return random.Random(f"{data['seed']}:{data['id']}:{what}")
@@ -114,21 +85,20 @@ def _duration(data: dict[str, Any], step: str) -> float:
     return _rng(data, step).uniform(0.1, 0.4)
 
 
-def _ledger_insert(run_id: str, step: str) -> tuple[sql.Composed, tuple[str, str, int]]:
-    query = sql.SQL("INSERT INTO {} (run_id, step, pid) VALUES (%s, %s, %s)").format(_table(LEDGER))
-    return query, (run_id, step, os.getpid())
+def _ledger_insert(run_id: str, step: str) -> Statement[None]:
+    return app.statements.demos.record_step(run_id, step, os.getpid())
 
 
 def _record(run_id: str, step: str) -> None:
     """Write the ledger row of a plain ``def`` step, on a short connection of its own."""
     with psycopg.connect(app.url, autocommit=True) as conn:
-        conn.execute(*_ledger_insert(run_id, step))
+        caller.execute_sync(conn, _ledger_insert(run_id, step))
 
 
 async def _record_async(run_id: str, step: str) -> None:
     """Write the ledger row of an ``async def`` step, on a short connection of its own."""
     async with await psycopg.AsyncConnection.connect(app.url, autocommit=True) as conn:
-        await conn.execute(*_ledger_insert(run_id, step))
+        await caller.execute_async(conn, _ledger_insert(run_id, step))
 
 
 # checkout: async workflow, mixing async and plain steps -----------------------------
@@ -151,17 +121,11 @@ def charge_card(run_id: str, order: dict[str, Any]) -> dict[str, Any]:
     """
     draw = _rng(order, "gateway").random()
     planned_timeouts = 2 if draw < 0.05 else 1 if draw < 0.30 else 0
+    demo = app.statements.demos
     with psycopg.connect(app.url, autocommit=True) as conn:
-        row = conn.execute(
-            sql.SQL("SELECT count(*) FROM {} WHERE run_id = %s AND outcome = 'timeout'").format(
-                _table(PAYMENTS)
-            ),
-            (run_id,),
-        ).fetchone()
-        timeouts = row[0] if row else 0
-        insert = sql.SQL("INSERT INTO {} (run_id, outcome, pid) VALUES (%s, %s, %s)")
+        timeouts = caller.execute_sync(conn, demo.payment_timeouts(run_id))
         if timeouts < planned_timeouts:
-            conn.execute(insert.format(_table(PAYMENTS)), (run_id, "timeout", os.getpid()))
+            caller.execute_sync(conn, demo.record_payment(run_id, "timeout", os.getpid()))
             time.sleep(0.1)
             raise PaymentGatewayTimeout(
                 f"payment gateway timed out charging order {order['id']} (attempt {timeouts + 1})"
@@ -169,8 +133,8 @@ def charge_card(run_id: str, order: dict[str, Any]) -> dict[str, Any]:
         # The charge and its ledger row commit together, so the ledger counts
         # every charge the gateway made, even one cut short by a crash.
         with conn.transaction():
-            conn.execute(insert.format(_table(PAYMENTS)), (run_id, "charged", os.getpid()))
-            conn.execute(*_ledger_insert(run_id, "charge_card"))
+            caller.execute_sync(conn, demo.record_payment(run_id, "charged", os.getpid()))
+            caller.execute_sync(conn, _ledger_insert(run_id, "charge_card"))
     time.sleep(_duration(order, "charge_card"))
     return {"charge_id": f"ch_{run_id.replace('-', '')[-12:]}", "amount": order["amount_cents"]}
 
@@ -179,15 +143,13 @@ async def record_order(
     conn: psycopg.AsyncConnection[Any], run_id: str, order: dict[str, Any], charge_id: str
 ) -> dict[str, Any]:
     """Insert the order row; runs in the checkpoint's transaction, so exactly once."""
-    await conn.execute(
-        sql.SQL(
-            "INSERT INTO {} (order_id, run_id, amount_cents, charge_id) VALUES (%s, %s, %s, %s)"
-        ).format(_table(ORDERS)),
-        (order["id"], run_id, order["amount_cents"], charge_id),
+    statement = app.statements.demos.record_order(
+        order["id"], run_id, order["amount_cents"], charge_id
     )
+    await caller.execute_async(conn, statement)
     # The ledger row shares the transaction too: if the worker dies before the
     # commit, both the order and its ledger row vanish with the checkpoint.
-    await conn.execute(*_ledger_insert(run_id, "record_order"))
+    await caller.execute_async(conn, _ledger_insert(run_id, "record_order"))
     await asyncio.sleep(_duration(order, "record_order") / 3)
     return {"order_id": order["id"]}
 
@@ -246,7 +208,7 @@ def load(conn: psycopg.Connection[Any], run_id: str, batch: dict[str, Any]) -> i
     """Load the totals; a plain ``def`` transaction step, so its writes commit exactly once."""
     # A real pipeline would insert the totals here; the ledger row stands in
     # for them, written in the same transaction as the step's checkpoint.
-    conn.execute(*_ledger_insert(run_id, "load"))
+    caller.execute_sync(conn, _ledger_insert(run_id, "load"))
     time.sleep(_duration(batch, "load") / 3)
     return int(batch["rows"])
 

@@ -57,7 +57,6 @@ class Host(Protocol):
 
 async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body) -> Any:
     """Run ``body`` as ``attempt`` and record its outcome; the step's decoded output."""
-    ex.env.emit("step_started", run_id=ex.task.run_id, step=attempt.name, attempt=attempt.number)
     observer = ex.env.observer
     observed = StepAttempt(ex.task, attempt.name, attempt.kind, attempt.number)
     token = observer.step_started(observed)
@@ -116,7 +115,6 @@ async def _snooze(ex: Host, attempt: Attempt, snooze: Snooze) -> NoReturn:
             attempt.position, attempt.name, attempt.kind, attempt.number - 1, attempt.started
         )
         await ex.checkpoint(earlier, "retrying", None, None)
-    ex.env.emit("step_snoozed", run_id=ex.task.run_id, step=attempt.name, delay=delay)
     await ex.release(delay, event="step_snoozed", detail_json=detail)
 
 
@@ -136,13 +134,6 @@ async def _failed(
     if retrying:
         delay = (retry or DEFAULT_STEP_RETRY).delay(attempt.number)
         await ex.checkpoint(attempt, "retrying", None, error_text)
-        ex.env.emit(
-            "step_retry",
-            run_id=ex.task.run_id,
-            step=attempt.name,
-            attempt=attempt.number,
-            delay=delay,
-        )
         await ex.release(
             delay,
             event="run_retry_scheduled",

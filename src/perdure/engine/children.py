@@ -85,7 +85,7 @@ async def start_child(
             raise RunKeyConflict(child_key, started.workflow, resolved[0])
         output = json.dumps({"run_id": started.run_id, "workflow": resolved[0]})
         await ex.checkpoint(attempt, "completed", output, None, conn=conn)
-    ex.env.emit("child_started", run_id=ex.task.run_id, child=started.run_id)
+    ex.env.observer.child_started(ex.task, started.run_id)
     return started.run_id
 
 

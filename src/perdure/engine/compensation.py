@@ -56,7 +56,7 @@ async def run(execution: Execution, cause: Exception | None) -> str:
         if not (await store.execute(statements.runs.compensating(task.fence, text))).leased:
             env.lease_lost(task)
             return "abandoned"
-    env.emit("run_compensating", run_id=task.run_id, compensations=len(execution.rollbacks))
+    env.observer.run_compensating(task.run_id, len(execution.rollbacks))
     execution.failure = None  # the compensations are the new work this run does
     failed: list[str] = []
     try:

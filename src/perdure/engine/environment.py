@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -52,7 +52,6 @@ class ExecutionEnv:
     threads: Executor
     max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES
     sync_pool: session.SyncPool | None = None
-    on_event: Callable[[str, dict[str, Any]], None] | None = None
     #: Tasks the heartbeat found taken away; their executions stop at the next ctx call.
     lost_tasks: set[int] = field(default_factory=set)
     #: The workflows this worker has code for, by (name, version): child runs
@@ -81,22 +80,15 @@ class ExecutionEnv:
         result: T = (await self.committer.write(Unit(task_id, (statement,))))[0]
         return result
 
-    def emit(self, event: str, **fields: Any) -> None:
-        """Report an engine event to the worker's event callback, if any."""
-        if self.on_event is not None:
-            self.on_event(event, fields)
-
     def run_finished(
         self, run_id: str, workflow: str, status: str, error: BaseException | None = None
     ) -> None:
-        """This worker ended a run with ``status``: tell the observer and the callback."""
+        """This worker ended a run with ``status``: tell the observer."""
         self.observer.run_finished(run_id, workflow, status, error)
-        self.emit(f"run_{status}", run_id=run_id)
 
     def lease_lost(self, task: ClaimedTask) -> None:
-        """A fenced write on ``task`` found another owner: tell the observer and the callback."""
+        """A fenced write on ``task`` found another owner: tell the observer."""
         self.observer.lease_lost(task)
-        self.emit("lease_lost", run_id=task.run_id, task_id=task.fence.task_id)
 
     def get_sync_pool(self) -> session.SyncPool:
         """A small sync pool for ``ctx.transaction`` steps written as plain ``def``."""

@@ -463,9 +463,7 @@ class Execution:
         # Not written with the lease ours: the history this replay started
         # from was stale; the task is handed back and replayed from the real one.
         self.fenced(result, f"position {attempt.position} was already checkpointed")
-        self.env.emit(
-            "step_checkpointed", run_id=self.task.run_id, step=attempt.name, status=status
-        )
+        self.env.observer.step_checkpointed(self.task.run_id, attempt.name, status)
 
 
 _UNFINISHED = (StepStatus.RETRYING, StepStatus.PENDING, StepStatus.WAITING)

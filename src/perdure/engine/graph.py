@@ -207,7 +207,6 @@ async def _execute_step(
         step_task_position=position,
         on_step_task_final=decide,
     )
-    env.emit("branch_executing", run_id=task.run_id, step=task.step_name)
     if position >= n:
         name, kind, fn = f"compensate:{step.name}", "compensation", step.compensate
         value = typed.return_hint(step.fn).rebuild(
@@ -286,7 +285,7 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
             ),
         )
         if row["found"]:
-            ex.env.emit("signal_consumed", run_id=ex.task.run_id, name=step.signal)
+            ex.env.observer.signal_consumed(ex.task, step.signal)
             return row["payload"]
         recorded = ex.steps.get(position)
         if (
@@ -308,7 +307,7 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
         )
     if not parked.leased:
         ex.lose_lease()
-    ex.env.emit("run_waiting", run_id=ex.task.run_id, step=step.name, signal=step.signal)
+    ex.env.observer.run_waiting(ex.task, step.name, {"signal": step.signal})
     raise Suspend()
 
 
@@ -436,7 +435,7 @@ async def _unwind(
         await execute_async(
             conn, statements.runs.mark_compensating(run_id, serialization.error_json(error))
         )
-        env.emit("run_compensating", run_id=run_id)
+        env.observer.run_compensating(run_id, None)
     if await execute_async(conn, statements.runs.halt_steps(run_id, task_id)):
         return  # a step still running: its completion continues from here
     undone: list[Step] = []

@@ -1,5 +1,9 @@
 """What the engine tells its observers: claims, executions, steps, how runs end.
 
+This is the engine's one channel of events: every moment a worker reports
+(a claim, a step, a wait, a signal taken, an idle claim loop...) is a typed
+hook here.
+
 A worker calls these hooks at the moments worth counting, tracing or logging;
 ``perdure.observability`` implements Prometheus metrics and OpenTelemetry
 spans on them, and ``LoggingObserver`` writes the log records about runs
@@ -16,7 +20,7 @@ the workflow's own code can be given them too
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence, Sized
+from collections.abc import Mapping, Sequence, Sized
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,6 +28,7 @@ from typing import Any, Protocol
 from perdure.errors import LeaseLost
 from perdure.store.rows import ClaimedTask
 from perdure.store.store import AsyncStore
+from perdure.types import PruneResult
 
 #: The ``extra`` fields of every record about a run or a step (None when not
 #: applicable: ``step`` in a record about the whole run).
@@ -164,6 +169,50 @@ class Observer:
         """Propagation headers (JSON) for a run that ``task``'s execution starts now."""
         return None
 
+    def ranked(self, rank: int, queue_ranks: Mapping[str, int]) -> None:
+        """A heartbeat told the worker its rank among the live workers (0 holds the
+        fleet's duties), and by queue among those serving each of its queues."""
+
+    def worker_idle(self, free: int) -> None:
+        """The claim loop found no more due work and waits, with ``free`` slots."""
+
+    def worker_full(self, stuck: int) -> None:
+        """Every slot is taken (``stuck`` of them by stuck threads): nothing is claimed."""
+
+    def thread_stuck(self, stuck: int) -> None:
+        """A step's thread outlived its timeout; ``stuck`` threads are stuck now."""
+
+    def thread_freed(self, stuck: int) -> None:
+        """A stuck thread returned; ``stuck`` are left."""
+
+    def maintenance_pass(self, result: PruneResult | None) -> None:
+        """A maintenance pass ended; what retention pruned (None: not this worker's turn)."""
+
+    def run_waiting(self, task: ClaimedTask, step: str, waiting_for: Mapping[str, Any]) -> None:
+        """The run parked at ``step``, waiting for ``waiting_for`` (a time, a signal...)."""
+
+    def signal_consumed(self, task: ClaimedTask, name: str) -> None:
+        """The run took the next signal ``name``."""
+
+    def child_started(self, task: ClaimedTask, child_run_id: str) -> None:
+        """The run started (or found, on replay) child run ``child_run_id``."""
+
+    def steps_scheduled(self, task: ClaimedTask, steps: int, waiting: int) -> None:
+        """A gather made ``steps`` step tasks for other workers; ``waiting`` are pending."""
+
+    def step_checkpointed(self, run_id: str, step: str, status: str) -> None:
+        """The checkpoint of ``step`` (``completed``, ``failed``...) was written."""
+
+    def run_compensating(self, run_id: str, compensations: int | None) -> None:
+        """The run failed and runs its compensations (how many, when known)."""
+
+    def simulated_crash(self, task: ClaimedTask) -> None:
+        """A test's fault stopped the execution as a crash would (nothing more is written)."""
+
+    def lease_taken(self, task: ClaimedTask) -> None:
+        """The heartbeat found ``task`` held by another worker: its execution stops at
+        its next ``ctx`` call (where ``lease_lost`` is told)."""
+
 
 class Observers(Observer):
     """Several observers called in order, as one; a failing observer never stops the engine.
@@ -174,9 +223,14 @@ class Observers(Observer):
     metrics port already taken, say).
     """
 
-    def __init__(self, observers: Sequence[Observer]) -> None:
-        """Call each of ``observers`` at every hook, in this order."""
+    def __init__(self, observers: Sequence[Observer], counts: dict[str, int] | None = None) -> None:
+        """Call each of ``observers`` at every hook, in this order.
+
+        ``counts`` (the worker's) counts each hook called, by its name, and
+        each run ended, as ``run_<status>``.
+        """
         self.observers = tuple(observers)
+        self.counts = {} if counts is None else counts
         self._failed: set[tuple[int, str]] = set()
         # The bound methods of each hook, looked up once: hooks run per step.
         self._hooks = {
@@ -192,7 +246,11 @@ class Observers(Observer):
                 "observer %r failed in %s (later failures there are not logged)", observer, hook
             )
 
+    def _count(self, name: str) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+
     def _all(self, hook: str, *args: Any) -> list[Any]:
+        self._count(hook)
         results = []
         for observer, method in zip(self.observers, self._hooks[hook], strict=True):
             try:
@@ -203,6 +261,7 @@ class Observers(Observer):
         return results
 
     def _closing(self, hook: str, subject: Any, tokens: Any, *args: Any) -> None:
+        self._count(hook)
         # Innermost (last started) first, as nested context managers would.
         for observer, method, token in zip(
             reversed(self.observers), reversed(self._hooks[hook]), reversed(tokens), strict=True
@@ -214,6 +273,7 @@ class Observers(Observer):
 
     def worker_started(self, worker: WorkerView) -> None:
         """Tell each observer. An error here stops the worker before it claims anything."""
+        self._count("worker_started")
         for o in self.observers:
             o.worker_started(worker)
 
@@ -262,6 +322,7 @@ class Observers(Observer):
         self, run_id: str, workflow: str, status: str, error: BaseException | None
     ) -> None:
         """Tell each observer."""
+        self._count(f"run_{status}")
         self._all("run_finished", run_id, workflow, status, error)
 
     def lease_lost(self, task: ClaimedTask) -> None:
@@ -282,6 +343,62 @@ class Observers(Observer):
             if found is not None:
                 return str(found)
         return None
+
+    def ranked(self, rank: int, queue_ranks: Mapping[str, int]) -> None:
+        """Tell each observer."""
+        self._all("ranked", rank, queue_ranks)
+
+    def worker_idle(self, free: int) -> None:
+        """Tell each observer."""
+        self._all("worker_idle", free)
+
+    def worker_full(self, stuck: int) -> None:
+        """Tell each observer."""
+        self._all("worker_full", stuck)
+
+    def thread_stuck(self, stuck: int) -> None:
+        """Tell each observer."""
+        self._all("thread_stuck", stuck)
+
+    def thread_freed(self, stuck: int) -> None:
+        """Tell each observer."""
+        self._all("thread_freed", stuck)
+
+    def maintenance_pass(self, result: PruneResult | None) -> None:
+        """Tell each observer."""
+        self._all("maintenance_pass", result)
+
+    def run_waiting(self, task: ClaimedTask, step: str, waiting_for: Mapping[str, Any]) -> None:
+        """Tell each observer."""
+        self._all("run_waiting", task, step, waiting_for)
+
+    def signal_consumed(self, task: ClaimedTask, name: str) -> None:
+        """Tell each observer."""
+        self._all("signal_consumed", task, name)
+
+    def child_started(self, task: ClaimedTask, child_run_id: str) -> None:
+        """Tell each observer."""
+        self._all("child_started", task, child_run_id)
+
+    def steps_scheduled(self, task: ClaimedTask, steps: int, waiting: int) -> None:
+        """Tell each observer."""
+        self._all("steps_scheduled", task, steps, waiting)
+
+    def step_checkpointed(self, run_id: str, step: str, status: str) -> None:
+        """Tell each observer."""
+        self._all("step_checkpointed", run_id, step, status)
+
+    def run_compensating(self, run_id: str, compensations: int | None) -> None:
+        """Tell each observer."""
+        self._all("run_compensating", run_id, compensations)
+
+    def simulated_crash(self, task: ClaimedTask) -> None:
+        """Tell each observer."""
+        self._all("simulated_crash", task)
+
+    def lease_taken(self, task: ClaimedTask) -> None:
+        """Tell each observer."""
+        self._all("lease_taken", task)
 
 
 class LoggingObserver(Observer):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from perdure.engine import arguments
 from perdure.engine.arguments import validate_name
@@ -11,6 +14,65 @@ from perdure.errors import ConfigurationError
 #: Tasks due within this many seconds notify idle workers when written
 #: (migration 0016): a worker's fallback poll never waits longer.
 NOTIFY_HORIZON_SECONDS = 60.0
+
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from perdure.engine.observer import Observer
+
+if sys.version_info >= (3, 12):
+    from typing import Unpack
+else:
+    from typing_extensions import Unpack
+
+__all__ = [
+    "NOTIFY_HORIZON_SECONDS",
+    "Unpack",
+    "WorkerArguments",
+    "WorkerKeywords",
+    "WorkerOptions",
+]
+
+
+class WorkerKeywords(TypedDict, total=False):
+    """The options of ``WorkerOptions`` as keyword arguments (``app.worker(concurrency=8)``).
+
+    Typed for checkers with ``**options: Unpack[WorkerKeywords]``; an unknown
+    option or a bad value is still refused at run time with ConfigurationError.
+    """
+
+    concurrency: int
+    queues: list[str] | None
+    lease_seconds: float
+    heartbeat_seconds: float | None
+    poll_seconds: float
+    idle_poll_seconds: float
+    blocked_loop_seconds: float
+    reap_seconds: float | None
+    claim_batch: int
+    shutdown_seconds: float
+    worker_id: str | None
+    exit_when_idle: bool
+    prune_after: float | timedelta | None
+    prune_archive: bool
+    prune_batch: int
+    maintenance_seconds: float
+    connect_seconds: float
+
+
+class WorkerArguments(WorkerKeywords, total=False):
+    """All keyword arguments of ``app.worker``: the options and what observes the worker.
+
+    What ``app.run_worker``, ``app.run_until_complete`` and
+    ``perdure.testing.drain`` pass on to ``app.worker``.
+    """
+
+    metrics_port: int | None
+    metrics_host: str
+    tracing: bool | None
+    tracer_provider: Any
+    observers: Sequence[Observer]
 
 
 @dataclass

@@ -66,7 +66,6 @@ async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     if execution is None:
         return "settled"
     store, statements, fence = env.store, env.store.statements, task.fence
-    env.emit("run_executing", run_id=task.run_id, attempt=fence.attempt)
     try:
         output = await spec.invoke(execution, task.input)
         if execution.fatal is not None:
@@ -125,9 +124,7 @@ async def _complete(execution: Execution, text: str, last: Checkpoint | None) ->
     except STOPS as stop:
         return await stopped(execution, stop)
     if last is not None:
-        env.emit(
-            "step_checkpointed", run_id=task.run_id, step=last.attempt.name, status="completed"
-        )
+        env.observer.step_checkpointed(task.run_id, last.attempt.name, "completed")
         try:
             faults.hit("after_checkpoint", last.attempt.name)
         except STOPS as stop:
@@ -143,7 +140,6 @@ async def execute_step_task(task: ClaimedTask, spec: Spec, env: ExecutionEnv) ->
     execution = await _start(task, spec, env)
     if execution is None:
         return "settled"
-    env.emit("branch_executing", run_id=task.run_id, step=task.step_name)
     try:
         await spec.invoke(execution, task.input)
     except StepTaskDone:

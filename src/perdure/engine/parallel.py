@@ -248,9 +248,7 @@ async def _fanout(
     if not parked.leased:
         ex.lose_lease()
     if not park:
-        ex.env.emit(
-            "steps_scheduled", run_id=ex.task.run_id, steps=parked.spawned, waiting=len(pending)
-        )
+        ex.env.observer.steps_scheduled(ex.task, parked.spawned, len(pending))
 
 
 async def _execute_here(
@@ -405,7 +403,7 @@ async def complete_batch(
         if then is not None:
             await then(conn)
     for c in completed:
-        env.emit("step_checkpointed", run_id=run_id, step=c.step.name, status="completed")
+        env.observer.step_checkpointed(run_id, c.step.name, "completed")
 
 
 def keep_leases(env: ExecutionEnv, worker_id: str, task_ids: list[int]) -> asyncio.Task[None]:

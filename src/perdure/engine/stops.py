@@ -32,7 +32,7 @@ async def stopped(execution: Execution, stop: BaseException) -> str:
     if isinstance(stop, StaleHistory):
         return await _replay_again(execution, stop)
     # A test's simulated death: no further write; the lease must lapse.
-    execution.env.emit("simulated_crash", run_id=execution.task.run_id)
+    execution.env.observer.simulated_crash(execution.task)
     return "crashed"
 
 

@@ -53,7 +53,7 @@ async def _park(
         result = await ex.env.store.execute(stmt)
     if not result.leased:
         ex.lose_lease()
-    ex.env.emit("run_waiting", run_id=ex.task.run_id, step=name, waiting_for=waiting_for)
+    ex.env.observer.run_waiting(ex.task, name, waiting_for)
 
 
 def _due(ex: Execution, recorded: Step) -> bool:
@@ -149,7 +149,7 @@ def _taken(ex: Execution, row: dict[str, Any], name: str) -> bool:
     if not row["leased"]:
         ex.lose_lease()
     if row["taken"]:
-        ex.env.emit("signal_consumed", run_id=ex.task.run_id, name=name)
+        ex.env.observer.signal_consumed(ex.task, name)
     return bool(row["taken"])
 
 

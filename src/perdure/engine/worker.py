@@ -71,7 +71,6 @@ class Worker:
         options: WorkerOptions | None = None,
         *,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
         before_start: Callable[[AsyncStore], Any] | None = None,
         observers: Sequence[Observer] = (),
         direct_url: str | None = None,
@@ -100,10 +99,13 @@ class Worker:
         self._queue_set = frozenset(self.queues)
         self._own_wake = statements.queues.wake_payload(self.id)
         self.max_payload_bytes = max_payload_bytes
-        self.on_event = on_event
         self.before_start = before_start
         self._steps = StepsInFlight()
-        self.observer = Observers([LoggingObserver(), self._steps, *observers])
+        #: What the worker did: each observer hook called, by name (executions
+        #: ended: ``execution_finished``; runs ended: ``run_<status>``), and
+        #: its statements and commits once it stopped.
+        self.counts: dict[str, int] = {}
+        self.observer = Observers([LoggingObserver(), self._steps, *observers], self.counts)
         self.claims = Claims(
             statements,
             self.id,
@@ -117,7 +119,6 @@ class Worker:
         self.stop_requested = asyncio.Event()
         self._stop_at_once = asyncio.Event()
         self.running: dict[int, _Held] = {}
-        self.counts: dict[str, int] = {}
         self._slot_freed = asyncio.Event()
         #: When the claim loop's current wait ends by itself (monotonic; read
         #: by the wakeup thread to tell whether work due then needs a wake).
@@ -159,11 +160,6 @@ class Worker:
         """Seconds between two heartbeats."""
         return self.options.heartbeat_interval
 
-    def _emit(self, event: str, fields: dict[str, Any]) -> None:
-        self.counts[event] = self.counts.get(event, 0) + 1
-        if self.on_event is not None:
-            self.on_event(event, fields)
-
     async def run(self) -> None:
         """Serve until ``request_stop`` is called (or the task is cancelled)."""
         opts = self.options
@@ -185,7 +181,7 @@ class Worker:
         loop = self._loop = asyncio.get_running_loop()
         threads = self.threads = StepThreads(
             opts.concurrency * 2 + 4,
-            on_stuck=lambda stuck: self._emit("thread_stuck", {"stuck": stuck}),
+            on_stuck=self.observer.thread_stuck,
             on_freed=lambda stuck: loop.call_soon_threadsafe(self._thread_freed, stuck),
         )
         committer = Committer(store)
@@ -194,7 +190,6 @@ class Worker:
             opts.lease_seconds,
             threads,
             self.max_payload_bytes,
-            on_event=self._emit,
             specs=self.specs,
             observer=self.observer,
             committer=committer,
@@ -237,7 +232,6 @@ class Worker:
                 self.queues,
                 opts.concurrency,
             )
-            self._emit("worker_started", {"worker_id": self.id})
             await self._claim_loop(store, env, wakeup)
         finally:
             await self._shutdown(store, env)
@@ -309,7 +303,6 @@ class Worker:
             env.sync_pool.close()
         env.threads.shutdown(wait=False, cancel_futures=True)
         self.observer.worker_stopped(self)
-        self._emit("worker_stopped", {"worker_id": self.id})
 
     async def _claim_loop(self, store: AsyncStore, env: ExecutionEnv, wakeup: Wakeup) -> None:
         opts = self.options
@@ -331,7 +324,7 @@ class Worker:
                 if free <= 0:
                     # Every slot is taken (by runs, or by stuck threads): claim
                     # nothing until one frees up.
-                    self._emit("worker_full", {"stuck": self.stuck_threads})
+                    self.observer.worker_full(self.stuck_threads)
                 else:
                     want = min(free, opts.claim_batch)
                     wakeup.event.clear()
@@ -346,7 +339,7 @@ class Worker:
                         # await before this loop's next query: a woken run's
                         # first step starts without waiting for it.
                         await asyncio.sleep(0)
-                    self._emit("worker_idle", {"free": free - len(claimed)})
+                    self.observer.worker_idle(free - len(claimed))
                     due = await self.claims.next_due(store)
                     if due is not None:
                         timeout = min(timeout, max(due, 0.0))
@@ -445,7 +438,6 @@ class Worker:
             self.running.pop(task.fence.task_id, None)
             env.lost_tasks.discard(task.fence.task_id)
             self._slot_freed.set()
-            self._emit("task_done", {"run_id": task.run_id, "outcome": result})
         if self.claims.is_limited(task.queue):
             # Its queue's limit counts across workers: the others may be
             # waiting for this slot; wake them now rather than at their poll.
@@ -462,7 +454,7 @@ class Worker:
             prune_after=opts.prune_after,
             archive=opts.prune_archive,
             batch_size=opts.prune_batch,
-            report=lambda result: self._emit("maintenance_pass", {"result": result}),
+            report=self.observer.maintenance_pass,
         )
 
     def _report_waiting(self, waiting: int, next_wake: datetime | None) -> None:
@@ -475,7 +467,7 @@ class Worker:
 
     def _thread_freed(self, stuck: int) -> None:
         """A stuck thread returned: its slot is free (runs on the loop)."""
-        self._emit("thread_freed", {"stuck": stuck})
+        self.observer.thread_freed(stuck)
         self._slot_freed.set()
 
     async def _report_stuck(self, store: AsyncStore) -> None:
@@ -487,10 +479,10 @@ class Worker:
 
     def _beat(self) -> None:
         """Tell the observers of a heartbeat (called on the wakeup thread)."""
-        ranks = {"rank": self._heartbeat.rank, "queue_ranks": self._heartbeat.queue_ranks}
+        rank, queue_ranks = self._heartbeat.rank, dict(self._heartbeat.queue_ranks)
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             self._loop.call_soon_threadsafe(self.observer.heartbeat)
-            self._loop.call_soon_threadsafe(self._emit, "heartbeat", ranks)
+            self._loop.call_soon_threadsafe(self.observer.ranked, rank, queue_ranks)
 
     def _place(self, payload: str) -> int | None:
         """Where this worker stands in answering a notification (engine/wakeup.py):
@@ -535,7 +527,7 @@ class Worker:
                 held.task.run_id,
                 extra=task_fields(held.task),
             )
-            self._emit("lease_lost", {"run_id": held.task.run_id, "task_id": task_id})
+            self.observer.lease_taken(held.task)
 
     async def _shutdown(self, store: AsyncStore, env: ExecutionEnv) -> None:
         """Let in-flight work finish within ``shutdown_seconds``; cancel and hand back the

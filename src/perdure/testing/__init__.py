@@ -17,6 +17,7 @@ from perdure.api import draining, forms
 from perdure.api.app import App
 from perdure.api.handle import RunHandle
 from perdure.engine import faults
+from perdure.engine.options import Unpack, WorkerArguments
 from perdure.types import Step
 
 __all__ = [
@@ -33,12 +34,12 @@ __all__ = [
 ]
 
 
-async def drain_async(app: App, **options: Any) -> dict[str, int]:
+async def drain_async(app: App, **options: Unpack[WorkerArguments]) -> dict[str, int]:
     """Run all work due now, inline, until none is due; counts of what happened."""
     return await draining.drain(app.worker_async, **options)
 
 
-def drain(app: App, **options: Any) -> dict[str, int]:
+def drain(app: App, **options: Unpack[WorkerArguments]) -> dict[str, int]:
     """Run all work due now, inline (sync); see [`drain_async`][perdure.testing.drain_async].
 
     Safe to call from a test that has an event loop running: the work runs on
@@ -47,7 +48,7 @@ def drain(app: App, **options: Any) -> dict[str, int]:
     return forms.run_on_thread(drain_async(app, **options))
 
 
-def run_until_complete(app: App, run: RunHandle | str, **options: Any) -> Any:
+def run_until_complete(app: App, run: RunHandle | str, **options: Unpack[WorkerArguments]) -> Any:
     """Drain ``app`` and return the run's result (ResultTimeout if it still waits)."""
     return app.run_until_complete(run, **options)
 

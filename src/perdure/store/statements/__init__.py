@@ -19,6 +19,7 @@ from perdure.errors import ConfigurationError
 from perdure.store.batch_statements import BatchStatements
 from perdure.store.queries import render
 from perdure.store.statement import Builder
+from perdure.store.statements.demos import DemoStatements
 from perdure.store.statements.events import EventStatements, StreamStatements
 from perdure.store.statements.history import HistoryStatements
 from perdure.store.statements.queues import QueueStatements
@@ -71,6 +72,8 @@ class Statements:
         self.history = HistoryStatements(build)
         #: The merged statements of the group commit (``sql/queries/batch.sql``).
         self.batch = BatchStatements(build)
+        #: The tables and evidence of ``perdure demo`` (``sql/queries/demos.sql``).
+        self.demos = DemoStatements(build)
 
     @property
     def messages_channel(self) -> str:
