@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     "readers",
     metavar="ROLE",
     multiple=True,
-    help="Grant ROLE SELECT on the tables only (dashboards, analytics); repeatable.",
+    help="Grant ROLE read-only access to the tables (dashboards, analytics); repeatable.",
 )
 @click.option(
     "--print-grants",
