@@ -21,7 +21,7 @@ from perdure.engine import serialization
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution
 from perdure.engine.stops import STOPS, stopped
-from perdure.errors import Cancelled, StepFailed
+from perdure.errors import Cancelled, StepFailed, UndecodablePayload
 
 
 def failure_json(exc: BaseException) -> tuple[dict[str, Any], str]:
@@ -30,6 +30,8 @@ def failure_json(exc: BaseException) -> tuple[dict[str, Any], str]:
     for attr in ("step", "position", "recorded", "requested"):
         if hasattr(exc, attr):
             record[attr] = getattr(exc, attr)
+    if isinstance(exc, UndecodablePayload):
+        record.update(field=exc.field, reason=exc.reason)
     return record, serialization.error_json(record)
 
 

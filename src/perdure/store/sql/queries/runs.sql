@@ -136,7 +136,7 @@ WITH lease AS (
     FROM lease
     -- A run cancelled while its last step ran stays cancelled.
     WHERE r.id = lease.run_id AND r.status IN ('running', 'paused')
-    RETURNING r.id, r.completed_at - r.started_at AS took
+    RETURNING r.id, CASE WHEN isfinite(r.started_at) THEN r.completed_at - r.started_at END AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN lease ON t.run_id = lease.run_id
@@ -167,7 +167,7 @@ WITH lease AS (
         completed_at = {now}, updated_at = {now}
     FROM lease
     WHERE r.id = lease.run_id AND r.status IN ('running', 'paused', 'compensating')
-    RETURNING r.id, r.completed_at - r.started_at AS took
+    RETURNING r.id, CASE WHEN isfinite(r.started_at) THEN r.completed_at - r.started_at END AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN lease ON t.run_id = lease.run_id
@@ -312,7 +312,7 @@ WITH expired AS (
         cancel_reason = 'deadline',
         error = jsonb_build_object('type', 'Cancelled', 'message', 'deadline')
     FROM expired WHERE r.id = expired.id
-    RETURNING r.id, r.completed_at - r.started_at AS took
+    RETURNING r.id, CASE WHEN isfinite(r.started_at) THEN r.completed_at - r.started_at END AS took
 ), dropped AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN cancelled c ON t.run_id = c.id
@@ -378,7 +378,7 @@ WITH finished AS (
         completed_at = {now}, updated_at = {now}
     WHERE id = %(run_id)s
       AND status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
-    RETURNING id, completed_at - started_at AS took
+    RETURNING id, CASE WHEN isfinite(started_at) THEN completed_at - started_at END AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN finished f ON t.run_id = f.id
