@@ -295,3 +295,44 @@ def test_a_run_started_at_an_infinite_time_completes_beside_the_others(
 
     assert _status(db, bad) == _status(db, good) == "completed"
     assert [e for e, _, _ in _history(db, bad)].count("lease_expired") == 0
+
+
+def test_a_poison_child_output_fails_its_parent_not_as_text(app: perdure.App, db: DB) -> None:
+    _define(app)
+
+    @app.workflow("parent")
+    async def parent(ctx: perdure.Context, value: Any) -> Any:
+        child = await ctx.start_child("echo", value)
+        try:
+            return await child.result()
+        except Exception:
+            return "swallowed"  # the poison is not the parent's to swallow
+
+    app.register()
+    value, reason = POISONS["integer_of_5000_digits"]
+    # A bug that writes an unreadable output when a child completes.
+    db.execute(
+        "CREATE FUNCTION poison_output() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        f"NEW.output := {value}; RETURN NEW; END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER poison_output BEFORE UPDATE ON runs FOR EACH ROW "
+        "WHEN (NEW.status = 'completed' AND NEW.workflow = 'echo') "
+        "EXECUTE FUNCTION poison_output()"
+    )
+    bad, direct = app.start("parent", 1).id, app.start("echo", 2).id
+
+    drain(app, concurrency=8, claim_batch=8)
+
+    assert _status(db, bad) == "failed"
+    error = _error(db, bad)
+    assert error["type"] == "perdure.errors.UndecodablePayload", error
+    assert "the output of child run" in error["field"] and reason in error["reason"], error
+    # The parent's history holds no marker text passed off as the child's output.
+    assert db.execute(
+        "SELECT count(*) FROM steps WHERE run_id = %s AND output::text LIKE '%%undecodable%%'",
+        (bad,),
+    ).fetchone() == (0,)
+    # Asked for its result, a run whose output is poison answers with the typed error.
+    with pytest.raises(perdure.UndecodablePayload, match="5000 digits"):
+        app.handle(direct).result(timeout=5)

@@ -17,6 +17,7 @@ from typing import Any
 
 from perdure.engine import compensation
 from perdure.engine.environment import ExecutionEnv
+from perdure.engine.executor import Execution
 from perdure.errors import UndecodablePayload
 from perdure.store.loaders import Undecodable
 from perdure.store.rows import ClaimedTask
@@ -38,6 +39,15 @@ def check(run_id: str, field: str, value: Any) -> Any:
     """``value``, or UndecodablePayload when the store could not decode it."""
     if isinstance(value, Undecodable):
         raise UndecodablePayload(run_id, field, value.reason)
+    return value
+
+
+def refuse(ex: Execution, field: str, value: Any) -> Any:
+    """``value``, or the run stops for good (UndecodablePayload, which the
+    workflow cannot catch away) when the store could not decode it."""
+    if isinstance(value, Undecodable):
+        ex.fatal = UndecodablePayload(ex.task.run_id, field, value.reason)
+        raise ex.fatal
     return value
 
 

@@ -13,12 +13,11 @@ import json
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import serialization, typed
+from perdure.engine import poison, serialization, typed
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import Suspend
 from perdure.engine.executor import Execution
-from perdure.errors import SignalTimeout, UndecodablePayload
-from perdure.store.loaders import Undecodable
+from perdure.errors import SignalTimeout
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
 
@@ -88,12 +87,7 @@ async def wait_for_signal(
     """Return the payload of the next signal ``name`` (rebuilt as ``hint`` declares);
     SignalTimeout after ``timeout`` s."""
     payload = await _signal_payload(ex, name, timeout)
-    if isinstance(payload, Undecodable):
-        # The stored signal cannot be read: the run fails, whatever it catches.
-        ex.fatal = UndecodablePayload(
-            ex.task.run_id, f"the payload of signal {name!r}", payload.reason
-        )
-        raise ex.fatal
+    poison.refuse(ex, f"the payload of signal {name!r}", payload)
     return hint.rebuild(payload, f"the payload of signal {name!r}")
 
 
