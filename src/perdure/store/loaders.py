@@ -171,6 +171,13 @@ _INFINITE_BINARY = {
 }
 
 
+#: psycopg's own loaders (the C ones when psycopg[binary] is installed).
+_BASE: dict[Format, type[Loader]] = {
+    fmt: psycopg.adapters.get_loader(_TIMESTAMPTZ_OID, fmt)  # type: ignore[misc]
+    for fmt in (Format.TEXT, Format.BINARY)
+}
+
+
 class _Timestamptz(Loader):
     """psycopg's own timestamptz loader (the fast one), with the infinities added."""
 
@@ -178,9 +185,7 @@ class _Timestamptz(Loader):
 
     def __init__(self, oid: int, context: Any = None) -> None:
         super().__init__(oid, context)
-        base = psycopg.adapters.get_loader(_TIMESTAMPTZ_OID, self.format)
-        assert base is not None
-        self._load = base(oid, context).load
+        self._load = _BASE[self.format](oid, context).load
 
     def load(self, data: Buffer) -> Any:
         try:
