@@ -239,10 +239,10 @@ def test_the_dashboard_pages_show_bad_rows(app: perdure.App, db: DB) -> None:
         assert "infinity" in client.get(f"/runs/{infinite}").text
 
 
-def _drain_on_thread(app: perdure.App, seconds: float) -> dict[str, int]:
+def _drain_on_thread(app: perdure.App, seconds: float, **options: Any) -> dict[str, int]:
     """drain(app) on a thread; fail if it has not returned within ``seconds``."""
     done: list[dict[str, int]] = []
-    thread = threading.Thread(target=lambda: done.append(drain(app)), daemon=True)
+    thread = threading.Thread(target=lambda: done.append(drain(app, **options)), daemon=True)
     thread.start()
     thread.join(seconds)
     assert not thread.is_alive(), f"the claim loop did not come back within {seconds} s"
@@ -336,3 +336,46 @@ def test_a_poison_child_output_fails_its_parent_not_as_text(app: perdure.App, db
     # Asked for its result, a run whose output is poison answers with the typed error.
     with pytest.raises(perdure.UndecodablePayload, match="5000 digits"):
         app.handle(direct).result(timeout=5)
+
+
+def test_a_run_poisoned_while_its_gather_runs_fails_alone(app: perdure.App, db: DB) -> None:
+    _define(app)
+    tried: set[int] = set()
+
+    async def flaky(n: int) -> int:
+        if n not in tried:  # each step fails once: its task goes back to the queue
+            tried.add(n)
+            raise RuntimeError("once")
+        return n
+
+    retry = perdure.RetryPolicy(initial_delay=0.5, jitter=0.0)
+
+    @app.workflow("fanned")
+    async def fanned(ctx: perdure.Context, value: Any) -> Any:
+        return await ctx.gather(*(ctx.step(f"part{n}", flaky, n, retry=retry) for n in range(4)))
+
+    app.register()
+    bad = app.start("fanned", 1).id
+    drain(app)
+    ready = db.execute(
+        "SELECT count(*) FROM tasks WHERE run_id = %s AND kind = 'step' AND status = 'ready'",
+        (bad,),
+    ).fetchone()
+    assert ready == (4,) and _status(db, bad) == "waiting", ready
+    value, reason = POISONS["integer_of_5000_digits"]
+    db.execute(f"UPDATE runs SET input = {value} WHERE id = %s", (bad,))
+    # The step tasks are due now; the run's own task waits for them.
+    db.execute("UPDATE tasks SET available_at = now() WHERE run_id = %s AND kind = 'step'", (bad,))
+    others = [app.start("echo", n).id for n in range(5)]
+
+    # The step tasks are claimed beside the others: the first one fails the run.
+    _drain_on_thread(app, 60, concurrency=16, claim_batch=16)
+
+    assert _status(db, bad) == "failed", _history(db, bad)
+    error = _error(db, bad)
+    assert error["type"] == "perdure.errors.UndecodablePayload", error
+    assert reason in error["reason"], error
+    events = [event for event, _, _ in _history(db, bad)]
+    assert "lease_expired" not in events, events
+    assert db.execute("SELECT count(*) FROM tasks WHERE run_id = %s", (bad,)).fetchone() == (0,)
+    _assert_untouched(db, others)

@@ -59,7 +59,7 @@ async def fail(task: ClaimedTask, error: UndecodablePayload, env: ExecutionEnv) 
         await env.store.execute(statements.tasks.settle(task.fence))
         return "settled"
     _, text = compensation.failure_json(error)
-    result = await env.store.execute(statements.runs.fail(task.fence, text))
+    result = await env.store.execute(statements.runs.fail(task.fence, text, any_state=True))
     if not result.leased:
         env.lease_lost(task)
         return "abandoned"

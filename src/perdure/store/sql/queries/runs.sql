@@ -153,7 +153,9 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM finished) A
 -- compensations 'compensated' / 'compensation_failed') with its error and
 -- traceback (merged into the error already recorded, if any: compensations
 -- add what failed to the original failure), task deleted, history written.
--- Fenced like run_complete.
+-- Fenced like run_complete. %(any_state)s: also a run that waits (for the
+-- gather a step task belongs to): a run whose stored data cannot be read
+-- fails from whichever of its tasks found it.
 WITH lease AS (
     DELETE FROM {schema}.tasks
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
@@ -166,7 +168,9 @@ WITH lease AS (
         waiting_for = NULL,
         completed_at = {now}, updated_at = {now}
     FROM lease
-    WHERE r.id = lease.run_id AND r.status IN ('running', 'paused', 'compensating')
+    WHERE r.id = lease.run_id
+      AND (r.status IN ('running', 'paused', 'compensating')
+           OR (%(any_state)s AND r.status = 'waiting'))
     RETURNING r.id, CASE WHEN isfinite(r.started_at) THEN r.completed_at - r.started_at END AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
