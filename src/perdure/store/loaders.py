@@ -74,8 +74,28 @@ class InfiniteTime(datetime):
         """Itself: infinity is the same in every time zone."""
         return self
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         return (_infinite, (self.positive,))
+
+    def replace(self, *args: Any, **kwargs: Any) -> datetime:  # type: ignore[override]
+        """A plain datetime: the edge time with the given fields replaced."""
+        plain = datetime(
+            self.year,
+            self.month,
+            self.day,
+            self.hour,
+            self.minute,
+            self.second,
+            self.microsecond,
+            self.tzinfo,
+        )
+        return plain.replace(*args, **kwargs)
+
+    def __copy__(self) -> InfiniteTime:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> InfiniteTime:
+        return self
 
 
 def _infinite(positive: bool) -> InfiniteTime:
@@ -118,7 +138,7 @@ class Undecodable(str):
         made.reason = reason
         return made
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         return (Undecodable, (self.reason,))
 
 
