@@ -379,3 +379,21 @@ def test_a_run_poisoned_while_its_gather_runs_fails_alone(app: perdure.App, db: 
     assert "lease_expired" not in events, events
     assert db.execute("SELECT count(*) FROM tasks WHERE run_id = %s", (bad,)).fetchone() == (0,)
     _assert_untouched(db, others)
+
+
+def test_a_compensating_run_with_an_undecodable_error_ends_without_a_lapse(
+    app: perdure.App, db: DB
+) -> None:
+    _define(app)
+    bad = app.start("gated", 1).id
+    drain(app)
+    value, _ = POISONS["arrays_nested_3000_deep"]
+    # Its failure was recorded, then spoiled; its compensations are due.
+    db.execute(f"UPDATE runs SET status = 'compensating', error = {value} WHERE id = %s", (bad,))
+    db.execute("UPDATE tasks SET available_at = now() WHERE run_id = %s", (bad,))
+
+    _drain_on_thread(app, 60)
+
+    assert _status(db, bad) == "failed"
+    events = [event for event, _, _ in _history(db, bad)]
+    assert "lease_expired" not in events and events.count("run_claimed") == 2, events

@@ -38,6 +38,8 @@ def failure_json(exc: BaseException) -> tuple[dict[str, Any], str]:
 async def recorded_failure(env: ExecutionEnv, run_id: str) -> dict[str, Any]:
     """The failure a compensating run recorded; its replay stops with it at new work."""
     run = await env.store.execute(env.store.statements.runs.get(run_id))
+    if run is not None and isinstance(run.error, str):  # an undecodable record: its marker
+        return {"message": run.error}
     return dict(run.error or {}) if run is not None else {}
 
 
