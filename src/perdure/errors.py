@@ -173,6 +173,26 @@ class PermanentError(PerdureError):
     """A failure that retrying cannot fix; raise it from a step or workflow to fail at once."""
 
 
+class UndecodablePayload(PermanentError):
+    """A run's stored data cannot be decoded: the run fails alone, at once.
+
+    ``field`` names what could not be read (the run's input, the checkpoint
+    of a step, the payload of a signal) and ``reason`` why (an integer with
+    5000 digits, JSON nested too deeply). Only a row written outside
+    perdure's checks (by hand, an older version, a bug) can hold one; no
+    retry can read it, and no other run pays for it.
+    """
+
+    def __init__(self, run_id: str, field: str, reason: str) -> None:
+        self.run_id = run_id
+        self.field = field
+        self.reason = reason
+        super().__init__(
+            f"run {run_id}: {field} cannot be decoded ({reason}); the run fails without "
+            "running: correct or delete the stored value, then retry the run"
+        )
+
+
 class StepFailed(PerdureError):
     """A step failed permanently (its error was not retryable or its attempts ran out)."""
 

@@ -11,7 +11,8 @@ from perdure.api.core import Core, HasCore
 from perdure.api.patience import patiently
 from perdure.api.presenting import owned
 from perdure.engine import arguments
-from perdure.errors import ResultTimeout, RunCancelled, RunFailed, RunNotFound
+from perdure.errors import ResultTimeout, RunCancelled, RunFailed, RunNotFound, UndecodablePayload
+from perdure.store.loaders import Undecodable
 from perdure.types import Run, RunStatus
 
 
@@ -73,6 +74,8 @@ async def wait_result(core: Core, run_id: str, timeout: float | None) -> Any:
         status = RunStatus(row["status"])
         if status == RunStatus.COMPLETED:
             # The workflow's code, when this App has it, rebuilds a typed result.
+            if isinstance(row["output"], Undecodable):
+                raise UndecodablePayload(run_id, "the output", row["output"].reason)
             local = core.registry.get(row["workflow"], row["version"])
             return row["output"] if local is None else local.rebuild_result(row["output"])
         if status.is_failure:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from perdure.engine import serialization
+from perdure.engine import poison, serialization
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import StaleHistory, Suspend
 from perdure.engine.executor import Execution
@@ -111,6 +111,7 @@ async def child_result(ex: Execution, child_run_id: str, workflow: str) -> Any:
             raise ChildFailed(name, child_run_id, "missing", {"message": "the child run is gone"})
         status = RunStatus(row["status"])
         if status == RunStatus.COMPLETED:
+            poison.refuse(ex, f"the output of child run {child_run_id}", row["output"])
             output = json.dumps(row["output"])
             await ex.checkpoint(attempt, "completed", output, None, conn=conn)
             return row["output"]

@@ -21,7 +21,7 @@ from perdure.engine import serialization
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution
 from perdure.engine.stops import STOPS, stopped
-from perdure.errors import Cancelled, StepFailed
+from perdure.errors import Cancelled, StepFailed, UndecodablePayload
 
 
 def failure_json(exc: BaseException) -> tuple[dict[str, Any], str]:
@@ -30,12 +30,16 @@ def failure_json(exc: BaseException) -> tuple[dict[str, Any], str]:
     for attr in ("step", "position", "recorded", "requested"):
         if hasattr(exc, attr):
             record[attr] = getattr(exc, attr)
+    if isinstance(exc, UndecodablePayload):
+        record.update(field=exc.field, reason=exc.reason)
     return record, serialization.error_json(record)
 
 
 async def recorded_failure(env: ExecutionEnv, run_id: str) -> dict[str, Any]:
     """The failure a compensating run recorded; its replay stops with it at new work."""
     run = await env.store.execute(env.store.statements.runs.get(run_id))
+    if run is not None and isinstance(run.error, str):  # an undecodable record: its marker
+        return {"message": run.error}
     return dict(run.error or {}) if run is not None else {}
 
 

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from perdure.engine import parallel, serialization, typed
+from perdure.engine import parallel, poison, serialization, typed
 from perdure.engine.control import Suspend
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executor import Execution
@@ -286,7 +286,8 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
         )
         if row["found"]:
             ex.env.observer.signal_consumed(ex.task, step.signal)
-            return row["payload"]
+            field = f"the payload of signal {step.signal!r}"
+            return poison.check(ex.task.run_id, field, row["payload"])
         recorded = ex.steps.get(position)
         if (
             recorded is not None

@@ -13,7 +13,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import serialization, typed
+from perdure.engine import poison, serialization, typed
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import Suspend
 from perdure.engine.executor import Execution
@@ -87,6 +87,7 @@ async def wait_for_signal(
     """Return the payload of the next signal ``name`` (rebuilt as ``hint`` declares);
     SignalTimeout after ``timeout`` s."""
     payload = await _signal_payload(ex, name, timeout)
+    poison.refuse(ex, f"the payload of signal {name!r}", payload)
     return hint.rebuild(payload, f"the payload of signal {name!r}")
 
 

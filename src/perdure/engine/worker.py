@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import graph, maintenance, outcome, parallel, retention, schedules
+from perdure.engine import graph, maintenance, outcome, parallel, poison, retention, schedules
 from perdure.engine.claiming import Claims
 from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
@@ -407,7 +407,9 @@ class Worker:
         began = time.perf_counter()
         token = self.observer.execution_started(task)
         try:
-            if getattr(spec, "kind", "function") == "graph":
+            if (undecodable := poison.found(task)) is not None:
+                result = await poison.fail(task, undecodable, env)
+            elif getattr(spec, "kind", "function") == "graph":
                 result = await graph.execute(task, spec, env)
             else:
                 result = await outcome.execute(task, spec, env)

@@ -28,6 +28,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
 from perdure.errors import ConfigurationError, DatabaseUnavailable
+from perdure.store.loaders import ADAPTERS
 
 #: The environment variable naming the direct (unpooled) URL.
 DIRECT_URL_ENV = "PERDURE_DIRECT_DATABASE_URL"
@@ -72,7 +73,9 @@ class Endpoints:
 
     def kwargs(self, name: str) -> dict[str, Any]:
         """psycopg connection arguments for a pooled-URL connection named ``name``."""
-        found: dict[str, Any] = {"autocommit": True, "application_name": name}
+        # ADAPTERS: one unreadable value (an infinite time, an integer of
+        # 5000 digits) fails neither the statement nor the others' rows.
+        found: dict[str, Any] = {"autocommit": True, "application_name": name, "context": ADAPTERS}
         if self.pooled:
             # A prepared statement lives on one server connection; the next
             # transaction may run on another one.
@@ -264,7 +267,7 @@ def connect(url: str, **options: Any) -> psycopg.Connection[Any]:
     database or role) raises ConfigurationError with the server's reason.
     """
     try:
-        return psycopg.connect(url, **options)
+        return psycopg.connect(url, **{"context": ADAPTERS, **options})
     except psycopg.OperationalError as exc:
         if is_refused(exc):
             reason = str(exc).split("FATAL:", 1)[-1].strip()

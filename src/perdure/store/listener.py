@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
+from perdure.store.loaders import ADAPTERS
 from perdure.store.statement import Statement
 from perdure.store.store import execute_sync
 
@@ -38,6 +39,7 @@ class Listener:
             autocommit=True,
             application_name=self.application_name,
             connect_timeout=self.connect_timeout,
+            context=ADAPTERS,
         )
         try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))

@@ -304,5 +304,6 @@ def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
         run_status=r.get("run_status"),
         schedule=r.get("schedule"),
         scheduled_at=r.get("scheduled_at"),
-        trace_context=r.get("trace_context"),
+        # Only telemetry: a value that cannot be read is dropped, not fatal.
+        trace_context=r.get("trace_context") if isinstance(r.get("trace_context"), dict) else None,
     )

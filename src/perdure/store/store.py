@@ -30,6 +30,7 @@ from perdure.store.connect import (
     read_only_refused,
     reports_read_only,
 )
+from perdure.store.loaders import ADAPTERS
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 
@@ -224,6 +225,7 @@ class AsyncStore:
                     self.endpoints.session_url,
                     autocommit=True,
                     application_name=f"{self.pool.name}-session",
+                    context=ADAPTERS,
                 ) as conn:
                     yield conn
                 return

@@ -141,14 +141,19 @@ class RunStatements(Namespace):
         return self._build("run_complete", Fenced.decode, output=output_json, **fence.params())
 
     def fail(
-        self, fence: Fence, error_json: str | None, status: str = "failed"
+        self, fence: Fence, error_json: str | None, status: str = "failed", any_state: bool = False
     ) -> Statement[Fenced]:
-        """End a run that failed for good with ``status`` (fenced); (leased, changed)."""
+        """End a run that failed for good with ``status`` (fenced); (leased, changed).
+
+        ``any_state``: fail it even while it waits (from a step task), as a
+        run whose stored data cannot be read must.
+        """
         return self._build(
             "run_fail",
             Fenced.decode,
             error=error_json,
             status=status,
+            any_state=any_state,
             **fence.params(),
         )
 

@@ -82,7 +82,8 @@ SELECT n.name, q.concurrency, q.worker_concurrency, q.updated_at,
        coalesce(c.waiting, 0) AS waiting, coalesce(c.paused, 0) AS paused,
        q.partition_concurrency, q.rate_limit, q.rate_period, coalesce(q.rate_per_key, false)
            AS rate_per_key,
-       extract(epoch FROM {now} - c.oldest)::float8 AS oldest_seconds
+       -- A task due at '-infinity' (written by hand) is not "oldest" for ever.
+       extract(epoch FROM {now} - nullif(c.oldest, '-infinity'))::float8 AS oldest_seconds
 FROM names n
 LEFT JOIN {schema}.queues q ON q.name = n.name
 LEFT JOIN counts c ON c.queue = n.name

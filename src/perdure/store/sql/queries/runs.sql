@@ -136,7 +136,7 @@ WITH lease AS (
     FROM lease
     -- A run cancelled while its last step ran stays cancelled.
     WHERE r.id = lease.run_id AND r.status IN ('running', 'paused')
-    RETURNING r.id, r.completed_at - r.started_at AS took
+    RETURNING r.id, CASE WHEN isfinite(r.started_at) THEN r.completed_at - r.started_at END AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN lease ON t.run_id = lease.run_id
@@ -153,7 +153,9 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM finished) A
 -- compensations 'compensated' / 'compensation_failed') with its error and
 -- traceback (merged into the error already recorded, if any: compensations
 -- add what failed to the original failure), task deleted, history written.
--- Fenced like run_complete.
+-- Fenced like run_complete. %(any_state)s: also a run that waits (for the
+-- gather a step task belongs to): a run whose stored data cannot be read
+-- fails from whichever of its tasks found it.
 WITH lease AS (
     DELETE FROM {schema}.tasks
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
@@ -166,8 +168,10 @@ WITH lease AS (
         waiting_for = NULL,
         completed_at = {now}, updated_at = {now}
     FROM lease
-    WHERE r.id = lease.run_id AND r.status IN ('running', 'paused', 'compensating')
-    RETURNING r.id, r.completed_at - r.started_at AS took
+    WHERE r.id = lease.run_id
+      AND (r.status IN ('running', 'paused', 'compensating')
+           OR (%(any_state)s AND r.status = 'waiting'))
+    RETURNING r.id, CASE WHEN isfinite(r.started_at) THEN r.completed_at - r.started_at END AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN lease ON t.run_id = lease.run_id
@@ -312,7 +316,7 @@ WITH expired AS (
         cancel_reason = 'deadline',
         error = jsonb_build_object('type', 'Cancelled', 'message', 'deadline')
     FROM expired WHERE r.id = expired.id
-    RETURNING r.id, r.completed_at - r.started_at AS took
+    RETURNING r.id, CASE WHEN isfinite(r.started_at) THEN r.completed_at - r.started_at END AS took
 ), dropped AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN cancelled c ON t.run_id = c.id
@@ -378,7 +382,7 @@ WITH finished AS (
         completed_at = {now}, updated_at = {now}
     WHERE id = %(run_id)s
       AND status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
-    RETURNING id, completed_at - started_at AS took
+    RETURNING id, CASE WHEN isfinite(started_at) THEN completed_at - started_at END AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
     WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN finished f ON t.run_id = f.id

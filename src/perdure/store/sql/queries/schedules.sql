@@ -57,7 +57,7 @@ RETURNING *;
 SELECT array(SELECT name FROM {schema}.schedules
              WHERE NOT paused AND next_tick <= {now}
              ORDER BY next_tick LIMIT %(limit)s) AS due,
-       (SELECT extract(epoch FROM min(next_tick) - {now})::float8
+       (SELECT (extract(epoch FROM min(next_tick)) - extract(epoch FROM {now}))::float8
         FROM {schema}.schedules WHERE NOT paused) AS seconds;
 
 -- name: schedule_lock_due

@@ -125,8 +125,9 @@ FROM claimed c JOIN {schema}.runs r ON r.id = c.run_id LEFT JOIN started s ON s.
 -- million runs asleep. A queue at its limit (global, or this worker's) is left
 -- out, or a worker would spin on work it may not claim: a slot freed on this
 -- worker wakes it, one freed elsewhere is found by that worker's next claim
--- or by the poll.
-SELECT extract(epoch FROM min(next.available_at) - {now})::float8 AS seconds
+-- or by the poll. The epochs are subtracted, not the times: a task due at
+-- 'infinity' (written by hand) gives Infinity seconds rather than an error.
+SELECT (extract(epoch FROM min(next.available_at)) - extract(epoch FROM {now}))::float8 AS seconds
 FROM (SELECT DISTINCT unnest(%(queues)s::text[])) AS served(name)
 CROSS JOIN LATERAL (
     SELECT available_at FROM {schema}.tasks
@@ -557,7 +558,7 @@ FROM claimed c JOIN {schema}.runs r ON r.id = c.run_id LEFT JOIN started s ON s.
 -- moments count: a task due now behind a full key or an empty rate budget
 -- must not make the worker spin; a slot that frees on this worker wakes it,
 -- one that frees elsewhere is found by the poll.
-SELECT extract(epoch FROM least(
+SELECT (extract(epoch FROM least(
     -- Each queue's first future task, from tasks_due_idx (queue, available_at).
     (SELECT min(next.available_at)
      FROM (SELECT DISTINCT unnest(%(queues)s::text[])) AS served(name)
@@ -573,7 +574,7 @@ SELECT extract(epoch FROM least(
      FROM {schema}.queue_starts s JOIN {schema}.queues q ON q.name = s.queue
      WHERE s.queue = ANY(%(queues)s)
        AND s.started_at + make_interval(secs => q.rate_period) > {now})
-) - {now})::float8 AS seconds;
+)) - extract(epoch FROM {now}))::float8 AS seconds;
 
 -- name: task_finish
 -- Delete a held task whose work is done (a graph's first task once it has
