@@ -108,7 +108,7 @@ def test_a_poison_input_fails_alone_among_20_runs_claimed_in_one_batch(
     _assert_failed_alone(db, bad, "the input", reason)
     _assert_untouched(db, innocent)
     assert counts.get("run_completed") == 20 and counts.get("run_failed") == 1, counts
-    assert counts.get("run_executing") == 20, counts  # the poison one never ran
+    assert counts.get("step_started") == 20, counts  # the poison one never ran its step
     # All 21 were claimed by one statement: one transaction time for all.
     claimed_at = {
         row[0]
