@@ -117,17 +117,18 @@ def test_runs_list_shows_a_table_and_json_filters_by_status(
 
     result = invoke("runs", "list", "--status", "failed", "--json")
     assert result.exit_code == 0, result.output
-    listed = json.loads(result.output)
+    listed = json.loads(result.output)["runs"]
     assert [r["id"] for r in listed] == [runs["failed"].id]
     assert listed[0]["status"] == "failed" and listed[0]["key"] == "bad-1"
     assert datetime.fromisoformat(listed[0]["created_at"]).tzinfo is not None
     assert listed[0]["steps_completed"] == 1
 
     by_workflow = json.loads(invoke("runs", "list", "--workflow", "checkout", "--json").output)
-    assert [r["id"] for r in by_workflow] == [runs["done"].id]
-    assert len(json.loads(invoke("runs", "list", "--since", "1h", "--json").output)) == 2
+    assert [r["id"] for r in by_workflow["runs"]] == [runs["done"].id]
+    assert len(json.loads(invoke("runs", "list", "--since", "1h", "--json").output)["runs"]) == 2
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
-    assert json.loads(invoke("runs", "list", "--since", future, "--json").output) == []
+    page = json.loads(invoke("runs", "list", "--since", future, "--json").output)
+    assert page == {"runs": [], "next_cursor": None}
     assert "no runs match" in invoke("runs", "list", "--status", "queued").output
 
 
@@ -366,12 +367,19 @@ def test_embedded_start_and_stop_a_server_in_the_given_data_dir(
         started = invoke("embedded", "start")
         assert started.exit_code == 0, started.output
         assert f"created a PostgreSQL cluster in {data_dir}" in started.output
-        url = re.search(r"started: (\S+)", started.output)
+        # The URL is stdout's only line, for scripts; the rest is on stderr.
+        assert "started" in started.stderr
+        url = re.fullmatch(r"(postgresql://\S+)\n", started.stdout)
         assert url is not None, started.output
         with psycopg.connect(url.group(1)) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
         again = invoke("embedded", "start")
-        assert again.exit_code == 0 and f"already running: {url.group(1)}" in again.output
+        assert again.exit_code == 0 and "already running" in again.stderr
+        assert again.stdout == f"{url.group(1)}\n"
+        described = invoke("embedded", "start", "--json")
+        assert described.stderr == ""
+        assert json.loads(described.stdout)["url"] == url.group(1)
+        assert json.loads(described.stdout)["started"] is False
         status = invoke("embedded", "status")
         assert "running:  yes" in status.output and url.group(1) in status.output
 

@@ -63,17 +63,27 @@ class CliState:
 
         return App(self.read_url, schema=self.schema, auto_migrate=False)
 
-    def note_lag(self) -> None:
-        """With ``--read-url``, say on stderr how far the standby lags behind the primary."""
+    def lag(self) -> dict[str, object] | None:
+        """With ``--read-url``: the standby's URL (no password) and its lag in seconds."""
         if self.read_url is None:
-            return
+            return None
         from perdure.cli import render
         from perdure.store import replica
 
         lag = replica.replication_lag(self.read_url)
+        return {"url": render.safe_url(self.read_url), "lag_seconds": lag}
+
+    def note_lag(self) -> None:
+        """With ``--read-url``, say on stderr how far the standby lags behind the primary."""
+        found = self.lag()
+        if found is None:
+            return
+        from perdure.cli import render
+
+        lag = found["lag_seconds"]
         where = "not a standby" if lag is None else f"{lag:.1f} s behind the primary"
         render.err_console().print(
-            f"read from {render.safe_url(self.read_url)}: {where}", style="dim", soft_wrap=True
+            f"read from {found['url']}: {where}", style="dim", soft_wrap=True
         )
 
 
