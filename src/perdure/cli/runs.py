@@ -18,6 +18,7 @@ from perdure.cli.run_queueing import queueing_rows, unserved_versions, waits_for
 from perdure.types import HistoryEvent, Run, RunStatus, Step
 
 if TYPE_CHECKING:
+    from perdure.api.app import App
     from perdure.cli.state import CliState
 
 #: Kept for callers of the earlier name: see :func:`perdure.cli.times.parse_point`.
@@ -32,11 +33,14 @@ def runs() -> None:
 @runs.command("list")
 @filter_options
 @click.option("--archived", is_flag=True, help="List archived runs (perdure prune --archive).")
-@click.option("--cursor", help="Start after this cursor (printed under the previous page).")
+@click.option(
+    "--cursor",
+    help="Start after this cursor (printed under the previous page; next_cursor in --json).",
+)
 @click.option(
     "--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="At most N runs."
 )
-@json_option("Print a JSON array instead of a table.")
+@json_option('Print {"runs": [...], "next_cursor": ...} instead of a table.')
 @click.pass_obj
 def list_runs(
     state: CliState,
@@ -73,7 +77,7 @@ def list_runs(
         )
 
 
-def _empty_hints(app: Any, filters: dict[str, Any]) -> list[str]:
+def _empty_hints(app: App, filters: dict[str, Any]) -> list[str]:
     """For an empty listing: a --workflow or --queue that names nothing, with the nearest names."""
     hints = []
     if filters.get("workflow"):
