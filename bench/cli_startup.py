@@ -40,6 +40,8 @@ def main() -> None:
     }
     if args.database_url:
         env["PERDURE_DATABASE_URL"] = args.database_url
+        # `runs list` reads: it never creates the schema, so make sure there is one.
+        subprocess.run([*perdure, "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
         commands["perdure runs list"] = [*perdure, "runs", "list", "--limit", "5"]
     for label, argv in commands.items():
         timed(argv, env)  # warm the file cache

@@ -172,8 +172,11 @@ def make_app(pg_url: str, schema: str) -> Iterator[Callable[..., perdure.App]]:
 
 @pytest.fixture
 def app(make_app: Callable[..., perdure.App]) -> perdure.App:
-    """An App on this test's schema."""
-    return make_app()
+    """An App on this test's schema, migrated: an App's reads never create its schema,
+    and a test may read (or poll workers it spawned) before it writes."""
+    made = make_app()
+    made.ensure_schema()
+    return made
 
 
 @pytest.fixture

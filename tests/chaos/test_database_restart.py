@@ -40,6 +40,7 @@ def app(own_server: OwnServer) -> Iterator[perdure.App]:
         conn.execute(f"CREATE TABLE {SCHEMA}.ledger (run_id uuid, step text, pid int)")
         conn.execute(f"CREATE TABLE {SCHEMA}.tx_ledger (run_id uuid, pid int)")
     app = perdure.App(own_server.url, schema=SCHEMA)
+    app.ensure_schema()  # its reads never create it
     yield app
     app.close()
 

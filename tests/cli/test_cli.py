@@ -117,17 +117,18 @@ def test_runs_list_shows_a_table_and_json_filters_by_status(
 
     result = invoke("runs", "list", "--status", "failed", "--json")
     assert result.exit_code == 0, result.output
-    listed = json.loads(result.output)
+    listed = json.loads(result.output)["runs"]
     assert [r["id"] for r in listed] == [runs["failed"].id]
     assert listed[0]["status"] == "failed" and listed[0]["key"] == "bad-1"
     assert datetime.fromisoformat(listed[0]["created_at"]).tzinfo is not None
     assert listed[0]["steps_completed"] == 1
 
     by_workflow = json.loads(invoke("runs", "list", "--workflow", "checkout", "--json").output)
-    assert [r["id"] for r in by_workflow] == [runs["done"].id]
-    assert len(json.loads(invoke("runs", "list", "--since", "1h", "--json").output)) == 2
+    assert [r["id"] for r in by_workflow["runs"]] == [runs["done"].id]
+    assert len(json.loads(invoke("runs", "list", "--since", "1h", "--json").output)["runs"]) == 2
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
-    assert json.loads(invoke("runs", "list", "--since", future, "--json").output) == []
+    page = json.loads(invoke("runs", "list", "--since", future, "--json").output)
+    assert page == {"runs": [], "next_cursor": None}
     assert "no runs match" in invoke("runs", "list", "--status", "queued").output
 
 
@@ -256,6 +257,10 @@ def test_runs_show_of_an_unknown_run_fails_with_one_line(
 def test_workflows_list_after_migrate_with_an_app(
     invoke: Callable[..., Result], fresh_cli_app: None
 ) -> None:
+    # A read never creates the schema: before `perdure migrate` there is none.
+    missing = invoke("workflows", "list")
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+    assert invoke("migrate").exit_code == 0
     empty = invoke("workflows", "list")
     assert empty.exit_code == 0, empty.output
     assert "no workflow is registered" in empty.output
@@ -314,9 +319,17 @@ def test_a_worker_process_runs_work_and_stops_on_sigterm(
 ) -> None:
     client = make_app()
     worker = spawn_worker("apps.cli_app:app", "--concurrency", "2", "--lease-seconds", "5")
-    # The worker registers its workflows when it starts; the client starts runs by name.
+
+    # The worker creates the schema and registers its workflows when it starts (the
+    # client's reads never create it); the client starts runs by name.
+    def registered() -> bool:
+        try:
+            return any(w.name == "cli_greet" for w in client.workflows())
+        except perdure.SchemaError:
+            return False
+
     wait_until(
-        lambda: any(w.name == "cli_greet" for w in client.workflows()),
+        registered,
         timeout=30,
         what=f"the worker to register its workflows; output:\n{worker.output()}",
     )
@@ -354,12 +367,19 @@ def test_embedded_start_and_stop_a_server_in_the_given_data_dir(
         started = invoke("embedded", "start")
         assert started.exit_code == 0, started.output
         assert f"created a PostgreSQL cluster in {data_dir}" in started.output
-        url = re.search(r"started: (\S+)", started.output)
+        # The URL is stdout's only line, for scripts; the rest is on stderr.
+        assert "started" in started.stderr
+        url = re.fullmatch(r"(postgresql://\S+)\n", started.stdout)
         assert url is not None, started.output
         with psycopg.connect(url.group(1)) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
         again = invoke("embedded", "start")
-        assert again.exit_code == 0 and f"already running: {url.group(1)}" in again.output
+        assert again.exit_code == 0 and "already running" in again.stderr
+        assert again.stdout == f"{url.group(1)}\n"
+        described = invoke("embedded", "start", "--json")
+        assert described.stderr == ""
+        assert json.loads(described.stdout)["url"] == url.group(1)
+        assert json.loads(described.stdout)["started"] is False
         status = invoke("embedded", "status")
         assert "running:  yes" in status.output and url.group(1) in status.output
 

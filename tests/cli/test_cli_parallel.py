@@ -81,7 +81,7 @@ def test_runs_list_parent_and_runs_show_list_child_runs(
     handle = app.start("mom")
     with BackgroundWorker(app, **FAST):
         assert handle.result(timeout=30) == [1, 2]
-    children = json.loads(invoke("runs", "list", "--parent", handle.id, "--json").output)
+    children = json.loads(invoke("runs", "list", "--parent", handle.id, "--json").output)["runs"]
     assert sorted(c["input"] for c in children) == [1, 2]
     assert all(c["parent_run_id"] == handle.id for c in children)
     shown = invoke("runs", "show", handle.id)

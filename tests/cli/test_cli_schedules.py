@@ -66,5 +66,6 @@ def test_schedules_list_pause_resume_trigger_remove(
 
 
 def test_schedules_list_says_when_there_is_none(perdure_cli: Callable[..., Result]) -> None:
+    assert perdure_cli("migrate").exit_code == 0
     empty = perdure_cli("schedules", "list")
     assert empty.exit_code == 0 and "no schedule yet" in empty.output

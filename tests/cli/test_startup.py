@@ -61,6 +61,9 @@ def test_help_loads_no_command_and_no_database_driver() -> None:
 
 
 def test_runs_list_loads_neither_the_dashboard_nor_the_worker(pg_url: str, schema: str) -> None:
+    from perdure.store import migrate
+
+    migrate.migrate(pg_url, schema)  # a read command never creates the schema
     modules = loaded("--database-url", pg_url, "--schema", schema, "runs", "list")
     assert "perdure.api.app" in modules  # it did read the runs
     assert heavy_in(modules, HEAVY) == []

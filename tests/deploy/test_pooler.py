@@ -119,7 +119,7 @@ def test_a_mixed_workload_runs_through_a_transaction_pooler(
             timeout=60,
         )
         assert listed_cli.returncode == 0, listed_cli.stderr
-        assert len(json.loads(listed_cli.stdout)) == 5
+        assert len(json.loads(listed_cli.stdout)["runs"]) == 5
         server = BackgroundServer(app, DashboardConfig(port=0))
         try:
             server.wait_started()

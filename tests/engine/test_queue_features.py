@@ -142,9 +142,9 @@ def test_tags_are_stored_and_filter_runs(vapp: perdure.App, pg_url: str, schema:
     base = ["--database-url", pg_url, "--schema", schema, "runs", "list"]
     shown = CliRunner().invoke(cli, [*base, "--tag", "customer=7", "--json"])
     assert shown.exit_code == 0, shown.output
-    assert [r["id"] for r in json.loads(shown.output)] == [seven.id]
+    assert [r["id"] for r in json.loads(shown.output)["runs"]] == [seven.id]
     both = CliRunner().invoke(cli, [*base, "--tag", "plan=pro", "--tag", "customer=8", "--json"])
-    assert [r["input"] for r in json.loads(both.output)] == [2]
+    assert [r["input"] for r in json.loads(both.output)["runs"]] == [2]
     bad = CliRunner().invoke(cli, [*base, "--tag", "customer"])
     assert bad.exit_code == 2 and "is not NAME=VALUE" in bad.output
 

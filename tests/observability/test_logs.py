@@ -158,8 +158,16 @@ def test_worker_process_logs_json_and_serves_metrics(
         "--poll-seconds",
         "0.1",
     )
+
+    def registered() -> bool:
+        # The worker creates the schema as it starts: the client's reads never do.
+        try:
+            return any(w.name == "observed_fail" for w in client.workflows())
+        except perdure.SchemaError:
+            return False
+
     wait_until(
-        lambda: any(w.name == "observed_fail" for w in client.workflows()),
+        registered,
         what=f"the worker to register its workflows; output:\n{worker.output()}",
     )
     ship, fail = client.start("observed_ship", 1), client.start("observed_fail", 2)

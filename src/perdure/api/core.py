@@ -114,27 +114,37 @@ class Core:
         """The URL for migrations and session work: the direct URL, else the main one."""
         return connect.session_url(self.url, self.direct_url)
 
-    def ensure_schema(self) -> None:
-        """Migrate the schema (or check it is current without auto_migrate), once."""
+    def ensure_schema(self, migrate: bool = True) -> None:
+        """Make sure the schema is current, once: migrate it, or only check it.
+
+        It is migrated when ``migrate`` (a write, a worker, an explicit
+        ``App.ensure_schema``) and ``auto_migrate`` are both true; else it is
+        only checked, and SchemaError says what is missing. A read never
+        migrates, so a misspelt schema is reported, not created.
+        """
         if self.schema_ready:
             return
         url = self.session_url
         with self.lock:
             if self.schema_ready:
                 return
-            if self.auto_migrate:
+            if migrate and self.auto_migrate:
                 migrations.migrate(url, self.schema)
             else:
                 caller.check_current(url, self.schema)
             self.schema_ready = True
 
-    async def ready(self) -> None:
+    async def ready(self, migrate: bool = True) -> None:
         """``ensure_schema`` without blocking the loop."""
         if not self.schema_ready:
-            await asyncio.to_thread(self.ensure_schema)
+            await asyncio.to_thread(self.ensure_schema, migrate)
 
-    async def get_store(self) -> AsyncStore:
-        """The App's pool, opened on first use (on the portal loop only)."""
+    async def get_store(self, migrate: bool = True) -> AsyncStore:
+        """The App's pool, opened on first use (on the portal loop only).
+
+        Opening it readies the schema (see ``ensure_schema``): pass
+        ``migrate=False`` for a read.
+        """
         if self.store is not None:
             return self.store
         # One asyncio lock (made on first use, on the portal loop) keeps
@@ -143,7 +153,7 @@ class Core:
             self.store_lock = asyncio.Lock()
         async with self.store_lock:
             if self.store is None:
-                await self.ready()
+                await self.ready(migrate)
                 store = AsyncStore(
                     self.url,
                     self.statements,
@@ -160,8 +170,12 @@ class Core:
         return self.store
 
     async def run(self, stmt: Statement[T]) -> T:
-        """Run one statement on the pool."""
+        """Run one statement on the pool; the App's first write may migrate the schema."""
         return await (await self.get_store()).execute(stmt)
+
+    async def read(self, stmt: Statement[T]) -> T:
+        """Run one read-only statement on the pool; a read never migrates the schema."""
+        return await (await self.get_store(migrate=False)).execute(stmt)
 
     async def find(self, ref: str) -> Run:
         """The run with id or key ``ref``, live first, then archived; RunNotFound if none."""
@@ -178,9 +192,9 @@ class Core:
             (self.statements.runs.get, self.statements.runs.get_by_key),
             (self.statements.runs.get_archived, self.statements.runs.get_by_key_archived),
         ):
-            run = None if run_id is None else await self.run(by_id(run_id))
+            run = None if run_id is None else await self.read(by_id(run_id))
             if run is None:
-                run = await self.run(by_key(ref))
+                run = await self.read(by_key(ref))
             if run is not None:
                 return run
         raise RunNotFound(ref)

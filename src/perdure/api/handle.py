@@ -68,7 +68,7 @@ async def wait_result(core: Core, run_id: str, timeout: float | None) -> Any:
     deadline = None if timeout is None else time.monotonic() + timeout
     interval = 0.005
     while True:
-        row = await patiently(lambda: core.run(core.statements.runs.status(run_id)), deadline)
+        row = await patiently(lambda: core.read(core.statements.runs.status(run_id)), deadline)
         if row is None:
             raise RunNotFound(run_id)
         status = RunStatus(row["status"])

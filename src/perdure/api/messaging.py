@@ -113,7 +113,7 @@ async def _refused(core: Core, refs: list[str]) -> PerdureError:
 async def signals(core: Core, run: str) -> list[dict[str, Any]]:
     """The signals a run received, oldest first, with when each was consumed."""
     found = await core.find(run)
-    return await core.run(core.statements.signals.list(found.id))
+    return await core.read(core.statements.signals.list(found.id))
 
 
 async def pause(core: Core, run: str) -> Run:
@@ -156,7 +156,7 @@ async def get_event(core: Core, run: str, key: str, timeout: float = 0.0) -> Any
     with core.notices().watch(found.id) as watch:
         while True:
             row = await patiently(
-                lambda: core.run(core.statements.events.get(found.id, key)), deadline
+                lambda: core.read(core.statements.events.get(found.id, key)), deadline
             )
             if row is not None:
                 return row["value"]
@@ -196,7 +196,7 @@ async def _stream_batch(
     with core.notices().watch(run.id) as watch:
         while True:
             rows = await patiently(
-                lambda: core.run(core.statements.streams.read(run.id, key, after)), deadline
+                lambda: core.read(core.statements.streams.read(run.id, key, after)), deadline
             )
             values = [(r["seq"], r["value"]) for r in rows if not r["closed"]]
             closed = any(r["closed"] for r in rows)
@@ -205,7 +205,7 @@ async def _stream_batch(
             if RunStatus((await patiently(lambda: core.find(run.id), deadline)).status).is_final:
                 # The run may have written its last values just before finishing.
                 rows = await patiently(
-                    lambda: core.run(core.statements.streams.read(run.id, key, after)), deadline
+                    lambda: core.read(core.statements.streams.read(run.id, key, after)), deadline
                 )
                 return [(r["seq"], r["value"]) for r in rows if not r["closed"]], True
             left = float("inf") if deadline is None else deadline - time.monotonic()

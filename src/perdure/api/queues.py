@@ -56,7 +56,7 @@ def declare(
 async def queues(core: Core) -> list[QueueInfo]:
     """Every known queue by name: its limits, its depth (ready tasks), running and
     waiting tasks, and how long the oldest ready task has been due."""
-    return await core.run(core.statements.queues.list())
+    return await core.read(core.statements.queues.list())
 
 
 async def set_queue(

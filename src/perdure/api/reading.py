@@ -86,7 +86,7 @@ async def list_runs(
     arguments.flag("archived", archived)
     limit = listing.check_limit(limit)
     after = None if cursor is None else listing.decode_cursor(cursor)
-    found = await core.run(
+    found = await core.read(
         core.statements.runs.list(
             filters.listing(), archived=archived, cursor=after, limit=limit + 1
         )
@@ -98,8 +98,8 @@ async def steps(core: Core, ref: str) -> list[Step]:
     """The step checkpoints of a run (live or archived), in position order."""
     run = await core.find(ref)
     if run.archived:
-        return await core.run(core.statements.steps.list_archived(run.id))
-    return await core.run(core.statements.steps.list(run.id))
+        return await core.read(core.statements.steps.list_archived(run.id))
+    return await core.read(core.statements.steps.list(run.id))
 
 
 async def history(core: Core, ref: str) -> list[HistoryEvent]:
@@ -111,19 +111,19 @@ async def history(core: Core, ref: str) -> list[HistoryEvent]:
     """
     run = await core.find(ref)
     if run.archived:
-        return await core.run(core.statements.history.list_archived(run.id))
-    return await core.run(core.statements.history.list(run.id))
+        return await core.read(core.statements.history.list_archived(run.id))
+    return await core.read(core.statements.history.list(run.id))
 
 
 async def workers(core: Core) -> list[WorkerInfo]:
     """Known workers, most recently seen first."""
-    return await core.run(core.statements.workers.list())
+    return await core.read(core.statements.workers.list())
 
 
 async def workflows(core: Core) -> list[WorkflowInfo]:
     """Registered workflow versions with run counts by status and the live workers
     that serve each (a version no live worker has gets none of its runs claimed)."""
-    return await core.run(core.statements.workflows.list())
+    return await core.read(core.statements.workflows.list())
 
 
 async def count_runs(
@@ -147,7 +147,7 @@ async def count_runs(
         stmt = core.statements.runs.count_recent(checked.params(), cap)
     else:
         stmt = core.statements.runs.count_by_status(checked.params(), list(counts), cap)
-    found: dict[str, int] = await core.run(stmt)
+    found: dict[str, int] = await core.read(stmt)
     counts.update(found)
     return counts
 
@@ -163,18 +163,18 @@ async def run_activity(
     if not isinstance(since, datetime):
         raise ConfigurationError(f"since must be a datetime, not {since!r}")
     seconds = arguments.seconds("bucket_seconds", bucket_seconds, positive=True)
-    return await core.run(core.statements.runs.activity(since, seconds))
+    return await core.read(core.statements.runs.activity(since, seconds))
 
 
 async def registered_workflows(core: Core) -> list[WorkflowInfo]:
     """Registered workflow versions with their definitions, without run counts (cheap)."""
-    return await core.run(core.statements.workflows.list_registered())
+    return await core.read(core.statements.workflows.list_registered())
 
 
 async def held_tasks(core: Core, limit: int = 1000) -> list[dict[str, Any]]:
     """The tasks workers hold now: worker_id, run_id, kind, workflow, step_name, claimed_at."""
     arguments.integer("limit", limit, minimum=1, maximum=100_000)
-    return await core.run(core.statements.tasks.list_claimed(limit))
+    return await core.read(core.statements.tasks.list_claimed(limit))
 
 
 async def events(core: Core, ref: str) -> list[dict[str, Any]]:
@@ -184,4 +184,4 @@ async def events(core: Core, ref: str) -> list[dict[str, Any]]:
     (``get_event``); what happened to the run is its [`history`][perdure.App.history].
     """
     run = await core.find(ref)
-    return await core.run(core.statements.events.list(run.id))
+    return await core.read(core.statements.events.list(run.id))

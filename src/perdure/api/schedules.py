@@ -167,12 +167,12 @@ async def remove_schedule(core: Core, name: str) -> None:
 
 async def schedules(core: Core) -> list[ScheduleInfo]:
     """Every schedule with its next tick, last tick and pause state, by name."""
-    return await core.run(core.statements.schedules.list())
+    return await core.read(core.statements.schedules.list())
 
 
 async def get_schedule(core: Core, name: str) -> ScheduleInfo:
     """Schedule ``name``; ScheduleNotFound if there is none."""
-    found = await core.run(core.statements.schedules.list(_name(name)))
+    found = await core.read(core.statements.schedules.list(_name(name)))
     if not found:
         raise ScheduleNotFound(name)
     return found[0]

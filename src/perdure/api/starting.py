@@ -53,6 +53,7 @@ async def start(
     dedup_key: str | None = None,
     debounce: float | timedelta | None = None,
     tags: dict[str, str] | None = None,
+    queue: str | None = None,
 ) -> RunHandle:
     """Start a run of ``workflow`` with ``input``; return its handle.
 
@@ -72,13 +73,17 @@ async def start(
     waits to start returns that run; with ``debounce`` (seconds, and a
     ``key`` or ``dedup_key``), starts within the window collapse into one
     run that starts when the window ends, with the latest input. ``tags``
-    (str: str) are searchable with ``list_runs(tags=...)``.
+    (str: str) are searchable with ``list_runs(tags=...)``. ``queue`` puts
+    the run on that queue instead of its workflow's own (a worker serving
+    that queue, with the workflow's code, runs it).
     """
     options = StartOptions(partition_key, dedup_key, debounce, tags)
+    if queue is not None:
+        validate_name("queue", queue)
     if conn is not None:
         run = _on_connection(core, conn)
         return await _start(
-            core, run, workflow, input, key, version, delay, priority, timeout, options
+            core, run, workflow, input, key, version, delay, priority, timeout, options, queue
         )
 
     async def together(stmt: Statement[Any]) -> Any:
@@ -88,7 +93,7 @@ async def start(
         )
 
     return await _start(
-        core, together, workflow, input, key, version, delay, priority, timeout, options
+        core, together, workflow, input, key, version, delay, priority, timeout, options, queue
     )
 
 
@@ -307,13 +312,14 @@ async def _start(
     priority: int,
     timeout: float | timedelta | None,
     options: StartOptions,
+    queue: str | None = None,
 ) -> RunHandle:
     name, resolved = _local(core, workflow, version)
     await core.ready()
     target: tuple[str, int, str | None]
     if resolved is not None:
-        target = resolved
-    elif options.debounce is None:
+        target = resolved if queue is None else (resolved[0], resolved[1], queue)
+    elif options.debounce is None and queue is None:
         # Without the workflow's code: the insert itself looks up the
         # version and queue registered in the database (one round trip).
         target = (name, version or 0, None)
@@ -321,7 +327,7 @@ async def _start(
         row = await run(core.statements.workflows.lookup(name, version))
         if row is None:
             raise UnknownWorkflow(name, version)
-        target = (row["name"], row["version"], row["queue"])
+        target = (row["name"], row["version"], queue or row["queue"])
     stmt, debounce = _insert_statement(
         core, target, input, key, delay, priority, timeout, options, newest=version is None
     )

@@ -20,6 +20,7 @@ import click
 from rich.text import Text
 
 from perdure.cli import render
+from perdure.cli.state import checked_url
 
 if TYPE_CHECKING:
     from perdure.cli.state import CliState
@@ -39,7 +40,10 @@ def bench_dir() -> Path:
 
 @click.command()
 @click.option(
-    "--database-url", default=None, help="Use this server (default: start a private one)."
+    "--database-url",
+    default=None,
+    callback=checked_url,
+    help="Use this server (default: start a private one).",
 )
 @click.option(
     "--runs",

@@ -9,6 +9,7 @@ import click
 
 from perdure.api.app import App
 from perdure.cli.render import safe_url
+from perdure.cli.state import checked_url
 from perdure.dashboard import DashboardConfig, serve
 from perdure.dashboard.config import TOKEN_ENV
 
@@ -65,11 +66,17 @@ def announce(app: App, config: DashboardConfig) -> None:
 
 @click.command("dashboard")
 @dashboard_options
-@click.option("--database-url", default=None, help="PostgreSQL URL (overrides the global option).")
+@click.option(
+    "--database-url",
+    default=None,
+    callback=checked_url,
+    help="PostgreSQL URL (overrides the global option).",
+)
 @click.option("--schema", default=None, help="perdure's schema (overrides the global option).")
 @click.option(
     "--read-url",
     default=None,
+    callback=checked_url,
     help="Read pages from this hot standby (overrides the global option); actions go to the "
     "primary, and the header shows the standby's lag.",
 )

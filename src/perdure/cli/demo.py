@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import shlex
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -144,6 +145,8 @@ def _holds_data(conn: psycopg.Connection[Any], url: str, schema: str) -> bool:
     for table in caller.execute_sync(conn, demo.tables()):
         if caller.execute_sync(conn, demo.has_rows(table)):
             return True
+    if migrations.current_version(conn, schema) == 0:
+        return False  # no perdure tables: no runs (a read would refuse the schema)
     with App(url, schema=schema) as app:
         return bool(app.list_runs(limit=1))
 
@@ -226,14 +229,16 @@ def _hints(console: Console, state: CliState, url: str, schema: str, summary: Su
         console.print("No worker was killed (--no-kill, or no worker held a run at the time).")
     elif summary.replacement:
         console.print("The only worker was killed, so the demo started a replacement.")
-    prefix = ["perdure"]
+    program = invoked_as()
+    prefix = [*program]
     if state.url is not None:
         prefix += ["--database-url", safe_url(state.url)]
     prefix += ["--schema", schema]
     base = shlex.join(prefix)
     console.print("\n[bold]Look around[/]")
     console.print(Text(f"  {base} runs list"), soft_wrap=True)
-    console.print(Text(f"  {base} dashboard   # or: perdure demo --serve"), soft_wrap=True)
+    demo_again = shlex.join([*program, "demo", "--serve"])
+    console.print(Text(f"  {base} dashboard   # or: {demo_again}"), soft_wrap=True)
     if summary.sample is not None:
         note = "   # a run recovered after the crash" if summary.recovered else ""
         show = f"  {base} runs show {shlex.quote(summary.sample)}{note}"
@@ -248,3 +253,31 @@ def _hints(console: Console, state: CliState, url: str, schema: str, summary: Su
     ]
     for query in queries:
         console.print(Text(f"  {query}"), soft_wrap=True)
+    if state.url is None:
+        stop = shlex.join([*program, "embedded", "stop"])
+        console.print(
+            Text(
+                f"\nThe embedded PostgreSQL keeps running after the demo; stop it with: {stop}",
+                style="bold",
+            ),
+            soft_wrap=True,
+        )
+
+
+def invoked_as(argv0: str | None = None) -> list[str]:
+    """The command that runs perdure as the user typed it, for hints to paste.
+
+    ``perdure`` when that is the program found on PATH; else the path that was
+    run (``.venv/bin/perdure`` right after the README's quickstart, where no
+    ``perdure`` is on PATH); ``python -m perdure`` for ``python -m perdure``.
+    """
+    given = sys.argv[0] if argv0 is None else argv0
+    name = Path(given).name
+    if name == "__main__.py" or name.startswith("-"):
+        return [Path(sys.executable).name, "-m", "perdure"]
+    if name != "perdure":
+        return ["perdure"]
+    on_path = shutil.which("perdure")
+    if on_path is not None and Path(on_path).resolve() == Path(given).resolve():
+        return ["perdure"]
+    return [given]

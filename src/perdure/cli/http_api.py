@@ -9,6 +9,7 @@ import click
 from perdure.api.app import App
 from perdure.cli.dashboard import dashboard_options, make_config
 from perdure.cli.render import safe_url
+from perdure.cli.state import checked_url
 from perdure.dashboard import serve
 from perdure.dashboard.api import PREFIX, create_standalone
 
@@ -18,7 +19,12 @@ if TYPE_CHECKING:
 
 @click.command("api")
 @dashboard_options
-@click.option("--database-url", default=None, help="PostgreSQL URL (overrides the global option).")
+@click.option(
+    "--database-url",
+    default=None,
+    callback=checked_url,
+    help="PostgreSQL URL (overrides the global option).",
+)
 @click.option("--schema", default=None, help="perdure's schema (overrides the global option).")
 @click.pass_obj
 def http_api(

@@ -1,7 +1,8 @@
 """The ``perdure`` command group and what every command shares.
 
 Global options: ``--database-url`` (or ``PERDURE_DATABASE_URL``; default: the
-embedded server) and ``--schema`` (or ``PERDURE_SCHEMA``; default ``perdure``).
+embedded server), ``--schema`` (or ``PERDURE_SCHEMA``; default ``perdure``) and
+``--json``, before the subcommand or after it (see ``perdure.cli.options``).
 Commands that take an application (``perdure worker myapp:app``) import it
 and point it at the database and schema given here.
 
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from perdure.cli.options import hoist
 from perdure.cli.state import CliState
 from perdure.errors import PerdureError
 
@@ -89,9 +91,10 @@ class PerdureGroup(click.Group):
         module_name, _, attr = COMMANDS[cmd_name][0].partition(":")
         command: click.Command = getattr(importlib.import_module(module_name), attr)
         if cmd_name == "runs":
-            from perdure.cli import manage
+            from perdure.cli import manage, run_start
 
             manage.attach(command)  # type: ignore[arg-type]
+            run_start.attach(command)  # type: ignore[arg-type]
         self.add_command(command, cmd_name)
         return command
 
@@ -111,6 +114,12 @@ class PerdureGroup(click.Group):
             formatter.write_dl(
                 [(name, command.get_short_help_str(limit)) for name, command in rows]
             )
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Parse, with the global options given after the subcommand moved before it."""
+        if not ctx.resilient_parsing:
+            args = hoist(self, ctx, list(args))
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> object:
         """Run the command; a PerdureError becomes ``Error: <message>`` and exit code 1."""
@@ -146,6 +155,12 @@ class PerdureGroup(click.Group):
     default=None,
     help="A hot standby for read-only commands (runs list, status, the dashboard's pages).",
 )
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON, and nothing else, as the command's own --json does.",
+)
 @click.version_option(package_name="perdure")
 @click.pass_context
 def cli(
@@ -154,9 +169,14 @@ def cli(
     schema: str | None,
     direct_url: str | None,
     read_url: str | None,
+    as_json: bool,
 ) -> None:
-    """perdure: durable workflows on PostgreSQL."""
-    ctx.obj = CliState(database_url, schema, direct_url, read_url)
+    """perdure: durable workflows on PostgreSQL.
+
+    The global options may also follow the command: `perdure runs list
+    --schema shop --json` is `perdure --schema shop --json runs list`.
+    """
+    ctx.obj = CliState(database_url, schema, direct_url, read_url, as_json)
 
 
 def main() -> None:

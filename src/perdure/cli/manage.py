@@ -20,6 +20,7 @@ from rich.table import Table
 from perdure.api.filters import RunFilter
 from perdure.api.manage import CANCELLABLE, DEFAULT_BATCH, MAX_BATCH, RETRYABLE
 from perdure.cli import render, run_filters
+from perdure.cli.options import emit, json_option
 from perdure.cli.run_filters import filter_options
 from perdure.cli.runs import _steer
 from perdure.types import BulkResult, RunRef
@@ -49,7 +50,7 @@ def _filter_options(fn: F) -> F:
         click.option(
             "--limit", type=click.IntRange(min=1), help="At most this many runs, newest first."
         ),
-        click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON."),
+        json_option("Print the outcome as JSON."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -71,7 +72,7 @@ def cancel(state: CliState, /, ref: str | None, reason: str | None, **options: A
     """
     extra = () if reason is None else (reason,)
     if _single(options, ref):
-        _steer(state, "cancel", str(ref), *extra)
+        _steer(state, "cancel", str(ref), *extra, as_json=options["as_json"])
         return
     _bulk(state, "cancel", options, {} if reason is None else {"reason": reason})
 
@@ -90,7 +91,11 @@ def retry(state: CliState, /, ref: str | None, **options: Any) -> None:
     if _single(options, ref):
         with state.app() as app:
             handle = app.retry(str(ref))
-        click.echo(f"run {handle.id} queued again; it resumes at its failed step")
+        emit(
+            options["as_json"],
+            {"id": handle.id, "status": "queued"},
+            f"run {handle.id} queued again; it resumes at its failed step",
+        )
         return
     _bulk(state, "retry", options, {})
 
@@ -160,7 +165,7 @@ def _report(result: BulkResult, as_json: bool) -> None:
         verb = "would be cancelled" if result.operation == "cancel" else "would be retried"
         out.print(f"{result.count} run(s) {verb}" + (":" if result.runs else ""))
         if result.runs:
-            out.print(refs_table(result.runs[:PREVIEW_ROWS]))
+            out.print(render.fit(refs_table(result.runs[:PREVIEW_ROWS]), out.width))
         if result.count > PREVIEW_ROWS:
             out.print(f"... and {result.count - PREVIEW_ROWS} more", style="dim")
         return
@@ -190,12 +195,17 @@ def refs_table(refs: list[RunRef]) -> Table:
 @click.command("restart")
 @click.argument("ref", metavar="ID_OR_KEY")
 @click.option("--key", default=None, help="Idempotency key of the new run.")
+@json_option("Print {id, restarted_from} as JSON.")
 @click.pass_obj
-def restart(state: CliState, ref: str, key: str | None) -> None:
+def restart(state: CliState, ref: str, key: str | None, as_json: bool) -> None:
     """Start a run again from the beginning, as a new run with the same input."""
     with state.app() as app:
         run = app.restart(ref, key=key).get()
-    click.echo(f"run {run.id} restarts run {run.restarted_from} from the beginning")
+    emit(
+        as_json,
+        {"id": run.id, "restarted_from": run.restarted_from},
+        f"run {run.id} restarts run {run.restarted_from} from the beginning",
+    )
 
 
 @click.command("fork")
@@ -208,9 +218,15 @@ def restart(state: CliState, ref: str, key: str | None) -> None:
     help="Execute again from this position (function workflows).",
 )
 @click.option("--key", default=None, help="Idempotency key of the new run.")
+@json_option("Print {id, forked_from, fork_step, copied_steps} as JSON.")
 @click.pass_obj
 def fork(
-    state: CliState, ref: str, step: str | None, position: int | None, key: str | None
+    state: CliState,
+    ref: str,
+    step: str | None,
+    position: int | None,
+    key: str | None,
+    as_json: bool,
 ) -> None:
     """Start a new run that reuses a run's recorded steps before NAME and executes the rest.
 
@@ -229,9 +245,17 @@ def fork(
         handle = app.fork(ref, from_step=target, key=key)
         run = handle.get()
         created = app.history(handle.id)[0].detail or {}
-    click.echo(
+    copied = created.get("copied_steps", 0)
+    emit(
+        as_json,
+        {
+            "id": handle.id,
+            "forked_from": run.forked_from,
+            "fork_step": run.fork_step,
+            "copied_steps": copied,
+        },
         f"run {handle.id} forks run {run.forked_from} at step {run.fork_step!r}: "
-        f"{created.get('copied_steps', 0)} recorded step(s) reused, the rest executes again"
+        f"{copied} recorded step(s) reused, the rest executes again",
     )
 
 

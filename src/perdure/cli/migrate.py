@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from perdure.cli import render
 from perdure.cli.migrate_plan import show_plan
+from perdure.cli.options import json_option
 from perdure.store import migrate as migrations
 from perdure.store import privileges
 
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     help="Print what each pending migration locks and for how long, and whether the live "
     "workers run on the new schema; apply nothing.",
 )
+@json_option("Print {schema, applied, version, registered, granted} as JSON.")
 @click.pass_obj
 def migrate(
     state: CliState,
@@ -65,6 +68,7 @@ def migrate(
     readers: tuple[str, ...],
     print_grants: bool,
     plan: bool,
+    as_json: bool,
 ) -> None:
     """Apply the schema migrations this version of perdure ships (applying twice is a no-op).
 
@@ -77,6 +81,10 @@ def migrate(
     --grant-reader ROLE, only read the tables. Run this as the schema's owner.
     With --plan, nothing is applied (docs/deploying.md: rolling deploys).
     """
+    if as_json and (plan or print_grants):
+        raise click.UsageError(
+            "--json reports applied migrations: not with --plan or --print-grants"
+        )
     if plan:
         app = state.app()
         show_plan(app.session_url, app.schema)
@@ -95,17 +103,29 @@ def migrate(
         for kind, role in grants:
             click.echo(privileges.grant_script(schema, role, kind), nl=False)
         return
+    say = (lambda line: None) if as_json else click.echo
     with state.app(target) as app:
         names = {m.version: m.name for m in migrations.available()}
         applied = migrations.migrate(app.session_url, app.schema)
         for version in applied:
-            click.echo(f"schema {app.schema}: applied migration {version:04d}_{names[version]}")
+            say(f"schema {app.schema}: applied migration {version:04d}_{names[version]}")
         if not applied:
-            click.echo(f"schema {app.schema} is up to date (version {max(names, default=0)})")
+            say(f"schema {app.schema} is up to date (version {max(names, default=0)})")
+        registered: list[str] = []
         if target is not None:
             app.register()
-            defined = ", ".join(f"{n}@{v}" for n, v in sorted(app.registry.all()))
-            click.echo(f"registered the workflows of {target}: {defined or 'none'}")
+            registered = [f"{n}@{v}" for n, v in sorted(app.registry.all())]
+            say(f"registered the workflows of {target}: {', '.join(registered) or 'none'}")
         for kind, role in grants:
             privileges.grant(app.session_url, app.schema, role, kind)
-            click.echo(f"schema {app.schema}: granted {kind} privileges to role {role}")
+            say(f"schema {app.schema}: granted {kind} privileges to role {role}")
+        if as_json:
+            render.echo_json(
+                {
+                    "schema": app.schema,
+                    "applied": [f"{v:04d}_{names[v]}" for v in applied],
+                    "version": max(names, default=0),
+                    "registered": registered,
+                    "granted": [{"kind": kind, "role": role} for kind, role in grants],
+                }
+            )

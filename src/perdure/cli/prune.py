@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from perdure.cli import render, times
+from perdure.cli.options import json_option
 
 if TYPE_CHECKING:
     from perdure.cli.state import CliState
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     help="Runs per batch; each batch is one short transaction.",
 )
 @click.option("--dry-run", is_flag=True, help="Only count what would go.")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@json_option("Print the outcome as JSON.")
 @click.pass_obj
 def prune(
     state: CliState,

@@ -9,7 +9,8 @@ import click
 from rich.table import Table
 
 from perdure.api.queues import UNSET, Limit, Rate, Unset
-from perdure.cli import render
+from perdure.cli import render, suggest
+from perdure.cli.options import json_option
 from perdure.types import QueueInfo
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def rate_text(info: QueueInfo) -> str:
 
 
 @queues.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+@json_option("Print a JSON array instead of a table.")
 @click.pass_obj
 def list_queues(state: CliState, as_json: bool) -> None:
     """List queues with their limits and their tasks: ready, running, waiting, paused.
@@ -111,7 +112,7 @@ def list_queues(state: CliState, as_json: bool) -> None:
 
 def _table(found: list[QueueInfo]) -> Table:
     table = render.table()
-    table.add_column("queue", overflow="fold")
+    table.add_column("queue")
     for column in ("concurrency", "per worker", "per key", "rate"):
         table.add_column(column, justify="right", no_wrap=True)
     for column in ("ready", "running", "waiting", "paused", "oldest"):
@@ -163,6 +164,7 @@ def _table(found: list[QueueInfo]) -> Table:
     default=None,
     help="Count the rate limit per partition key, or for the whole queue.",
 )
+@json_option("Print the queue's settings as JSON.")
 @click.pass_obj
 def set_queue(
     state: CliState,
@@ -172,6 +174,7 @@ def set_queue(
     partition_concurrency: Limit,
     rate_limit: Rate,
     rate_per_key: bool | None,
+    as_json: bool,
 ) -> None:
     """Change the limits of queue NAME; every worker's next claim uses them.
 
@@ -188,6 +191,14 @@ def set_queue(
             "or --rate-per-key/--rate-per-queue"
         )
     with state.app() as app:
+        known = {q.name for q in app.queues()}
+        if name not in known and suggest.hint(name, known):
+            # A new queue: set, but a close existing name is likely what was meant.
+            render.err_console().print(
+                f"warning: queue {name!r} is new{suggest.hint(name, known)}",
+                style="yellow",
+                soft_wrap=True,
+            )
         info = app.set_queue(
             name,
             concurrency=concurrency,
@@ -196,6 +207,9 @@ def set_queue(
             rate_limit=rate_limit,
             rate_per_key=per_key,
         )
+    if as_json:
+        render.echo_json(info)
+        return
     click.echo(
         f"queue {info.name}: concurrency {_limit(info.concurrency)}, "
         f"per worker {_limit(info.worker_concurrency)}, "

@@ -230,7 +230,7 @@ def listing(
     if not found:
         out.print(empty, style="dim")
         return None
-    out.print(make_table(found))
+    out.print(fit(make_table(found), out.width))
     return out
 
 
@@ -264,3 +264,102 @@ def safe_url(url: str) -> str:
         return hidden
     user = userinfo.split(":", 1)[0]
     return urlunsplit(parts._replace(netloc=f"{user}:***@{hostport}"))
+
+
+#: How many lines of a run's input or output ``runs show`` prints without --full.
+SHOWN_LINES = 12
+
+
+def abbreviated(value: Any, full: bool = False, lines: int = SHOWN_LINES) -> str:
+    """``value`` as indented JSON; past ``lines`` lines, its first lines and what was left out.
+
+    The last line says how big the value is (``… 50 items``) and that
+    ``--full`` shows it all. With ``full``, the whole JSON.
+    """
+    text = dumps(value)
+    all_lines = text.splitlines()
+    if full or len(all_lines) <= lines:
+        return text
+    shown = all_lines[: lines - 1]
+    return "\n".join([*shown, f"… {size(value)}, --full to see all"])
+
+
+def size(value: Any) -> str:
+    """How big a JSON value is, in words: ``50 items``, ``3 keys (items: 50 items)``."""
+    if isinstance(value, list | tuple):
+        return f"{len(value)} item{'s' if len(value) != 1 else ''}"
+    if isinstance(value, Mapping):
+        described = f"{len(value)} key{'s' if len(value) != 1 else ''}"
+        biggest = max(
+            ((k, v) for k, v in value.items() if isinstance(v, list | tuple | Mapping)),
+            key=lambda kv: len(kv[1]),
+            default=None,
+        )
+        if biggest is not None:
+            described += f" ({biggest[0]}: {size(biggest[1])})"
+        return described
+    return f"{len(dumps(value))} characters"
+
+
+#: The narrowest a cut column gets: enough for a few letters and "…".
+MIN_CUT = 6
+
+
+def fit(table: Table, width: int | None = None) -> Table:
+    """Make every cell of ``table`` one line that fits ``width`` columns (the console's).
+
+    Columns added with ``no_wrap=True`` (ids, statuses, times, numbers) keep
+    their width. The others (names, errors, details) share what is left, each
+    cut with "…" rather than wrapped letter by letter; each gets at least
+    ``MIN_CUT`` columns.
+    """
+    width = width or console().width
+    columns = table.columns
+    if not columns:
+        return table
+    content = [
+        max(
+            [
+                max((len(line) for line in _plain(cell).split("\n")), default=0)
+                for cell in column.cells
+            ]
+            or [0]
+        )
+        for column in columns
+    ]
+    natural = [max(len(str(c.header)), w) for c, w in zip(columns, content, strict=True)]
+    flexible = [i for i, column in enumerate(columns) if not column.no_wrap]
+    for column in columns:
+        column.no_wrap = True
+        column.overflow = "ellipsis"
+    padding = 2 * (len(columns) - 1)
+    if sum(natural) + padding <= width:
+        return table
+    # Names want a dozen columns: a fixed column wider than its values (a long
+    # header over short numbers) gives some back, its header cut with "…".
+    wanted = sum(min(natural[i], 12) for i in flexible)
+    short = wanted - (width - padding - sum(w for i, w in enumerate(natural) if i not in flexible))
+    for i in range(len(columns)):
+        if short <= 0:
+            break
+        if i not in flexible and natural[i] > max(content[i], 5):
+            give = min(natural[i] - max(content[i], 5), short)
+            natural[i] -= give
+            short -= give
+    fixed = sum(w for i, w in enumerate(natural) if i not in flexible)
+    for i, column in enumerate(columns):
+        if i not in flexible:
+            column.min_width = column.max_width = natural[i]
+    spare = max(width - fixed - padding, 0)
+    left = len(flexible)
+    for i in sorted(flexible, key=lambda i: natural[i]):
+        share = max(min(natural[i], spare // left), MIN_CUT)
+        columns[i].width = share
+        spare -= share
+        left -= 1
+    return table
+
+
+def _plain(cell: object) -> str:
+    """A cell's text without styles."""
+    return cell.plain if isinstance(cell, Text) else str(cell)

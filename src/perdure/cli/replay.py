@@ -8,6 +8,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from perdure.cli import render
+from perdure.cli.options import json_option
 from perdure.testing.replay import check_replay, load_export
 
 if TYPE_CHECKING:
@@ -23,8 +25,9 @@ if TYPE_CHECKING:
     type=click.Path(exists=True, dir_okay=False),
     help="Replay the runs of this file (from `perdure runs export`) instead of the database.",
 )
+@json_option("Print [{run_id, workflow, version, ok, problem}] as JSON (exit code as without).")
 @click.pass_obj
-def check_replay_command(state: CliState, target: str, source: str | None) -> None:
+def check_replay_command(state: CliState, target: str, source: str | None, as_json: bool) -> None:
     """Replay in-flight runs against the workflow code of APP, with no side effects.
 
     Reports each run whose recorded steps the code would not ask for in the
@@ -40,12 +43,28 @@ def check_replay_command(state: CliState, target: str, source: str | None) -> No
     with app:
         runs = load_export(source) if source else None
         reports = check_replay(app, runs)
+    bad = sum(1 for r in reports if not r.ok)
+    if as_json:
+        render.echo_json(
+            [
+                {
+                    "run_id": r.run_id,
+                    "workflow": r.workflow,
+                    "version": r.version,
+                    "ok": r.ok,
+                    "problem": None if r.ok else r.describe(),
+                }
+                for r in reports
+            ]
+        )
+        if bad:
+            raise SystemExit(1)
+        return
     table = Table("run", "workflow", "result", title=f"check-replay: {len(reports)} run(s)")
     for report in reports:
         verdict = "[green]ok[/]" if report.ok else f"[red]{report.describe().split(': ', 1)[1]}[/]"
         table.add_row(report.run_id, f"{report.workflow}@{report.version}", verdict)
     Console().print(table)
-    bad = sum(1 for r in reports if not r.ok)
     if bad:
         click.echo(f"{bad} run(s) would not replay against this code", err=True)
         raise SystemExit(1)

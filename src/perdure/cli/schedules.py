@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
@@ -9,10 +11,13 @@ from zoneinfo import ZoneInfo
 import click
 from rich.table import Table
 
-from perdure.cli import render
+from perdure.cli import render, suggest
+from perdure.cli.options import emit, json_option
+from perdure.errors import ScheduleNotFound
 from perdure.types import ScheduleInfo
 
 if TYPE_CHECKING:
+    from perdure.api.app import App
     from perdure.cli.state import CliState
 
 
@@ -31,7 +36,7 @@ def in_zone(value: datetime | None, timezone: str) -> str:
 
 
 @schedules.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+@json_option("Print a JSON array instead of a table.")
 @click.pass_obj
 def list_schedules(state: CliState, as_json: bool) -> None:
     """List schedules: cron, time zone, workflow, next and last tick, paused, catchup.
@@ -68,54 +73,72 @@ def _table(found: list[ScheduleInfo]) -> Table:
     return table
 
 
-def _show(info: ScheduleInfo, verb: str) -> None:
-    click.echo(
+def _show(info: ScheduleInfo, verb: str, as_json: bool) -> None:
+    emit(
+        as_json,
+        info,
         f"schedule {info.name} {verb}; next tick {in_zone(info.next_tick, info.timezone)} "
-        f"({info.timezone}), catchup {info.catchup}"
+        f"({info.timezone}), catchup {info.catchup}",
     )
+
+
+@contextmanager
+def _named(app: App) -> Iterator[None]:
+    """Turn ScheduleNotFound into one line with the nearest schedule names."""
+    try:
+        yield
+    except ScheduleNotFound as exc:
+        hint = suggest.hint(exc.name, [s.name for s in app.schedules()])
+        raise click.ClickException(
+            f"ScheduleNotFound: no schedule named {exc.name!r}{hint or ' (perdure schedules list)'}"
+        ) from None
 
 
 @schedules.command("pause")
 @click.argument("name")
+@json_option()
 @click.pass_obj
-def pause(state: CliState, name: str) -> None:
+def pause(state: CliState, name: str, as_json: bool) -> None:
     """Stop starting runs of schedule NAME until it is resumed (runs started go on)."""
-    with state.app() as app:
-        _show(app.pause_schedule(name), "paused")
+    with state.app() as app, _named(app):
+        _show(app.pause_schedule(name), "paused", as_json)
 
 
 @schedules.command("resume")
 @click.argument("name")
+@json_option()
 @click.pass_obj
-def resume(state: CliState, name: str) -> None:
+def resume(state: CliState, name: str, as_json: bool) -> None:
     """Resume schedule NAME; ticks missed while paused follow its catchup policy.
 
     catchup latest starts the most recent missed tick, all starts every one
     (up to its max), skip starts none.
     """
-    with state.app() as app:
-        _show(app.resume_schedule(name), "resumed")
+    with state.app() as app, _named(app):
+        _show(app.resume_schedule(name), "resumed", as_json)
 
 
 @schedules.command("trigger")
 @click.argument("name")
+@json_option()
 @click.pass_obj
-def trigger(state: CliState, name: str) -> None:
+def trigger(state: CliState, name: str, as_json: bool) -> None:
     """Start one run of schedule NAME now; its ticks are unchanged."""
-    with state.app() as app:
+    with state.app() as app, _named(app):
         handle = app.trigger_schedule(name)
-    click.echo(f"schedule {name}: started run {handle.id}")
+    emit(as_json, {"schedule": name, "run": handle.id}, f"schedule {name}: started run {handle.id}")
 
 
 @schedules.command("remove")
 @click.argument("name")
+@json_option()
 @click.pass_obj
-def remove(state: CliState, name: str) -> None:
+def remove(state: CliState, name: str, as_json: bool) -> None:
     """Delete schedule NAME (its runs stay).
 
     A schedule declared in code comes back when a worker with that code
     starts: remove the declaration too.
     """
-    with state.app() as app:
+    with state.app() as app, _named(app):
         app.remove_schedule(name)
-    click.echo(f"schedule {name} removed")
+    emit(as_json, {"schedule": name, "removed": True}, f"schedule {name} removed")

@@ -24,13 +24,33 @@ class CliState:
     direct_url: str | None = None
     #: A hot standby's URL for read-only commands.
     read_url: str | None = None
+    #: ``perdure --json``: every command prints JSON, as with its own ``--json``.
+    json: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse a malformed URL at once, with one line naming the option it came from."""
+        from perdure.store.connect import check_url
+
+        for url, source in (
+            (self.url, "--database-url (or PERDURE_DATABASE_URL)"),
+            (self.direct_url, "--direct-url (or PERDURE_DIRECT_DATABASE_URL)"),
+            (self.read_url, "--read-url (or PERDURE_READ_DATABASE_URL)"),
+        ):
+            if url is not None:
+                check_url(url, source)
 
     def app(self, target: str | None = None) -> App:
-        """The App named by ``target`` (``module:attr``), or a bare App, configured."""
+        """The App named by ``target`` (``module:attr``), or a bare App, configured.
+
+        The bare App never creates or migrates a schema (``auto_migrate=False``):
+        a command given a misspelt ``--schema`` is refused with the schemas the
+        database has, instead of creating a new one. Only ``perdure migrate``
+        and a worker (the App of ``target``, as it is configured) migrate.
+        """
         from perdure.api.app import App
 
         if target is None:
-            return App(self.url, schema=self.schema, direct_url=self.direct_url)
+            return App(self.url, schema=self.schema, direct_url=self.direct_url, auto_migrate=False)
         app = load_app(target)
         app.configure(url=self.url, schema=self.schema, direct_url=self.direct_url)
         return app
@@ -43,17 +63,27 @@ class CliState:
 
         return App(self.read_url, schema=self.schema, auto_migrate=False)
 
-    def note_lag(self) -> None:
-        """With ``--read-url``, say on stderr how far the standby lags behind the primary."""
+    def lag(self) -> dict[str, object] | None:
+        """With ``--read-url``: the standby's URL (no password) and its lag in seconds."""
         if self.read_url is None:
-            return
+            return None
         from perdure.cli import render
         from perdure.store import replica
 
         lag = replica.replication_lag(self.read_url)
+        return {"url": render.safe_url(self.read_url), "lag_seconds": lag}
+
+    def note_lag(self) -> None:
+        """With ``--read-url``, say on stderr how far the standby lags behind the primary."""
+        found = self.lag()
+        if found is None:
+            return
+        from perdure.cli import render
+
+        lag = found["lag_seconds"]
         where = "not a standby" if lag is None else f"{lag:.1f} s behind the primary"
         render.err_console().print(
-            f"read from {render.safe_url(self.read_url)}: {where}", style="dim", soft_wrap=True
+            f"read from {found['url']}: {where}", style="dim", soft_wrap=True
         )
 
 
@@ -77,3 +107,16 @@ def load_app(target: str) -> App:
             f"{module_name}:{attr or 'app'} is not a perdure.App", param_hint="APP"
         )
     return found
+
+
+def checked_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback for a command's own URL option: a malformed URL is one line."""
+    from perdure.errors import ConfigurationError
+    from perdure.store.connect import check_url
+
+    if value is None:
+        return None
+    try:
+        return check_url(value, f"--{(param.name or 'url').replace('_', '-')}")
+    except ConfigurationError as exc:
+        raise click.ClickException(f"ConfigurationError: {exc}") from None

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.text import Text
 
-from perdure.cli import render
+from perdure.cli import render, suggest
+from perdure.cli.options import json_option
 
 if TYPE_CHECKING:
     from perdure.cli.state import CliState
@@ -19,7 +20,7 @@ def workflows() -> None:
 
 
 @workflows.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
+@json_option("Print a JSON array instead of a table.")
 @click.pass_obj
 def list_workflows(state: CliState, as_json: bool) -> None:
     """List registered workflow versions: queue, live workers, run counts by status.
@@ -59,7 +60,7 @@ def list_workflows(state: CliState, as_json: bool) -> None:
             workers_text(info.workers),
             render.counts_text(info.counts),
         )
-    out.print(table)
+    out.print(render.fit(table, out.width))
     if any(info.counts_capped for info in found):
         out.print(
             "run counts are those of each workflow's newest 10,000 runs; "
@@ -78,17 +79,19 @@ def workers_text(workers: list[str]) -> Text:
 @workflows.command("show")
 @click.argument("name")
 @click.option("--version", type=int, help="This version (default: the newest registered).")
-@click.option("--json", "as_json", is_flag=True, help="Print the registry record as JSON.")
+@json_option("Print the registry record as JSON.")
 @click.pass_obj
 def show_workflow(state: CliState, name: str, version: int | None, as_json: bool) -> None:
     """Show one registered workflow: its settings and, for a graph, its steps and edges."""
     with state.app() as app:
-        found = [w for w in app.workflows() if w.name == name]
+        every = app.workflows()
+    found = [w for w in every if w.name == name]
     if version is not None:
         found = [w for w in found if w.version == version]
     if not found:
         which = name if version is None else f"{name} version {version}"
-        raise click.ClickException(f"no registered workflow {which}")
+        hint = suggest.hint(name, {w.name for w in every})
+        raise click.ClickException(f"no registered workflow {which}{hint}")
     info = max(found, key=lambda w: w.version)
     if as_json:
         render.echo_json(info)
@@ -113,7 +116,7 @@ def show_workflow(state: CliState, name: str, version: int | None, as_json: bool
     out.print()
     table = render.table(title="steps")
     for column in ("#", "step", "depends on", "join", "when", "gate", "compensate", "retry"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column)
     for step in steps:
         retry = step.get("retry") or {}
         gate = step.get("signal")
@@ -129,4 +132,4 @@ def show_workflow(state: CliState, name: str, version: int | None, as_json: bool
             render.text(step.get("compensate")),
             render.text(f"{retry['max_attempts']} attempts" if retry else None),
         )
-    out.print(table)
+    out.print(render.fit(table, out.width))

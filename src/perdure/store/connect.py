@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -259,6 +260,32 @@ def is_refused(exc: BaseException) -> bool:
     return "FATAL" in message and any(refusal in message for refusal in _REFUSALS)
 
 
+def check_url(url: str, source: str = "the database URL") -> str:
+    """``url`` if libpq can parse it; else ConfigurationError naming ``source``, on one line.
+
+    A URL (``postgresql://user@host:5432/db``) or a ``key=value`` conninfo
+    string is accepted. The message never repeats a password.
+    """
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        reason = " ".join(str(exc).split())
+        shown = _hide_password(url)
+        if shown != url:
+            reason = reason.replace(url, shown)
+        raise ConfigurationError(
+            f"{source} {shown!r} is not a PostgreSQL URL (postgresql://user@host:5432/dbname) "
+            f"or key=value conninfo: {reason}"
+        ) from None
+    return url
+
+
+def _hide_password(url: str) -> str:
+    """``url`` with what follows ``user:`` or ``password=`` replaced by ``***``."""
+    url = re.sub(r"(password=)[^&\s]*", r"\1***", url, flags=re.IGNORECASE)
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
 def connect(url: str, **options: Any) -> psycopg.Connection[Any]:
     """A connection of its own to ``url``; DatabaseUnavailable when the server cannot be reached.
 
@@ -266,6 +293,7 @@ def connect(url: str, **options: Any) -> psycopg.Connection[Any]:
     A server that refuses the connection (a wrong password, an unknown
     database or role) raises ConfigurationError with the server's reason.
     """
+    check_url(url)
     try:
         return psycopg.connect(url, **{"context": ADAPTERS, **options})
     except psycopg.OperationalError as exc:

@@ -249,13 +249,42 @@ def drop_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> No
     conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+def perdure_schemas(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """The schemas of this database that hold a perdure ``schema_migrations`` table."""
+    found = conn.execute(
+        "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE c.relname = 'schema_migrations' AND c.relkind IN ('r', 'p')"
+        " AND (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid"
+        "      AND a.attname IN ('version', 'name', 'applied_at') AND NOT a.attisdropped) = 3"
+        " ORDER BY 1"
+    )
+    return [str(row[0]) for row in found.fetchall()]
+
+
+def missing_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> SchemaError:
+    """The error for ``schema`` holding no perdure tables, listing the schemas that do."""
+    others = perdure_schemas(conn)
+    where = (
+        f"perdure schemas in this database: {', '.join(others)} "
+        f"(or run `perdure migrate` to create {schema!r})"
+        if others
+        else "this database has no perdure schema yet: run `perdure migrate` to create it"
+    )
+    what = "holds no perdure tables" if schema_exists(conn, schema) else "does not exist"
+    return SchemaError(f"schema {schema!r} is at version 0: it {what}; {where}")
+
+
 def ensure_current(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
     """Raise SchemaError unless the server is supported and this code runs on ``schema``.
 
     That is the code's own version or the next one (see ``perdure.store.versions``).
+    A schema with no perdure tables at all is named as such, with the schemas
+    of the database that have them.
     """
     check_server(conn)
     have = current_version(conn, schema)
+    if have == 0:
+        raise missing_schema(conn, schema)
     want = latest(available())
     if have < want:
         raise SchemaError(

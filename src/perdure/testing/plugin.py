@@ -55,10 +55,12 @@ def perdure_clock() -> VirtualClock:
 
 @pytest.fixture
 def perdure_app(perdure_database_url: str, perdure_clock: VirtualClock) -> Iterator[App]:
-    """An App on a fresh schema of the test database, on the virtual clock."""
+    """An App on a fresh, migrated schema of the test database, on the virtual clock."""
     schema = f"test_{uuid.uuid4().hex[:12]}"
     app = App(perdure_database_url, schema=schema, clock=perdure_clock)
     try:
+        # Created here: a test may read (list_runs, get_run) before it writes.
+        app.ensure_schema()
         yield app
     finally:
         app.close()
