@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from perdure.engine import serialization
-from perdure.engine.commit import Committer, Unit
+from perdure.engine.commit import Committer
 from perdure.engine.observer import Observer
 from perdure.engine.retry import RetryPolicy
 from perdure.store import session
-from perdure.store.rows import ClaimedTask
-from perdure.store.statement import Statement
+from perdure.store.rows import ClaimedTask, Fenced
 from perdure.store.store import AsyncStore
+from perdure.store.writes import Checkpoint, Completion
 
 T = TypeVar("T")
 #: The execution a spec's body runs in (engine.executor.Execution); generic
@@ -69,13 +69,14 @@ class ExecutionEnv:
     #: for them, then cancels them, before it stops (engine.parallel.settle).
     background: set[asyncio.Task[None]] = field(default_factory=set)
 
-    async def write(self, task_id: int, statement: Statement[T]) -> T:
-        """Commit one write fenced on task ``task_id``, in a transaction shared with
-        other runs' if a committer is running."""
-        if self.committer is None:
-            return await self.store.execute(statement)
-        result: T = (await self.committer.write(Unit(task_id, (statement,))))[0]
-        return result
+    async def write(self, unit: Checkpoint | Completion) -> Fenced:
+        """Commit one checkpoint or completion (fenced on its task), in a transaction
+        shared with other runs' if a committer is running; its answer."""
+        if self.committer is not None:
+            return await self.committer.write(unit)
+        if isinstance(unit, Checkpoint):
+            return (await self.store.write_checkpoints([unit]))[0]
+        return (await self.store.complete_runs([unit]))[0]
 
     def emit(self, event: str, **fields: Any) -> None:
         """Report an engine event to the worker's event callback, if any."""

@@ -9,6 +9,7 @@ from perdure.engine.control import Disconnected
 from perdure.engine.observer import task_fields
 from perdure.store.rows import ClaimedTask
 from perdure.store.store import AsyncStore
+from perdure.store.writes import Release
 
 log = logging.getLogger("perdure.worker")
 
@@ -30,14 +31,14 @@ async def hand_back(
     delay = 0.25
     while True:
         try:
-            await store.execute(
-                store.statements.tasks.release(
-                    task.fence,
-                    delay_seconds=0,
-                    failed=False,
-                    event="run_released",
-                    detail_json='{"reason": "database unreachable"}',
-                )
+            await store.release_tasks(
+                [
+                    Release(
+                        task.fence,
+                        "run_released",
+                        detail_json='{"reason": "database unreachable"}',
+                    )
+                ]
             )
             log.info(
                 "run %s handed back after the database came back",

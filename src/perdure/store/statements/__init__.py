@@ -16,7 +16,6 @@ from psycopg import sql
 
 from perdure.clock import Clock
 from perdure.errors import ConfigurationError
-from perdure.store.batch_statements import BatchStatements
 from perdure.store.queries import render
 from perdure.store.statement import Builder
 from perdure.store.statements.events import EventStatements, StreamStatements
@@ -69,8 +68,6 @@ class Statements:
         self.workers = WorkerStatements(build)
         self.workflows = WorkflowStatements(build)
         self.history = HistoryStatements(build)
-        #: The merged statements of the group commit (``sql/queries/batch.sql``).
-        self.batch = BatchStatements(build)
 
     @property
     def messages_channel(self) -> str:
