@@ -7,7 +7,7 @@ from datetime import datetime
 
 from perdure.store import rows
 from perdure.store.rows import ClaimedTask, Fence
-from perdure.store.statement import Namespace, Row, Statement, all_rows
+from perdure.store.statement import Namespace, Row, Statement, all_rows, sparse
 from perdure.store.writes import Release
 
 
@@ -93,7 +93,7 @@ class TaskStatements(Namespace):
             failed=[r.failed for r in releases],
             paused=[r.paused for r in releases],
             events=[r.event for r in releases],
-            details=[r.detail_json for r in releases],
+            details=sparse([r.detail_json for r in releases]),
         )
 
     def rescue(self, *, limit: int) -> Statement[tuple[int, int]]:
