@@ -1,9 +1,9 @@
 """Group commit: many runs' checkpoints in one transaction, each still fenced on its own.
 
-The worker's Committer sends the completed steps of several runs as one
-merged statement (and their completions as another): a lost lease or a stale
-history in one run must leave the others' writes intact, and an error in one
-unit must not fail the others.
+The worker's Committer sends the checkpoints of several runs as one statement
+(and their completions as another): a lost lease or a stale history in one run
+must leave the others' writes intact, and an error in one unit must not fail
+the others.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from perdure.engine.commit import Committer, Unit
 from perdure.engine.control import Disconnected
 from perdure.store.rows import ClaimedTask, Fence, Fenced
 from perdure.store.store import AsyncStore
+from perdure.store.writes import Checkpoint, Completion, Release
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -47,66 +48,57 @@ async def _claimed(app: perdure.App, count: int) -> tuple[AsyncStore, list[Claim
     return store, sorted(claimed, key=lambda t: t.fence.task_id)
 
 
-def _checkpoint(app: perdure.App, fence: Fence, position: int, output: str = "1") -> Any:
-    return app.statements.steps.checkpoint(
+def _checkpoint(app: perdure.App, fence: Fence, position: int, output: str = "1") -> Checkpoint:
+    return Checkpoint(
         fence,
+        position,
+        f"s{position}",
+        "step",
+        "completed",
+        1,
+        datetime.now(UTC),
+        output,
         lease_seconds=30,
-        position=position,
-        name=f"s{position}",
-        kind="step",
-        status="completed",
-        attempts=1,
-        output_json=output,
-        error_json=None,
-        started_at=datetime.now(UTC),
-        event="step_completed",
     )
 
 
 def test_merged_checkpoints_are_fenced_one_by_one(app: perdure.App, db: Conn) -> None:
-    async def main() -> list[list[Any]]:
+    async def main() -> list[Fenced]:
         store, tasks = await _claimed(app, 3)
         stale = Fence(tasks[1].fence.task_id, "w1", tasks[1].fence.attempt + 1)
-        units = [
-            [_checkpoint(app, tasks[0].fence, 0)],
-            [_checkpoint(app, stale, 0)],
-            [_checkpoint(app, tasks[2].fence, 0)],
+        checkpoints = [
+            _checkpoint(app, tasks[0].fence, 0),
+            _checkpoint(app, stale, 0),
+            _checkpoint(app, tasks[2].fence, 0),
         ]
         try:
-            return await store.execute_batch(units)
+            return await store.write_checkpoints(checkpoints)
         finally:
             await store.close()
 
     results = asyncio.run(main())
     ours = Fenced(leased=True, written=True, run_status="running")
-    assert results == [[ours], [Fenced(leased=False, written=False)], [ours]]
+    assert results == [ours, Fenced(leased=False, written=False), ours]
     assert db.execute("SELECT count(*) FROM steps").fetchone() == (2,)
     events = db.execute("SELECT event, count(*) FROM history GROUP BY event").fetchall()
     assert dict(events)["step_completed"] == 2
 
 
 def test_merged_completions_finish_each_run_or_leave_its_task(app: perdure.App, db: Conn) -> None:
-    async def main() -> tuple[list[list[Any]], list[ClaimedTask]]:
+    async def main() -> tuple[list[Fenced], list[ClaimedTask]]:
         store, tasks = await _claimed(app, 3)
         # The second run's position 0 already holds a final checkpoint: its
         # replay was stale, so it must keep its task and not complete.
-        await store.execute(_checkpoint(app, tasks[1].fence, 0))
-        units = [
-            [
-                app.statements.batch.run_complete_step(
-                    t.fence, '"done"', _checkpoint(app, t.fence, 0)
-                )
-            ]
-            for t in tasks
-        ]
+        await store.write_checkpoints([_checkpoint(app, tasks[1].fence, 0)])
+        completions = [Completion(t.fence, '"done"', _checkpoint(app, t.fence, 0)) for t in tasks]
         try:
-            return await store.execute_batch(units), tasks
+            return await store.complete_runs(completions), tasks
         finally:
             await store.close()
 
     results, tasks = asyncio.run(main())
     done, stale = Fenced(leased=True), Fenced(leased=True, written=False, changed=False)
-    assert results == [[done], [stale], [done]]
+    assert results == [done, stale, done]
     statuses = dict(db.execute("SELECT id::text, status FROM runs").fetchall())
     assert statuses[tasks[0].run_id] == statuses[tasks[2].run_id] == "completed"
     assert statuses[tasks[1].run_id] == "running"
@@ -123,7 +115,7 @@ def test_an_error_in_one_unit_fails_that_unit_only(app: perdure.App, db: Conn) -
         try:
 
             def unit(task: ClaimedTask, output: str = "1") -> Unit:
-                return Unit(task.fence.task_id, [_checkpoint(app, task.fence, 0, output)])
+                return _checkpoint(app, task.fence, 0, output)
 
             writes = [
                 committer.write(unit(tasks[0])),
@@ -138,7 +130,7 @@ def test_an_error_in_one_unit_fails_that_unit_only(app: perdure.App, db: Conn) -
 
     first, second, third = asyncio.run(main())
     ours = Fenced(leased=True, written=True, run_status="running")
-    assert first == [ours] and third == [ours]
+    assert first == ours and third == ours
     assert isinstance(second, psycopg.errors.InvalidTextRepresentation)
     assert db.execute("SELECT count(*) FROM steps").fetchone() == (2,)
 
@@ -174,17 +166,15 @@ def test_a_committer_not_started_writes_each_unit_in_a_transaction_of_its_own(
 ) -> None:
     """A lone execution outside a worker (no lanes) still commits its unit, alone."""
 
-    async def main() -> list[Any]:
+    async def main() -> Fenced:
         store, tasks = await _claimed(app, 1)
         committer = Committer(store)  # never started
         try:
-            return await committer.write(
-                Unit(tasks[0].fence.task_id, [_checkpoint(app, tasks[0].fence, 0)])
-            )
+            return await committer.write(_checkpoint(app, tasks[0].fence, 0))
         finally:
             await store.close()
 
-    assert asyncio.run(main()) == [Fenced(leased=True, written=True, run_status="running")]
+    assert asyncio.run(main()) == Fenced(leased=True, written=True, run_status="running")
     assert db.execute("SELECT count(*) FROM steps").fetchone() == (1,)
 
 
@@ -199,10 +189,7 @@ def test_a_stopping_committer_tells_the_units_still_queued_that_nothing_was_writ
             # Queued while the lanes are stopped: no lane ever takes them.
             await committer.stop()
             writes = [
-                asyncio.ensure_future(
-                    committer.write(Unit(t.fence.task_id, [_checkpoint(app, t.fence, 0)]))
-                )
-                for t in tasks
+                asyncio.ensure_future(committer.write(_checkpoint(app, t.fence, 0))) for t in tasks
             ]
             await asyncio.sleep(0)  # both are queued now
             writes[1].cancel()  # its caller gave up: its unit is left alone
@@ -233,10 +220,7 @@ def test_a_commit_cut_short_by_the_worker_stopping_is_reported_as_unknown(
             ids = [t.fence.task_id for t in tasks]
             locker.execute(f"SELECT 1 FROM {schema}.tasks WHERE id = ANY(%s) FOR UPDATE", (ids,))
             writes = [
-                asyncio.ensure_future(
-                    committer.write(Unit(t.fence.task_id, [_checkpoint(app, t.fence, 0)]))
-                )
-                for t in tasks
+                asyncio.ensure_future(committer.write(_checkpoint(app, t.fence, 0))) for t in tasks
             ]
             deadline = asyncio.get_running_loop().time() + 30
             while not db.execute(
@@ -254,3 +238,77 @@ def test_a_commit_cut_short_by_the_worker_stopping_is_reported_as_unknown(
 
     results = asyncio.run(main())
     assert all(isinstance(r, Disconnected) and "during a commit" in str(r) for r in results)
+
+
+def test_completions_with_and_without_a_last_checkpoint_are_one_statement(
+    app: perdure.App, db: Conn
+) -> None:
+    """One form of completion: a run finished alone and one finished with its last
+    step's checkpoint go in the same statement, each fenced on its own task."""
+
+    async def main() -> tuple[list[Fenced], list[Fenced], list[ClaimedTask]]:
+        store, tasks = await _claimed(app, 4)
+        lost = Fence(tasks[3].fence.task_id, "w1", tasks[3].fence.attempt + 1)
+        before = store.statement_count
+        try:
+            written, completed = await store.write_batch(
+                [_checkpoint(app, tasks[0].fence, 0)],
+                [
+                    Completion(tasks[1].fence, '"alone"'),
+                    Completion(tasks[2].fence, '"last"', _checkpoint(app, tasks[2].fence, 0)),
+                    Completion(lost, '"lost"'),
+                ],
+            )
+            assert store.statement_count - before == 2  # one statement per kind
+            return written, completed, tasks
+        finally:
+            await store.close()
+
+    written, completed, tasks = asyncio.run(main())
+    assert written == [Fenced(leased=True, written=True, run_status="running")]
+    assert completed == [
+        Fenced(leased=True),
+        Fenced(leased=True),
+        Fenced(leased=False, written=False, changed=False),
+    ]
+    runs = dict(db.execute("SELECT id::text, status FROM runs").fetchall())
+    assert [runs[t.run_id] for t in tasks] == ["running", "completed", "completed", "running"]
+    outputs = dict(db.execute("SELECT id::text, output FROM runs").fetchall())
+    assert outputs[tasks[1].run_id] == "alone" and outputs[tasks[2].run_id] == "last"
+    steps = db.execute("SELECT run_id::text FROM steps ORDER BY run_id").fetchall()
+    assert sorted(r for (r,) in steps) == sorted([tasks[0].run_id, tasks[2].run_id])
+    # The completions carry their durations, the alone one as the one with a step.
+    durations = db.execute(
+        "SELECT count(*) FROM history WHERE event = 'run_completed' AND duration IS NOT NULL"
+    ).fetchone()
+    assert durations == (2,)
+    held = {r for (r,) in db.execute("SELECT run_id::text FROM tasks").fetchall()}
+    assert held == {tasks[0].run_id, tasks[3].run_id}
+
+
+def test_releases_are_fenced_one_by_one(app: perdure.App, db: Conn) -> None:
+    async def main() -> tuple[list[bool], list[ClaimedTask]]:
+        store, tasks = await _claimed(app, 3)
+        lost = Fence(tasks[1].fence.task_id, "w1", tasks[1].fence.attempt + 1)
+        releases = [
+            Release(tasks[0].fence, "run_released", 5.0, failed=True, detail_json='{"x": 1}'),
+            Release(lost, "run_released"),
+            Release(tasks[2].fence, "run_paused_at_step", paused=True),
+        ]
+        try:
+            return await store.release_tasks(releases), tasks
+        finally:
+            await store.close()
+
+    released, tasks = asyncio.run(main())
+    assert released == [True, False, True]
+    rows = db.execute("SELECT run_id::text, status, failures FROM tasks").fetchall()
+    by_run = {run: (status, failures) for run, status, failures in rows}
+    assert by_run[tasks[0].run_id] == ("ready", 1)
+    assert by_run[tasks[1].run_id] == ("claimed", 0)
+    assert by_run[tasks[2].run_id] == ("paused", 0)
+    detail = db.execute(
+        "SELECT detail FROM history WHERE event = 'run_released' AND run_id = %s",
+        (tasks[0].run_id,),
+    ).fetchone()
+    assert detail is not None and detail[0]["x"] == 1 and "available_at" in detail[0]

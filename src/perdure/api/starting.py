@@ -1,12 +1,13 @@
 """Starting runs: the checks, the insert statement, keys, dedup and debounce.
 
 [`start`][perdure.App.start] validates everything before anything is written (invariant 10),
-builds one ``run_insert`` statement (run, first task and history row together)
-and runs it on the App's pool or on the caller's connection, so a run can be
+builds one start (a ``Start`` record, written by
+one ``run_insert`` statement: run, first task and history row together) and
+runs it on the App's pool or on the caller's connection, so a run can be
 started inside the caller's own transaction; on the pool, starts in flight
 at once are written together (``perdure.api.start_batch``).
 [`start_many`][perdure.App.start_many] starts many runs of one workflow the same way in one
-statement (``run_insert_many``): every item is checked before any is written,
+statement (the same ``run_insert``, with many starts): every item is checked before any is written,
 and all go through ``insert_runs`` (migration 0015), the one definition of a
 start, as a single start does.
 """
@@ -33,7 +34,9 @@ from perdure.errors import (
 from perdure.ids import new_run_id
 from perdure.observability import tracing as _tracing
 from perdure.store import caller
+from perdure.store.rows import Queueing, StartResult
 from perdure.store.statement import Statement
+from perdure.store.writes import Start
 
 T = TypeVar("T")
 
@@ -86,14 +89,8 @@ async def start(
             core, run, workflow, input, key, version, delay, priority, timeout, options, queue
         )
 
-    async def together(stmt: Statement[Any]) -> Any:
-        # On the App's pool, starts in flight at once share a statement.
-        return await (
-            start_batch.insert(core, stmt) if start_batch.batchable(stmt) else core.run(stmt)
-        )
-
     return await _start(
-        core, together, workflow, input, key, version, delay, priority, timeout, options, queue
+        core, core.run, workflow, input, key, version, delay, priority, timeout, options, queue
     )
 
 
@@ -148,27 +145,33 @@ async def start_many(
         except PerdureError as exc:
             exc.args = (f"item {index} of {len(items)}: {exc}",)
             raise
-    statement = core.statements.runs.insert_many(
-        run_ids=[new_run_id() for _ in items],
-        workflow=target[0],
-        version=target[1],
-        queue=target[2],
-        keys=named,
-        inputs_json=texts,
-        priority=priority,
-        delay_seconds=arguments.seconds("delay", 0 if delay is None else delay),
-        timeout_seconds=arguments.optional_seconds("timeout", timeout),
-        tags_json=queueing.tags_json,
-        newest=version is None,
-        trace_context_json=_tracing.current_context_json(),
-        lookup=resolved is None,
-    )
-    found: dict[int, Any] = await run(statement)
-    if any(result.unknown_workflow for result in found.values()):
+    delay_seconds = arguments.seconds("delay", 0 if delay is None else delay)
+    timeout_seconds = arguments.optional_seconds("timeout", timeout)
+    trace_context = _tracing.current_context_json()
+    starts = [
+        Start(
+            new_run_id(),
+            target[0],
+            target[1],
+            target[2],
+            key,
+            text,
+            priority=priority,
+            delay_seconds=delay_seconds,
+            timeout_seconds=timeout_seconds,
+            queueing=Queueing(tags_json=queueing.tags_json),
+            trace_context_json=trace_context,
+            newest=version is None,
+            lookup=resolved is None,
+        )
+        for key, text in zip(named, texts, strict=True)
+    ]
+    found: list[StartResult | None] = await run(core.statements.runs.insert(starts))
+    if any(result is not None and result.unknown_workflow for result in found):
         raise UnknownWorkflow(name, version)
     handles: list[RunHandle] = []
     for index, key in enumerate(named):
-        result = found.get(index)
+        result = found[index]
         if result is None:
             # A concurrent start of this key, not visible to the statement:
             # the single start tries again.
@@ -236,8 +239,8 @@ def _insert_statement(
     timeout: float | timedelta | None = None,
     options: StartOptions | None = None,
     newest: bool = False,
-) -> tuple[Statement[Any], Statement[Any] | None]:
-    """The run's insert, and the debounce that goes first (None without debounce).
+) -> tuple[Start, Statement[Any] | None]:
+    """The run's start, and the debounce that goes first (None without debounce).
 
     A ``resolved`` without a queue is a workflow this App has no code for:
     the insert looks its version and queue up among the registered ones.
@@ -254,18 +257,18 @@ def _insert_statement(
     if local is not None:
         input = local.check_input(input)  # a typed input is validated before any write
     text = serialization.dumps(input, f"the input of workflow {name!r}", core.max_payload_bytes)
-    insert = core.statements.runs.insert(
-        trace_context_json=_tracing.current_context_json(),
-        run_id=new_run_id(),
-        workflow=name,
-        version=version,
-        queue=queue,
-        key=key,
-        input_json=text,
+    insert = Start(
+        new_run_id(),
+        name,
+        version,
+        queue,
+        key,
+        text,
         priority=priority,
         delay_seconds=delay_seconds,
         timeout_seconds=timeout_seconds,
         queueing=queueing,
+        trace_context_json=_tracing.current_context_json(),
         newest=newest,
         lookup=queue is None,
     )
@@ -276,6 +279,17 @@ def _insert_statement(
         workflow=name, queue=queue, key=key, input_json=text, queueing=queueing
     )
     return insert, debounce
+
+
+async def _insert(
+    core: Core, run: Callable[[Statement[Any]], Awaitable[Any]], start: Start
+) -> StartResult | None:
+    """Write one start with ``run``; on the App's pool, together with the starts in
+    flight at once of its shape (``perdure.api.start_batch``)."""
+    if run == core.run and start_batch.batchable(start):
+        return await start_batch.insert(core, start)
+    answers: list[StartResult | None] = await run(core.statements.runs.insert([start]))
+    return answers[0]
 
 
 def _local(
@@ -328,7 +342,7 @@ async def _start(
         if row is None:
             raise UnknownWorkflow(name, version)
         target = (row["name"], row["version"], queue or row["queue"])
-    stmt, debounce = _insert_statement(
+    start, debounce = _insert_statement(
         core, target, input, key, delay, priority, timeout, options, newest=version is None
     )
     # A concurrent start with the same key can leave this statement's
@@ -341,7 +355,7 @@ async def _start(
             collapsed = await run(debounce)
             if collapsed is not None:
                 return _checked(core, collapsed, name, key)
-        result = await run(stmt)
+        result = await _insert(core, run, start)
         if result is not None and result.unknown_workflow:
             raise UnknownWorkflow(name, version)
         if result is not None and (result.created or debounce is None or attempt > 0):

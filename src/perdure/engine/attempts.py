@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, Protocol
 
 from perdure.engine import faults, serialization
-from perdure.engine.checkpoint import Attempt, Checkpoint
+from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv
@@ -24,8 +24,8 @@ from perdure.engine.observer import StepAttempt
 from perdure.engine.retry import DEFAULT_STEP_RETRY, RetryPolicy
 from perdure.errors import SerializationError, SignalTimeout, StepFailed
 from perdure.steps import Snooze
-from perdure.store.rows import ClaimedTask, Fenced
-from perdure.store.statement import Statement
+from perdure.store.rows import ClaimedTask
+from perdure.store.writes import Checkpoint
 
 #: What a step does in one attempt: (output JSON, decoded output); no JSON
 #: when the body wrote its checkpoint itself (a transaction step).
@@ -39,10 +39,10 @@ class Host(Protocol):
     env: ExecutionEnv
     deferred: DeferredCheckpoint
 
-    def checkpoint_statement(
+    def checkpoint_record(
         self, attempt: Attempt, status: str, output_json: str | None
-    ) -> Statement[Fenced]:
-        """The fenced write of ``attempt``'s checkpoint."""
+    ) -> Checkpoint:
+        """``attempt``'s outcome as the record of its fenced write."""
 
     async def checkpoint(
         self, attempt: Attempt, status: str, output_json: str | None, error_json: str | None
@@ -89,8 +89,7 @@ async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body)
         faults.hit("before_checkpoint", attempt.name)
         if text is not None:
             if ex.deferred.can_hold(attempt.kind):
-                statement = ex.checkpoint_statement(attempt, "completed", text)
-                ex.deferred.hold(Checkpoint(attempt, "completed", statement))
+                ex.deferred.hold(ex.checkpoint_record(attempt, "completed", text))
                 status = "completed"
                 return decoded
             await ex.checkpoint(attempt, "completed", text, None)

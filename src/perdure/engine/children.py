@@ -22,6 +22,7 @@ from perdure.engine.executor import Execution
 from perdure.engine.waits import FOREVER_SECONDS, _park
 from perdure.errors import ChildFailed, RunKeyConflict, UnknownWorkflow
 from perdure.store.store import execute_async
+from perdure.store.writes import Start
 from perdure.types import RunStatus, StepStatus
 
 
@@ -66,19 +67,17 @@ async def start_child(
     async with ex.env.store.transaction() as conn:
         if not await execute_async(conn, statements.tasks.lock_fenced(ex.task.fence)):
             ex.lose_lease()
-        started = await execute_async(
-            conn,
-            statements.runs.insert(
-                run_id=run_id,
-                workflow=resolved[0],
-                version=resolved[1],
-                queue=resolved[2],
-                key=child_key,
-                input_json=text,
-                parent_run_id=ex.task.run_id,
-                trace_context_json=ex.env.observer.trace_context(ex.task),
-            ),
+        start = Start(
+            run_id,
+            resolved[0],
+            resolved[1],
+            resolved[2],
+            child_key,
+            text,
+            parent_run_id=ex.task.run_id,
+            trace_context_json=ex.env.observer.trace_context(ex.task),
         )
+        (started,) = await ex.env.store.insert_runs([start], conn)
         if started is None:
             raise StaleHistory(f"starting a child of run {ex.task.run_id} raced; replaying")
         if started.workflow != resolved[0]:

@@ -10,10 +10,12 @@ half of them and leaves the rest to the next: the server then works on one
 half while the worker reads the other's answers and runs the next steps, so
 the worker and PostgreSQL keep two cores busy instead of taking turns.
 
-Each unit is one run's statements that must commit together (a step's
-checkpoint, or the last checkpoint and the run's completion). Units of
-different runs share a transaction but not a fate: every statement is fenced
-on its own task, so a lost lease writes nothing for that unit and leaves the
+Each unit is one record of one run: a step's checkpoint, or the run's
+completion (with its last checkpoint). The lane writes the units it takes
+with one call per kind (``AsyncStore.write_batch``: one statement for all the
+checkpoints, one for all the completions, in one transaction). Units of
+different runs share a transaction but not a fate: every record is fenced on
+its own task, so a lost lease writes nothing for that unit and leaves the
 others alone, and if the shared transaction fails as a whole (a deadlock, a
 statement error), each unit is tried again in a transaction of its own, so
 that one unit's error is reported to that unit only.
@@ -24,14 +26,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from perdure.engine.control import Disconnected
 from perdure.store.connect import is_unavailable
-from perdure.store.statement import Statement
+from perdure.store.rows import Fenced
 from perdure.store.store import AsyncStore
+from perdure.store.writes import Checkpoint, Completion
 
 log = logging.getLogger("perdure.commit")
 
@@ -41,22 +41,19 @@ MAX_UNITS = 64
 MIN_SPLIT = 8
 
 
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """The statements of one task that must commit together, all fenced on that task."""
-
-    task_id: int
-    statements: Sequence[Statement[Any]]
+#: What one run commits at once: a step's checkpoint, or its completion.
+Unit = Checkpoint | Completion
+_Queued = tuple[Unit, "asyncio.Future[Fenced]"]
 
 
 class Committer:
-    """Writes units of statements for many executions, grouped into shared transactions."""
+    """Writes the units of many executions, grouped into shared transactions."""
 
     def __init__(self, store: AsyncStore, lanes: int = 2) -> None:
         """Commit through ``store``, with up to ``lanes`` transactions in flight at once."""
         self.store = store
         self.lanes = lanes
-        self._queue: list[tuple[Unit, asyncio.Future[list[Any]]]] = []
+        self._queue: list[_Queued] = []
         self._waiting = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._busy = 0
@@ -82,12 +79,12 @@ class Committer:
                 future.set_exception(Disconnected("the worker is stopping"))
         self._queue.clear()
 
-    async def write(self, unit: Unit) -> list[Any]:
-        """Commit ``unit`` (in a transaction shared with other units); its decoded results."""
+    async def write(self, unit: Unit) -> Fenced:
+        """Commit ``unit`` (in a transaction shared with other units); its answer."""
         if not self._tasks:
             # Not started (a lone execution outside a worker): one transaction of its own.
-            return (await self.store.execute_batch([unit.statements]))[0]
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+            return (await _write(self.store, [unit]))[0]
+        future: asyncio.Future[Fenced] = asyncio.get_running_loop().create_future()
         self._queue.append((unit, future))
         self._waiting.set()
         return await future
@@ -113,12 +110,12 @@ class Committer:
                 finally:
                     self._busy -= 1
 
-    async def _commit(self, batch: list[tuple[Unit, asyncio.Future[list[Any]]]]) -> None:
+    async def _commit(self, batch: list[_Queued]) -> None:
         # Task rows are locked in task id order in every transaction, as the
         # heartbeat does: two transactions never wait for each other in a cycle.
-        batch.sort(key=lambda item: item[0].task_id)
+        batch.sort(key=lambda item: item[0].fence.task_id)
         try:
-            results = await self.store.execute_batch([unit.statements for unit, _ in batch])
+            results = await _write(self.store, [unit for unit, _ in batch])
         except asyncio.CancelledError:
             # The worker is stopping: whether this transaction committed is
             # unknown, as after a lost connection.
@@ -135,7 +132,7 @@ class Committer:
             )
             for unit, future in batch:
                 try:
-                    _settle(future, (await self.store.execute_batch([unit.statements]))[0])
+                    _settle(future, (await _write(self.store, [unit]))[0])
                 except (Exception, Disconnected) as alone:
                     _settle(future, exc=alone)
             return
@@ -157,14 +154,23 @@ def lost_connection(exc: BaseException) -> bool:
     return exc.__cause__ is None or is_unavailable(exc.__cause__)
 
 
+async def _write(store: AsyncStore, units: list[Unit]) -> list[Fenced]:
+    """Write ``units`` in one transaction, one statement per kind; their answers, in order."""
+    checkpoints = [unit for unit in units if isinstance(unit, Checkpoint)]
+    completions = [unit for unit in units if isinstance(unit, Completion)]
+    written, completed = await store.write_batch(checkpoints, completions)
+    answers, by_kind = iter(written), iter(completed)
+    return [next(answers) if isinstance(unit, Checkpoint) else next(by_kind) for unit in units]
+
+
 def _settle(
-    future: asyncio.Future[list[Any]],
-    result: list[Any] | None = None,
+    future: asyncio.Future[Fenced],
+    result: Fenced | None = None,
     exc: BaseException | None = None,
 ) -> None:
     if future.done():
         return
     if exc is not None:
         future.set_exception(exc)
-    else:
-        future.set_result(result or [])
+    elif result is not None:
+        future.set_result(result)

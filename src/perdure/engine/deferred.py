@@ -4,7 +4,7 @@ When a step returns, its checkpoint is not written at once: it is held, and
 written as soon as the workflow code yields to the event loop, which is
 usually its next ``ctx`` call (that call waits for the write before it does
 anything). If the workflow returns before it yields, the held checkpoint is
-written in the same statement as the run's completion: the last step and the
+written with the run's completion, as one record: the last step and the
 completion cost one round trip and one commit together.
 
 Only the workflow's own synchronous code runs between a step's return and its
@@ -21,8 +21,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from perdure.engine import faults
-from perdure.engine.checkpoint import Checkpoint
 from perdure.engine.control import Disconnected, LeaseLost, StaleHistory
+from perdure.store.writes import Checkpoint
 
 Record = Callable[[Checkpoint], Awaitable[None]]
 
@@ -65,7 +65,7 @@ class DeferredCheckpoint:
         pending, self.pending = self.pending, None
         if pending is not None:
             await self.record(pending)
-            faults.hit("after_checkpoint", pending.attempt.name)
+            faults.hit("after_checkpoint", pending.name)
 
     async def settle(self) -> None:
         """Write the held checkpoint now, if there is one, and wait until it committed."""

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from perdure.engine import serialization
-from perdure.engine.commit import Committer, Unit
+from perdure.engine.commit import Committer
 from perdure.engine.observer import Observer
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.unheld import Unheld
 from perdure.store import session
-from perdure.store.rows import ClaimedTask
-from perdure.store.statement import Statement
+from perdure.store.rows import ClaimedTask, Fenced
 from perdure.store.store import AsyncStore
+from perdure.store.writes import Checkpoint, Completion
 
 T = TypeVar("T")
 #: The execution a spec's body runs in (engine.executor.Execution); generic
@@ -72,13 +72,14 @@ class ExecutionEnv:
     #: claims whose answer was lost (engine.unheld).
     unheld: Unheld = field(default_factory=Unheld)
 
-    async def write(self, task_id: int, statement: Statement[T]) -> T:
-        """Commit one write fenced on task ``task_id``, in a transaction shared with
-        other runs' if a committer is running."""
-        if self.committer is None:
-            return await self.store.execute(statement)
-        result: T = (await self.committer.write(Unit(task_id, (statement,))))[0]
-        return result
+    async def write(self, unit: Checkpoint | Completion) -> Fenced:
+        """Commit one checkpoint or completion (fenced on its task), in a transaction
+        shared with other runs' if a committer is running; its answer."""
+        if self.committer is not None:
+            return await self.committer.write(unit)
+        if isinstance(unit, Checkpoint):
+            return (await self.store.write_checkpoints([unit]))[0]
+        return (await self.store.complete_runs([unit]))[0]
 
     def run_finished(
         self, run_id: str, workflow: str, status: str, error: BaseException | None = None

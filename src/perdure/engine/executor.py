@@ -21,7 +21,7 @@ from typing import Any, NoReturn, TypeVar
 
 from perdure import errors
 from perdure.engine import attempts, serialization, typed
-from perdure.engine.checkpoint import Attempt, Checkpoint
+from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
@@ -36,6 +36,7 @@ from perdure.steps import Snooze
 from perdure.store.rows import ClaimedTask, Fenced
 from perdure.store.statement import Statement
 from perdure.store.store import execute_async, execute_sync
+from perdure.store.writes import Checkpoint, Release
 from perdure.types import Step, StepStatus
 
 log = logging.getLogger("perdure.executor")
@@ -71,7 +72,7 @@ class _Output:
 
     what: str
     rebuild: Callable[[Any], Any]
-    checkpoint: Callable[[str], Any]
+    checkpoint: Callable[[str], Statement[Fenced]]
 
     def encode(self, result: Any, max_bytes: int) -> tuple[str, Any]:
         """The output's JSON text and the value the workflow receives (its declared type)."""
@@ -170,16 +171,10 @@ class Execution:
     ) -> NoReturn:
         """Hand the task back, due after ``delay`` s, and stop executing (Suspend)."""
         await self.deferred.settle()
-        released = await self.env.store.execute(
-            self.env.store.statements.tasks.release(
-                self.task.fence,
-                delay_seconds=delay,
-                failed=False,
-                event=event,
-                detail_json=detail_json,
-                paused=paused,
-            )
+        release = Release(
+            self.task.fence, event, delay_seconds=delay, detail_json=detail_json, paused=paused
         )
+        (released,) = await self.env.store.release_tasks([release])
         if not released:
             self.lose_lease()
         raise Suspend()
@@ -309,7 +304,11 @@ class Execution:
         rebuild = functools.partial(typed.return_hint(fn).rebuild, what=what)
 
         async def body(attempt: Attempt) -> tuple[str | None, Any]:
-            checkpoint = functools.partial(self.checkpoint_statement, attempt, "completed")
+            steps = self.env.store.statements.steps
+
+            def checkpoint(text: str) -> Statement[Fenced]:
+                return steps.write(self.checkpoint_record(attempt, "completed", text))
+
             output = _Output(what, rebuild, checkpoint)
             if inspect.iscoroutinefunction(fn):
                 decoded = await self._transaction_async(fn, args, kwargs, output)
@@ -389,45 +388,33 @@ class Execution:
         """Whether this checkpoint is the final one of the step task being executed."""
         return attempt.position == self.step_task_position and status in ("completed", "failed")
 
-    def checkpoint_statement(
+    def checkpoint_record(
         self,
         attempt: Attempt,
         status: str,
         output_json: str | None,
         error_json: str | None = None,
-        **publish: Any,
-    ) -> Statement[Fenced]:
-        """The fenced write of ``attempt``'s checkpoint with ``status``."""
-        events = {
-            "completed": "step_completed",
-            "failed": "step_failed",
-            "retrying": "step_retry_scheduled",
-            "timed_out": "signal_timed_out",
-        }
-        common: dict[str, Any] = {
-            "position": attempt.position,
-            "name": attempt.name,
-            "kind": attempt.kind,
-            "status": status,
-            "attempts": attempt.number,
-            "output_json": output_json,
-            "error_json": error_json,
-            "started_at": attempt.started,
-            "event": events[status],
-        }
-        statements = self.env.store.statements
-        if self.ends_step_task(attempt, status):
-            # A parallel step's final checkpoint also ends its task and may
-            # wake the run (at once on a failure: gathers fail fast).
-            return statements.steps.complete_parallel(
-                self.task.fence, wake=status == "failed", **common
-            )
-        return statements.steps.checkpoint(
+        *,
+        event_key: str | None = None,
+        stream_seq: int | None = None,
+        stream_closed: bool = False,
+    ) -> Checkpoint:
+        """``attempt``'s outcome with ``status`` as the record of its fenced write.
+
+        A parallel step's final checkpoint also ends its task and may wake the
+        run (at once on a failure: gathers fail fast); any other extends the
+        task's lease.
+        """
+        return attempt.outcome(
             self.task.fence,
+            status,
+            output_json,
+            error_json,
             lease_seconds=self.env.lease_seconds,
-            detail_json=error_json,
-            **common,
-            **publish,
+            event_key=event_key,
+            stream_seq=stream_seq,
+            stream_closed=stream_closed,
+            ends_task=self.ends_step_task(attempt, status),
         )
 
     async def checkpoint(
@@ -441,29 +428,29 @@ class Execution:
     ) -> None:
         """Write a checkpoint (on ``conn``, in its transaction, if given); stop if not ours."""
         await self.deferred.settle()
-        statement = self.checkpoint_statement(attempt, status, output_json, error_json, **publish)
-        await self.record(Checkpoint(attempt, status, statement), conn)
+        checkpoint = self.checkpoint_record(attempt, status, output_json, error_json, **publish)
+        await self.record(checkpoint, conn)
 
     async def record(self, checkpoint: Checkpoint, conn: Any = None) -> None:
         """Commit ``checkpoint`` (on ``conn``, in its transaction, if given); stop if
         the lease is lost or the history was stale."""
-        attempt, status, statement = checkpoint.attempt, checkpoint.status, checkpoint.statement
+        statements = self.env.store.statements
         if conn is not None:
-            result = await execute_async(conn, statement)
-        elif self.ends_step_task(attempt, status):
+            result = await execute_async(conn, statements.steps.write(checkpoint))
+        elif checkpoint.ends_task:
             # Under the run's row lock: sibling completions serialise, and the
             # last one sees every other one's commit when it decides to wake.
             async with self.env.store.transaction() as conn:
-                await execute_async(conn, self.env.store.statements.runs.lock(self.task.run_id))
-                result = await execute_async(conn, statement)
+                await execute_async(conn, statements.runs.lock(self.task.run_id))
+                result = await execute_async(conn, statements.steps.complete_parallel(checkpoint))
                 if result.leased and self.on_step_task_final is not None:
                     await self.on_step_task_final(conn)
         else:
-            result = await self.env.write(self.task.fence.task_id, statement)
+            result = await self.env.write(checkpoint)
         # Not written with the lease ours: the history this replay started
         # from was stale; the task is handed back and replayed from the real one.
-        self.fenced(result, f"position {attempt.position} was already checkpointed")
-        self.env.observer.step_checkpointed(self.task.run_id, attempt.name, status)
+        self.fenced(result, f"position {checkpoint.position} was already checkpointed")
+        self.env.observer.step_checkpointed(self.task.run_id, checkpoint.name, checkpoint.status)
 
 
 _UNFINISHED = (StepStatus.RETRYING, StepStatus.PENDING, StepStatus.WAITING)

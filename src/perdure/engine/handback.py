@@ -11,6 +11,7 @@ from perdure.engine.observer import task_fields
 from perdure.store.connect import is_unavailable
 from perdure.store.rows import ClaimedTask
 from perdure.store.store import AsyncStore
+from perdure.store.writes import Release
 
 log = logging.getLogger("perdure.worker")
 
@@ -37,14 +38,14 @@ async def hand_back(
     delay = 0.25
     while True:
         try:
-            await store.execute(
-                store.statements.tasks.release(
-                    task.fence,
-                    delay_seconds=0,
-                    failed=False,
-                    event="run_released",
-                    detail_json=detail,
-                )
+            await store.release_tasks(
+                [
+                    Release(
+                        task.fence,
+                        "run_released",
+                        detail_json=detail,
+                    )
+                ]
             )
             log.info(
                 "run %s handed back after the database came back",

@@ -13,7 +13,6 @@ import logging
 import traceback
 
 from perdure.engine import compensation, faults, parallel, serialization
-from perdure.engine.checkpoint import Checkpoint
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import (
     Execution,
@@ -29,6 +28,7 @@ from perdure.errors import (
     StepFailed,
 )
 from perdure.store.rows import ClaimedTask
+from perdure.store.writes import Checkpoint, Completion, Release
 
 log = logging.getLogger("perdure.executor")
 
@@ -112,21 +112,17 @@ async def _settle(execution: Execution) -> str | None:
 async def _complete(execution: Execution, text: str, last: Checkpoint | None) -> str:
     """Finish the run with its output (and its last step's checkpoint, when given)."""
     task, env = execution.task, execution.env
-    statements, fence = env.store.statements, task.fence
-    if last is None:
-        statement = statements.runs.complete(fence, text)
-    else:
-        statement = statements.batch.run_complete_step(fence, text, last.statement)
     try:
         result = execution.fenced(
-            await env.write(fence.task_id, statement), "its last step was already checkpointed"
+            await env.write(Completion(task.fence, text, last)),
+            "its last step was already checkpointed",
         )
     except STOPS as stop:
         return await stopped(execution, stop)
     if last is not None:
-        env.observer.step_checkpointed(task.run_id, last.attempt.name, "completed")
+        env.observer.step_checkpointed(task.run_id, last.name, "completed")
         try:
-            faults.hit("after_checkpoint", last.attempt.name)
+            faults.hit("after_checkpoint", last.name)
         except STOPS as stop:
             return await stopped(execution, stop)
     if not result.changed:
@@ -186,14 +182,8 @@ async def _handle_failure(
     delay = spec.retry.delay(failures)
     env.observer.run_retrying(task, delay, cause)
     detail = serialization.error_json(serialization.error_record(cause, traceback.format_exc()))
-    released = await env.store.execute(
-        env.store.statements.tasks.release(
-            task.fence,
-            delay_seconds=delay,
-            failed=True,
-            event="run_retry_scheduled",
-            detail_json=detail,
-        )
+    (released,) = await env.store.release_tasks(
+        [Release(task.fence, "run_retry_scheduled", delay, failed=True, detail_json=detail)]
     )
     return "retrying" if released else "abandoned"
 

@@ -53,9 +53,9 @@ from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.errors import ConfigurationError, StepFailed
 from perdure.steps import StepCall
-from perdure.store.rows import ClaimedTask, Fenced, GatheredCompletion, GatheredStep
-from perdure.store.statement import Statement
+from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep
 from perdure.store.store import execute_async
+from perdure.store.writes import Checkpoint
 from perdure.types import Step, StepStatus
 
 log = logging.getLogger("perdure.parallel")
@@ -441,22 +441,20 @@ class HeldExecution(Execution):
         held = self.deferred.take()
         if held is None or self.output_json is None:
             return None
-        return GatheredCompletion(
-            claimed, held.attempt.number, self.output_json, held.attempt.started
-        )
+        return GatheredCompletion(claimed, held.attempts, self.output_json, held.started_at)
 
-    def checkpoint_statement(
+    def checkpoint_record(
         self,
         attempt: Attempt,
         status: str,
         output_json: str | None,
         error_json: str | None = None,
         **publish: Any,
-    ) -> Statement[Fenced]:
-        """Note a completed output, then build the statement as any execution does."""
+    ) -> Checkpoint:
+        """Note a completed output, then build the record as any execution does."""
         if status == "completed":
             self.output_json = output_json
-        return super().checkpoint_statement(attempt, status, output_json, error_json, **publish)
+        return super().checkpoint_record(attempt, status, output_json, error_json, **publish)
 
 
 async def _run_claimed(
@@ -529,22 +527,20 @@ async def finish_unreachable(
     statements = ex.env.store.statements
     async with ex.env.store.transaction() as conn:
         await execute_async(conn, statements.runs.lock(ex.task.run_id))
-        result = await execute_async(
-            conn,
-            statements.steps.complete_parallel(
-                ex.task.fence,
-                position=position,
-                name=name,
-                kind="step",
-                status=status,
-                attempts=recorded.attempts if recorded else 1,
-                output_json=output,
-                error_json=error,
-                started_at=statements.clock.wall_now(),
-                event=f"step_{status}",
-                wake=True,
-            ),
+        checkpoint = Checkpoint(
+            ex.task.fence,
+            position,
+            name,
+            "step",
+            status,
+            recorded.attempts if recorded else 1,
+            statements.clock.wall_now(),
+            output,
+            error,
+            ends_task=True,
+            wake=True,
         )
+        result = await execute_async(conn, statements.steps.complete_parallel(checkpoint))
     if not result.leased:
         ex.lose_lease()
     raise StepTaskDone()

@@ -24,6 +24,7 @@ from perdure.ids import new_run_id
 from perdure.store import session
 from perdure.store.statement import Row
 from perdure.store.store import AsyncStore
+from perdure.store.writes import Start
 
 log = logging.getLogger("perdure.schedules")
 
@@ -60,18 +61,11 @@ async def start_run(
     target = await store.execute(store.statements.workflows.lookup(workflow, None), conn)
     if target is None:
         raise UnknownWorkflow(workflow)
-    insert = store.statements.runs.insert(
-        run_id=new_run_id(),
-        workflow=target["name"],
-        version=target["version"],
-        queue=target["queue"],
-        key=key,
-        input_json=input_json,
-    )
+    start = Start(new_run_id(), target["name"], target["version"], target["queue"], key, input_json)
     # A concurrent start of the same key can leave one statement's snapshot
     # without either row (see run_insert); the next statement sees it.
     for _ in range(5):
-        result = await store.execute(insert, conn)
+        (result,) = await store.insert_runs([start], conn)
         if result is not None:
             break
     else:

@@ -14,6 +14,7 @@ from perdure.engine import faults
 from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.executor import Execution
 from perdure.engine.observer import task_fields
+from perdure.store.writes import Release
 
 log = logging.getLogger("perdure.executor")
 
@@ -40,9 +41,5 @@ async def _replay_again(execution: Execution, signal: StaleHistory) -> str:
     """Hand the task back at once, to be replayed from the real history."""
     task, env = execution.task, execution.env
     log.warning("replaying run %s again: %s", task.run_id, signal, extra=task_fields(task))
-    await env.store.execute(
-        env.store.statements.tasks.release(
-            task.fence, delay_seconds=0, failed=False, event="run_replay_restarted"
-        )
-    )
+    await env.store.release_tasks([Release(task.fence, "run_replay_restarted")])
     return "released"

@@ -18,6 +18,7 @@ from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import Suspend
 from perdure.engine.executor import Execution
 from perdure.errors import SignalTimeout
+from perdure.store.rows import Fenced
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
 
@@ -106,27 +107,29 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
         # Woken at a wait it parked at: most likely by the signal. Lock and
         # take it in one round trip (one pipelined transaction); if it is not
         # there, the transaction below decides between timing out and parking.
-        _, row = (await ex.env.store.execute_batch([[statements.runs.lock(ex.task.run_id), take]]))[
-            0
-        ]
-        if _taken(ex, row, name):
-            return row["payload"]
+        _, taken = (
+            await ex.env.store.execute_batch([[statements.runs.lock(ex.task.run_id), take]])
+        )[0]
+        if _taken(ex, taken, name):
+            return taken.payload
     timed_out = False
     async with ex.env.store.transaction() as conn:
         # The run's row lock orders this wait against send_signal: either the
         # signal is committed and found below, or our 'waiting' state is
         # committed first and the sender sees it and wakes the run.
         await execute_async(conn, statements.runs.lock(ex.task.run_id))
-        row = await execute_async(conn, take)
-        if _taken(ex, row, name):
-            return row["payload"]
+        taken = await execute_async(conn, take)
+        if _taken(ex, taken, name):
+            return taken.payload
         if (
             recorded is not None
             and recorded.wake_at is not None
-            and row["db_now"] >= recorded.wake_at
+            and taken.db_now is not None
+            and taken.db_now >= recorded.wake_at
         ):
             attempt = Attempt(position, step_name, "signal", 1, recorded.started_at)
-            await execute_async(conn, ex.checkpoint_statement(attempt, "timed_out", None, None))
+            timeout_record = ex.checkpoint_record(attempt, "timed_out", None, None)
+            await execute_async(conn, statements.steps.write(timeout_record))
             timed_out = True
         else:
             wake_at = recorded.wake_at if recorded is not None else None
@@ -145,13 +148,13 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
     raise Suspend()
 
 
-def _taken(ex: Execution, row: dict[str, Any], name: str) -> bool:
+def _taken(ex: Execution, taken: Fenced, name: str) -> bool:
     """Whether signal_take consumed a signal; stop (LeaseLost) if the task is not ours."""
-    if not row["leased"]:
+    if not taken.leased:
         ex.lose_lease()
-    if row["taken"]:
+    if taken.written:
         ex.env.observer.signal_consumed(ex.task, name)
-    return bool(row["taken"])
+    return taken.written
 
 
 async def publish(ex: Execution, kind: str, key: str, value: Any, *, closed: bool = False) -> None:

@@ -47,6 +47,7 @@ from perdure.store.rows import ClaimedTask
 from perdure.store.statements import Statements
 from perdure.store.statements.queues import WAKE_PREFIX
 from perdure.store.store import AsyncStore
+from perdure.store.writes import Release
 
 log = logging.getLogger("perdure.worker")
 
@@ -555,15 +556,12 @@ class Worker:
         for held in leftovers:
             held.job.cancel()
         await asyncio.gather(*(h.job for h in leftovers), return_exceptions=True)
-        for held in leftovers:
-            # Handing the task back now lets another worker resume the run at
-            # once instead of waiting for the lease to lapse.
+        # Handing the tasks back now lets other workers resume the runs at
+        # once instead of waiting for the leases to lapse.
+        if leftovers:
             with contextlib.suppress(Exception, Disconnected):
-                await store.execute(
-                    self.statements.tasks.release(
-                        held.task.fence, delay_seconds=0, failed=False, event="run_released"
-                    )
-                )
+                fences = sorted((h.task.fence for h in leftovers), key=lambda f: f.task_id)
+                await store.release_tasks([Release(fence, "run_released") for fence in fences])
 
     async def _wait_for(
         self, jobs: Sequence[asyncio.Task[str]], seconds: float

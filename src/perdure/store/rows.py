@@ -55,6 +55,10 @@ class Fenced:
     wake_at: datetime | None = None
     #: Parallel step tasks a gather created.
     spawned: int = 0
+    #: The payload of the signal a wait took (``written``: one was taken).
+    payload: Any = None
+    #: The statement's time (a wait decides with it whether it timed out).
+    db_now: datetime | None = None
 
     @staticmethod
     def decode(found: list[Row]) -> Fenced:
@@ -69,7 +73,22 @@ class Fenced:
             run_status=row.get("run_status"),
             wake_at=row.get("wake_at"),
             spawned=int(row.get("spawned") or 0),
+            payload=row.get("payload"),
+            db_now=row.get("db_now"),
         )
+
+    @staticmethod
+    def decode_each(found: list[Row]) -> list[Fenced]:
+        """One answer per row of a fenced statement over arrays (a row per input, in order)."""
+        return [
+            Fenced(
+                leased=bool(row["leased"]),
+                written=bool(row.get("written", True)),
+                changed=bool(row.get("changed", True)),
+                run_status=row.get("run_status"),
+            )
+            for row in found
+        ]
 
 
 @dataclass(frozen=True)

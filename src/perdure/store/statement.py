@@ -72,6 +72,18 @@ def pair(a: str, b: str) -> Callable[[list[Row]], tuple[int, int]]:
     return lambda found: (int(found[0][a]), int(found[0][b])) if found else (0, 0)
 
 
+def sparse(column: list[T | None]) -> list[T | None] | None:
+    """A column of a statement over arrays, or None when every value is None.
+
+    ``unnest`` pads a NULL array with NULLs to the length of the others, so
+    a column nobody uses costs one NULL parameter instead of an array of them.
+    """
+    for value in column:
+        if value is not None:
+            return column
+    return None
+
+
 def all_rows(found: list[Row]) -> list[Row]:
     """The rows as they are."""
     return found

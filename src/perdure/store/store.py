@@ -21,7 +21,6 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from perdure.errors import DatabaseUnavailable
-from perdure.store.batch_statements import combine
 from perdure.store.connect import (
     Endpoints,
     fault_message,
@@ -31,8 +30,10 @@ from perdure.store.connect import (
     reports_read_only,
 )
 from perdure.store.loaders import ADAPTERS
+from perdure.store.rows import Fenced, StartResult
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
+from perdure.store.writes import Checkpoint, Completion, Release, Start
 
 T = TypeVar("T")
 log = logging.getLogger("perdure.store")
@@ -178,15 +179,13 @@ class AsyncStore:
         The statements are pipelined (psycopg's pipeline mode) up to one Sync
         message: they go out together, their answers come back together, and
         the server runs them in one implicit transaction that the Sync
-        commits. So several runs' checkpoints cost one round trip and one
-        commit, and all commit or none does: on an error nothing is written
-        and the error is raised. (psycopg's ``transaction()`` is not used: in
-        pipeline mode it syncs after BEGIN and again at COMMIT.) The completed
-        steps and completions of many units are merged into one statement
-        each (see batch_statements). Returns each unit's decoded results, in
-        order.
+        commits. So several statements cost one round trip and one commit,
+        and all commit or none does: on an error nothing is written and the
+        error is raised. (psycopg's ``transaction()`` is not used: in
+        pipeline mode it syncs after BEGIN and again at COMMIT.) Returns each
+        unit's decoded results, in order.
         """
-        statements, split = combine(self.statements.batch, units)
+        statements = [stmt for unit in units for stmt in unit]
         self.statement_count += len(statements)
         self.round_trips += 1
         with self.reachable():
@@ -198,7 +197,54 @@ class AsyncStore:
                         await cursor.execute(stmt.query, stmt.params)
                         cursors.append(cursor)
                 found = [await c.fetchall() if c.description else [] for c in cursors]
-        return split([stmt.decode(rows) for stmt, rows in zip(statements, found, strict=True)])
+        decoded = iter([stmt.decode(rows) for stmt, rows in zip(statements, found, strict=True)])
+        return [[next(decoded) for _ in unit] for unit in units]
+
+    # The writes on claimed work and starts: lists of records, one statement each.
+
+    async def write_checkpoints(
+        self, checkpoints: Sequence[Checkpoint], conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[Fenced]:
+        """Record steps' outcomes, each fenced on its own task (on ``conn``, in its
+        transaction, if given); one answer per checkpoint, in order."""
+        return await self.execute(self.statements.steps.checkpoints(checkpoints), conn)
+
+    async def complete_runs(
+        self, completions: Sequence[Completion], conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[Fenced]:
+        """Finish runs (with their last checkpoints), each fenced on its own task; one
+        answer per completion, in order."""
+        return await self.execute(self.statements.runs.complete(completions), conn)
+
+    async def write_batch(
+        self, checkpoints: Sequence[Checkpoint], completions: Sequence[Completion]
+    ) -> tuple[list[Fenced], list[Fenced]]:
+        """Write ``checkpoints`` and ``completions`` (of different tasks) in one
+        transaction and one round trip: one statement per kind. All commit or none
+        does; each is fenced on its own task. Their answers, in order."""
+        statements: list[Statement[list[Fenced]]] = []
+        if checkpoints:
+            statements.append(self.statements.steps.checkpoints(checkpoints))
+        if completions:
+            statements.append(self.statements.runs.complete(completions))
+        if len(statements) == 1:
+            answers = await self.execute(statements[0])
+            return (answers, []) if checkpoints else ([], answers)
+        written, completed = (await self.execute_batch([statements]))[0]
+        return written, completed
+
+    async def insert_runs(
+        self, starts: Sequence[Start], conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[StartResult | None]:
+        """Start runs of one shape (on ``conn``, in its transaction, if given); one
+        answer per start, in order (None: a concurrent start of its key; try again)."""
+        return await self.execute(self.statements.runs.insert(starts), conn)
+
+    async def release_tasks(
+        self, releases: Sequence[Release], conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[bool]:
+        """Give held tasks back, each fenced on its own; whether each was released."""
+        return await self.execute(self.statements.tasks.release(releases), conn)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

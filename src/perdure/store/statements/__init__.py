@@ -16,7 +16,6 @@ from psycopg import sql
 
 from perdure.clock import Clock
 from perdure.errors import ConfigurationError
-from perdure.store.batch_statements import BatchStatements
 from perdure.store.queries import render
 from perdure.store.statement import Builder
 from perdure.store.statements.demos import DemoStatements
@@ -70,8 +69,6 @@ class Statements:
         self.workers = WorkerStatements(build)
         self.workflows = WorkflowStatements(build)
         self.history = HistoryStatements(build)
-        #: The merged statements of the group commit (``sql/queries/batch.sql``).
-        self.batch = BatchStatements(build)
         #: The tables and evidence of ``perdure demo`` (``sql/queries/demos.sql``).
         self.demos = DemoStatements(build)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -11,6 +13,7 @@ from typing import Any
 from perdure.store import rows
 from perdure.store.rows import Fence, Fenced, Queueing, StartResult
 from perdure.store.statement import Namespace, Row, Statement, all_rows, count, first
+from perdure.store.writes import Completion, Start
 from perdure.types import Run, RunRef, RunStatus
 
 #: A run reference send_signal takes for an id (else a key): the canonical uuid form.
@@ -32,96 +35,50 @@ def _ref(r: Row) -> RunRef:
     )
 
 
+def _start_results(size: int, found: list[Row]) -> list[StartResult | None]:
+    """The answers of ``size`` starts by their place (an item with no row: None)."""
+    answers: list[StartResult | None] = [None] * size
+    for r in found:
+        answers[int(r["n"]) - 1] = rows.start_result(r)
+    return answers
+
+
 class RunStatements(Namespace):
     """The statements on runs: ``statements.runs``."""
 
-    def insert(
-        self,
-        *,
-        run_id: str,
-        workflow: str,
-        version: int,
-        queue: str | None,
-        key: str | None,
-        input_json: str,
-        priority: int = 0,
-        delay_seconds: float = 0.0,
-        parent_run_id: str | None = None,
-        timeout_seconds: float | None = None,
-        queueing: Queueing | None = None,
-        newest: bool = False,
-        trace_context_json: str | None = None,
-        lookup: bool = False,
-    ) -> Statement[StartResult | None]:
-        """Create a run with its first task, or find the run that has ``key``.
+    def insert(self, starts: Sequence[Start]) -> Statement[list[StartResult | None]]:
+        """Create runs with their first tasks, or find the runs that have their keys, in
+        one statement; one answer per start, in order.
 
-        ``queueing`` carries the partition key, dedup key and tags; with
-        ``newest``, a newer version registered in the database replaces
-        ``version`` (and its queue replaces ``queue``). ``trace_context_json``
-        holds the starter's trace propagation headers. With ``lookup`` (a
-        caller without the workflow's code; ``queue`` None, ``version`` 0 with
-        ``newest``), the version and queue come from the registered workflows,
-        and an unregistered one writes nothing and answers a StartResult whose
-        ``unknown_workflow`` is set.
+        The starts share their ``shape`` (all
+        but the id, key and input); a single start is a list of one. An answer
+        is None when the start raced a concurrent start of its key: start it
+        again. A workflow registered nowhere (``lookup``) writes nothing and
+        answers StartResults whose ``unknown_workflow`` is set.
         """
-        extra = queueing or Queueing()
+        first_start = starts[0]
+        if any(start.shape != first_start.shape for start in starts):
+            raise ValueError("starts written in one statement must share their shape")
+        extra = first_start.queueing
         return self._build(
             "run_insert",
-            first(rows.start_result),
-            run_id=run_id,
-            workflow=workflow,
-            version=version,
-            queue=queue,
-            key=key,
-            input=input_json,
-            priority=priority,
-            delay_seconds=delay_seconds,
-            parent_run_id=parent_run_id,
-            timeout_seconds=timeout_seconds,
-            newest=newest,
+            functools.partial(_start_results, len(starts)),
+            run_ids=[start.run_id for start in starts],
+            workflow=first_start.workflow,
+            version=first_start.version,
+            queue=first_start.queue,
+            keys=[start.key for start in starts],
+            inputs=[start.input_json for start in starts],
+            priority=first_start.priority,
+            delay_seconds=first_start.delay_seconds,
+            parent_run_id=first_start.parent_run_id,
+            timeout_seconds=first_start.timeout_seconds,
+            newest=first_start.newest,
             partition_key=extra.partition_key,
             dedup_key=extra.dedup_key,
             tags=extra.tags_json,
-            trace_context=trace_context_json,
-            lookup=lookup,
-        )
-
-    def insert_many(
-        self,
-        *,
-        run_ids: Sequence[str],
-        workflow: str,
-        version: int,
-        queue: str | None,
-        keys: Sequence[str | None],
-        inputs_json: Sequence[str],
-        priority: int = 0,
-        delay_seconds: float = 0.0,
-        timeout_seconds: float | None = None,
-        tags_json: str | None = None,
-        newest: bool = False,
-        trace_context_json: str | None = None,
-        lookup: bool = False,
-    ) -> Statement[dict[int, StartResult]]:
-        """Start one run per item (``run_ids``, ``keys`` and ``inputs_json`` in step), as
-        ``insert`` does each; the answers by item index (0-based). An index
-        missing from the answer raced a concurrent start of its key: start it again."""
-        return self._build(
-            "run_insert_many",
-            lambda found: {int(r["n"]) - 1: rows.start_result(r) for r in found},
-            run_ids=list(run_ids),
-            workflow=workflow,
-            version=version,
-            queue=queue,
-            keys=list(keys),
-            inputs=list(inputs_json),
-            priority=priority,
-            delay_seconds=delay_seconds,
-            timeout_seconds=timeout_seconds,
-            newest=newest,
-            tags=tags_json,
-            trace_context=trace_context_json,
-            lookup=lookup,
+            trace_context=first_start.trace_context_json,
+            lookup=first_start.lookup,
         )
 
     def get(self, run_id: str) -> Statement[Run | None]:
@@ -136,9 +93,30 @@ class RunStatements(Namespace):
         """Status, output and error of one run."""
         return self._build("run_status", first(dict), run_id=run_id)
 
-    def complete(self, fence: Fence, output_json: str) -> Statement[Fenced]:
-        """Finish a run (fenced); (leased, changed): a cancelled run stays cancelled."""
-        return self._build("run_complete", Fenced.decode, output=output_json, **fence.params())
+    def complete(self, completions: Sequence[Completion]) -> Statement[list[Fenced]]:
+        """Finish runs (each fenced on its task), each with its last step's checkpoint
+        when it has one, in one statement; one (leased, written, changed) per
+        completion, in order: a cancelled run stays cancelled (not changed), and a
+        last checkpoint at a position already final (not written) leaves the task held.
+        """
+        rows: list[dict[str, Any]] = []
+        for c in completions:
+            row: dict[str, Any] = {
+                "task_id": c.fence.task_id,
+                "worker_id": c.fence.worker_id,
+                "attempt": c.fence.attempt,
+                "output": c.output_json,
+            }
+            last = c.last
+            if last is not None:
+                row["position"] = last.position
+                row["name"] = last.name
+                row["kind"] = last.kind
+                row["step_attempts"] = last.attempts
+                row["step_output"] = last.output_json
+                row["started_at"] = last.started_at.isoformat()
+            rows.append(row)
+        return self._build("run_complete", Fenced.decode_each, rows=json.dumps(rows))
 
     def fail(
         self, fence: Fence, error_json: str | None, status: str = "failed", any_state: bool = False

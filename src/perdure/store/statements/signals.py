@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from perdure.store.rows import Fence
+from perdure.store.rows import Fence, Fenced
 from perdure.store.statement import Namespace, Row, Statement, all_rows
 
 
 class SignalStatements(Namespace):
     """The statements on signals: ``statements.signals``."""
 
-    def take(self, fence: Fence, *, position: int, name: str, step_name: str) -> Statement[Row]:
-        """Consume the oldest pending signal ``name`` into the wait at ``position``."""
+    def take(self, fence: Fence, *, position: int, name: str, step_name: str) -> Statement[Fenced]:
+        """Consume the oldest pending signal ``name`` into the wait at ``position``;
+        ``written`` if one was taken, with its ``payload``, and the statement's time."""
         return self._build(
             "signal_take",
-            lambda found: found[0],
+            Fenced.decode,
             position=position,
             name=name,
             step_name=step_name,

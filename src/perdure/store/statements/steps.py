@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 
 from perdure.store import rows
 from perdure.store.rows import Fence, Fenced, GatheredCompletion, GatheredStep
 from perdure.store.statement import Namespace, Row, Statement, count, pair
+from perdure.store.writes import Checkpoint
 from perdure.types import Step
 
 
@@ -25,49 +27,43 @@ class StepStatements(Namespace):
 
         return self._build("step_list_claimed_now", decode, worker_id=worker_id)
 
-    def checkpoint(
-        self,
-        fence: Fence,
-        *,
-        lease_seconds: float,
-        position: int,
-        name: str,
-        kind: str,
-        status: str,
-        attempts: int,
-        output_json: str | None,
-        error_json: str | None,
-        started_at: datetime,
-        event: str,
-        detail_json: str | None = None,
-        event_key: str | None = None,
-        stream_seq: int | None = None,
-        stream_closed: bool = False,
-    ) -> Statement[Fenced]:
-        """Record a step outcome and extend the lease; (leased, written, run status).
+    def checkpoints(self, checkpoints: Sequence[Checkpoint]) -> Statement[list[Fenced]]:
+        """Record steps' outcomes and extend their tasks' leases, each fenced on its own
+        task, in one statement; one (leased, written, run status) per checkpoint, in order.
 
-        For kind 'event' the output is also published as event ``event_key``;
-        for kind 'stream' it is appended to stream ``event_key`` at ``stream_seq``.
+        A checkpoint of kind 'event' also publishes its output as event
+        ``event_key``; one of kind 'stream' appends it to stream ``event_key``
+        at ``stream_seq``. None may end its task (see ``complete_parallel``).
         """
-        return self._build(
-            "step_checkpoint",
-            Fenced.decode,
-            event_key=event_key,
-            stream_seq=stream_seq,
-            stream_closed=stream_closed,
-            lease_seconds=lease_seconds,
-            position=position,
-            name=name,
-            kind=kind,
-            status=status,
-            attempts=attempts,
-            output=output_json,
-            error=error_json,
-            started_at=started_at,
-            event=event,
-            detail=detail_json,
-            **fence.params(),
-        )
+        rows = [
+            {
+                "task_id": c.fence.task_id,
+                "worker_id": c.fence.worker_id,
+                "attempt": c.fence.attempt,
+                "lease_seconds": c.lease_seconds,
+                "position": c.position,
+                "name": c.name,
+                "kind": c.kind,
+                "status": c.status,
+                "step_attempts": c.attempts,
+                "output": c.output_json,
+                "error": c.error_json,
+                "started_at": c.started_at.isoformat(),
+                "event_key": c.event_key,
+                "stream_seq": c.stream_seq,
+                "stream_closed": c.stream_closed,
+            }
+            for c in checkpoints
+        ]
+        return self._build("step_checkpoint", Fenced.decode_each, rows=json.dumps(rows))
+
+    def write(self, checkpoint: Checkpoint) -> Statement[Fenced]:
+        """The statement that records one checkpoint: a batch of one, or, for a parallel
+        step's final checkpoint, ``complete_parallel``."""
+        if checkpoint.ends_task:
+            return self.complete_parallel(checkpoint)
+        batch = self.checkpoints([checkpoint])
+        return Statement(batch.name, batch.query, batch.params, _only)
 
     def wait(
         self,
@@ -125,36 +121,26 @@ class StepStatements(Namespace):
             **fence.params(),
         )
 
-    def complete_parallel(
-        self,
-        fence: Fence,
-        *,
-        position: int,
-        name: str,
-        kind: str,
-        status: str,
-        attempts: int,
-        output_json: str | None,
-        error_json: str | None,
-        started_at: datetime,
-        event: str,
-        wake: bool,
-    ) -> Statement[Fenced]:
-        """Checkpoint a parallel step and delete its task; (leased, written, run status)."""
+    def complete_parallel(self, checkpoint: Checkpoint) -> Statement[Fenced]:
+        """Checkpoint a parallel step and delete its task; (leased, written, run status).
+
+        Run under the run's row lock: the last sibling wakes the run (at once
+        when the checkpoint says ``wake``: gathers fail fast).
+        """
         return self._build(
             "step_complete_parallel",
             Fenced.decode,
-            position=position,
-            name=name,
-            kind=kind,
-            status=status,
-            attempts=attempts,
-            output=output_json,
-            error=error_json,
-            started_at=started_at,
-            event=event,
-            wake=wake,
-            **fence.params(),
+            position=checkpoint.position,
+            name=checkpoint.name,
+            kind=checkpoint.kind,
+            status=checkpoint.status,
+            attempts=checkpoint.attempts,
+            output=checkpoint.output_json,
+            error=checkpoint.error_json,
+            started_at=checkpoint.started_at,
+            event=checkpoint.event,
+            wake=checkpoint.wake,
+            **checkpoint.fence.params(),
         )
 
     def claim_gathered(
@@ -277,3 +263,9 @@ class StepStatements(Namespace):
     def list(self, run_id: str) -> Statement[list[Step]]:
         """The checkpoints of a run in position order."""
         return self._build("step_list", lambda found: [rows.step(r) for r in found], run_id=run_id)
+
+
+def _only(found: list[Row]) -> Fenced:
+    """The one answer of a batch of one."""
+    (answer,) = Fenced.decode_each(found)
+    return answer

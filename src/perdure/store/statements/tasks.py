@@ -7,7 +7,8 @@ from datetime import datetime
 
 from perdure.store import rows
 from perdure.store.rows import ClaimedTask, Fence
-from perdure.store.statement import Namespace, Row, Statement, all_rows, count
+from perdure.store.statement import Namespace, Row, Statement, all_rows, count, sparse
+from perdure.store.writes import Release
 
 
 class TaskStatements(Namespace):
@@ -79,26 +80,20 @@ class TaskStatements(Namespace):
             lease_seconds=lease_seconds,
         )
 
-    def release(
-        self,
-        fence: Fence,
-        *,
-        delay_seconds: float,
-        failed: bool,
-        event: str,
-        detail_json: str | None = None,
-        paused: bool = False,
-    ) -> Statement[int]:
-        """Give a held task back, due after ``delay_seconds`` (fenced); paused if asked."""
+    def release(self, releases: Sequence[Release]) -> Statement[list[bool]]:
+        """Give held tasks back, each fenced on its own, in one statement; whether each
+        was released (False: its lease is gone), in order."""
         return self._build(
             "task_release",
-            count("changed"),
-            delay_seconds=delay_seconds,
-            failed=failed,
-            paused=paused,
-            event=event,
-            detail=detail_json,
-            **fence.params(),
+            lambda found: [bool(r["changed"]) for r in found],
+            task_ids=[r.fence.task_id for r in releases],
+            worker_ids=[r.fence.worker_id for r in releases],
+            attempts=[r.fence.attempt for r in releases],
+            delays=[r.delay_seconds for r in releases],
+            failed=[r.failed for r in releases],
+            paused=[r.paused for r in releases],
+            events=[r.event for r in releases],
+            details=sparse([r.detail_json for r in releases]),
         )
 
     def release_unheld(self, worker_id: str, held: Sequence[int]) -> Statement[int]:

@@ -24,37 +24,27 @@
   AND (%(ids)s::uuid[] IS NULL OR r.id = ANY(%(ids)s::uuid[]))
 
 -- name: run_insert
--- Start a run: the run row, its first task and its history entry, through
--- insert_runs with one item (migration 0015), the one definition of a start
--- that insert_run and start_run, the SQL entry points, call too. A repeated
--- key returns the existing run, and a dedup_key the run of its queue that
--- waits to start with that key. Under a concurrent insert of the same key in
--- a repeatable-read transaction, the answer may be no row: the caller runs it
--- again. With %(lookup)s (a caller without the workflow's code), the
--- workflow must be registered in the database: if it is not, nothing is
--- written and the answer is one row whose id is NULL. Without a pinned
--- version (%(newest)s), the newest version registered in the database wins
--- if it is newer than the caller's code, with its queue.
-SELECT id, workflow, status, created_at, created FROM {schema}.insert_runs(
-    ARRAY[%(run_id)s::uuid], %(workflow)s::text, %(version)s::integer, %(queue)s::text,
-    ARRAY[%(key)s::text], ARRAY[%(input)s::jsonb], {now}, %(priority)s::integer,
-    %(delay_seconds)s::float8, %(parent_run_id)s::uuid, %(timeout_seconds)s::float8,
-    %(partition_key)s::text, %(dedup_key)s::text, %(tags)s::jsonb,
-    %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean);
-
--- name: run_insert_many
--- Start many runs of one workflow in one statement: insert_runs (the one
--- definition of a start, see migration 0015) for %(run_ids)s with their keys
--- and inputs, in order; the answer's n is the item's place (1-based). A key
--- repeated in the batch, or already taken, answers the run that has it. An
--- item that has no row (a concurrent start of its key, see run_insert) is
--- started again by the caller.
+-- Start runs of one workflow, each with its first task and its history entry,
+-- through insert_runs (migration 0015), the one definition of a start that
+-- insert_run and start_run, the SQL entry points, call too: %(run_ids)s with
+-- their keys and inputs, in order, sharing everything else (a single start is
+-- a batch of one; app.start_many and the starts written together send many).
+-- The answer's n is the item's place (1-based). A repeated key (already
+-- taken, or repeated in the batch) answers the existing run, and a dedup_key
+-- the run of its queue that waits to start with that key. Under a concurrent
+-- insert of the same key in a repeatable-read transaction, an item may have
+-- no row: the caller starts it again. With %(lookup)s (a caller without the
+-- workflow's code), the workflow must be registered in the database: if it
+-- is not, nothing is written and each item's row has a NULL id. Without a
+-- pinned version (%(newest)s), the newest version registered in the database
+-- wins if it is newer than the caller's code, with its queue.
 SELECT r.*
 FROM {schema}.insert_runs(
     %(run_ids)s::uuid[], %(workflow)s::text, %(version)s::integer, %(queue)s::text,
     %(keys)s::text[], %(inputs)s::text[]::jsonb[], {now}, %(priority)s::integer,
-    %(delay_seconds)s::float8, NULL::uuid, %(timeout_seconds)s::float8, NULL::text, NULL::text,
-    %(tags)s::jsonb, %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean) AS r
+    %(delay_seconds)s::float8, %(parent_run_id)s::uuid, %(timeout_seconds)s::float8,
+    %(partition_key)s::text, %(dedup_key)s::text, %(tags)s::jsonb,
+    %(trace_context)s::jsonb, %(newest)s::boolean, %(lookup)s::boolean) AS r
 ORDER BY r.n;
 
 -- name: run_debounce
@@ -119,34 +109,90 @@ ORDER BY r.created_at DESC, r.id DESC
 LIMIT %(limit)s;
 
 -- name: run_complete
--- Finish a run with its output. Fenced: the task row must still be held by
--- this worker at this attempt, else nothing changes and the caller gets
--- LeaseLost. Deleting the task, setting the run's output and the history entry
--- commit together. Parallel steps still queued (a gather that failed fast) are
--- dropped; one being executed finishes, and its checkpoint deletes its task.
-WITH lease AS (
-    DELETE FROM {schema}.tasks
-    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
-      AND status = 'claimed'
-    RETURNING run_id
+-- Finish runs with their outputs, one input row per run, each fenced on its
+-- own task (a single completion is a batch of one; the worker's group commit
+-- sends many runs' at once). A row with a position also records that run's
+-- last step's checkpoint (a completed step) in the same statement: the hot
+-- path's last round trip does both. The task is deleted and the run completed
+-- only when the lease is the writer's and, with a checkpoint, that checkpoint
+-- was written: a position that already holds a final checkpoint (a stale
+-- replay) writes nothing and leaves the task held, so the caller hands it back
+-- and the run is replayed from the real history. A run cancelled while its
+-- last step ran keeps its checkpoint and stays cancelled; its task is deleted.
+-- Parallel steps still queued (a gather that failed fast) are dropped; one
+-- being executed finishes, and its checkpoint deletes its task. The
+-- completions come as one JSON array of objects, a row each (outputs as JSON
+-- texts; the step's keys absent without a checkpoint): one parameter however
+-- many there are. The answer has one row per input, in order.
+WITH input AS (
+    SELECT i.task_id, i.worker_id, i.attempt, i.position, i.name, i.kind, i.step_attempts,
+           i.step_output::jsonb AS step_output, i.started_at, i.output::jsonb AS output, i.n
+    FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+             task_id bigint, worker_id text, attempt integer, position integer, name text,
+             kind text, step_attempts integer, step_output text, started_at timestamptz,
+             output text))
+        WITH ORDINALITY AS i(task_id, worker_id, attempt, position, name, kind, step_attempts,
+                             step_output, started_at, output, n)
+), lease AS (
+    SELECT t.id AS task_id, t.run_id
+    FROM {schema}.tasks t JOIN input i ON t.id = i.task_id
+    WHERE t.worker_id = i.worker_id AND t.attempt = i.attempt AND t.status = 'claimed'
+    ORDER BY t.id
+    FOR UPDATE OF t
+), checkpoint AS (
+    INSERT INTO {schema}.steps (run_id, position, name, kind, status, attempts, output, error,
+                                worker_id, started_at, completed_at)
+    SELECT l.run_id, i.position, i.name, i.kind, 'completed', i.step_attempts, i.step_output,
+           NULL, i.worker_id, i.started_at, coalesce(%(now)s::timestamptz, clock_timestamp())
+    FROM input i JOIN lease l ON l.task_id = i.task_id
+    WHERE i.position IS NOT NULL
+    ORDER BY i.n
+    ON CONFLICT (run_id, position) DO UPDATE
+    SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, output = EXCLUDED.output,
+        error = EXCLUDED.error, worker_id = EXCLUDED.worker_id,
+        started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at
+    WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
+      AND {schema}.steps.name = EXCLUDED.name
+    RETURNING run_id, position, name, attempts, worker_id, started_at
+), done AS (
+    -- One row per run here, so a run's checkpoint names its task.
+    DELETE FROM {schema}.tasks t
+    USING lease l JOIN input i ON i.task_id = l.task_id
+    WHERE t.id = l.task_id
+      AND (i.position IS NULL OR l.run_id IN (SELECT run_id FROM checkpoint))
+    RETURNING t.id AS task_id, t.run_id
 ), finished AS (
     UPDATE {schema}.runs r
-    SET status = 'completed', output = %(output)s::jsonb, error = NULL, waiting_for = NULL,
+    SET status = 'completed', output = i.output, error = NULL, waiting_for = NULL,
         completed_at = {now}, updated_at = {now}
-    FROM lease
+    FROM done d JOIN input i ON i.task_id = d.task_id
     -- A run cancelled while its last step ran stays cancelled.
-    WHERE r.id = lease.run_id AND r.status IN ('running', 'paused')
-    RETURNING r.id, CASE WHEN isfinite(r.started_at) THEN r.completed_at - r.started_at END AS took
+    WHERE r.id = d.run_id AND r.status IN ('running', 'paused')
+    RETURNING r.id, i.task_id, i.attempt, i.worker_id,
+              CASE WHEN isfinite(r.started_at) THEN r.completed_at - r.started_at END AS took
 ), leftovers AS (
     DELETE FROM {schema}.tasks
-    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN lease ON t.run_id = lease.run_id
-                 WHERE t.id <> %(task_id)s AND t.status <> 'claimed'
+    WHERE id IN (SELECT t.id FROM {schema}.tasks t JOIN done d ON t.run_id = d.run_id
+                 WHERE t.id <> d.task_id AND t.status <> 'claimed'
                  FOR UPDATE OF t SKIP LOCKED)
 ), event AS (
-    INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, duration)
-    SELECT id, {now}, 'run_completed', %(attempt)s, %(worker_id)s, took FROM finished
+    INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id,
+                                  duration)
+    SELECT run_id, {now}, 'step_completed', position, name, attempts, worker_id,
+           coalesce(%(now)s::timestamptz, clock_timestamp()) - started_at
+    FROM checkpoint
+    UNION ALL
+    SELECT id, {now}, 'run_completed', NULL, NULL, attempt, worker_id, took
+    FROM finished
 )
-SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM finished) AS changed;
+-- Membership tests (hashed subplans) rather than joins of the CTEs: the
+-- planner cannot size a CTE's answer and would join them in nested loops.
+-- A task is deleted exactly when its run's checkpoint (if any) was written.
+SELECT i.task_id, (i.task_id IN (SELECT task_id FROM lease))::int AS leased,
+       (i.task_id IN (SELECT task_id FROM done))::int AS written,
+       (i.task_id IN (SELECT task_id FROM finished))::int AS changed
+FROM input i
+ORDER BY i.n;
 
 -- name: run_fail
 -- End a run that failed for good: status %(status)s ('failed', or after its

@@ -32,7 +32,8 @@ WITH lease AS (
            %(worker_id)s, jsonb_build_object('signal_id', id)
     FROM taken
 )
-SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM taken) AS taken,
+-- written: a signal was taken and the wait completed with its payload.
+SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM taken) AS written,
        (SELECT payload FROM taken) AS payload, {now} AS db_now;
 
 -- name: signal_list

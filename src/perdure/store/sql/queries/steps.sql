@@ -37,60 +37,98 @@ WHERE t.worker_id = %(worker_id)s AND t.status = 'claimed' AND t.claimed_at = {n
 ORDER BY t.id, s.position;
 
 -- name: step_checkpoint
--- Record a step's outcome (completed, failed permanently, or a failed attempt
--- that will be retried) and extend the lease, in one statement. Fenced: with
--- the lease gone nothing is written and the caller gets LeaseLost. Updating
--- the task row also takes its row lock, so the reaper cannot revive the task
--- between the fence check and the commit. A 'retrying' row may be replaced by
--- a later attempt (and a parallel step's 'pending' row by its first); a final
--- row never is.
-WITH lease AS (
-    UPDATE {schema}.tasks
-    SET lease_expires_at = {now} + make_interval(secs => %(lease_seconds)s)
-    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
-      AND status = 'claimed'
-    RETURNING run_id
+-- Record steps' outcomes (completed, failed permanently, or a failed attempt
+-- that will be retried) and extend their tasks' leases, in one statement: one
+-- input row per checkpoint, each of its own run, fenced on its own task (a
+-- single checkpoint is a batch of one; the worker's group commit sends the
+-- checkpoints of many runs). A row whose fence fails writes nothing and is
+-- reported as not leased, without touching the others: the caller gets
+-- LeaseLost. Updating the task row also takes its row lock, so the reaper
+-- cannot revive the task between the fence check and the commit. The input
+-- is in task id order and task rows are locked in that order, as every other
+-- writer of several tasks does. A 'retrying' row may be replaced by a later
+-- attempt (and a parallel step's 'pending' row by its first); a final row
+-- never is. The checkpoints come as one JSON array of objects, a row each
+-- (its output and error as JSON texts, its keys those below): one parameter
+-- however many there are. The answer has one row per input, in order.
+WITH input AS (
+    SELECT i.task_id, i.worker_id, i.attempt, i.lease_seconds, i.position, i.name, i.kind,
+           i.status, i.step_attempts, i.output::jsonb AS output, i.error::jsonb AS error,
+           i.started_at, i.event_key, i.stream_seq, coalesce(i.stream_closed, false) AS
+           stream_closed, i.n
+    FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+             task_id bigint, worker_id text, attempt integer, lease_seconds float8,
+             position integer, name text, kind text, status text, step_attempts integer,
+             output text, error text, started_at timestamptz, event_key text,
+             stream_seq integer, stream_closed boolean))
+        WITH ORDINALITY AS i(task_id, worker_id, attempt, lease_seconds, position, name, kind,
+                             status, step_attempts, output, error, started_at, event_key,
+                             stream_seq, stream_closed, n)
+), lease AS (
+    UPDATE {schema}.tasks t
+    SET lease_expires_at = {now} + make_interval(secs => i.lease_seconds)
+    FROM input i
+    WHERE t.id = i.task_id AND t.worker_id = i.worker_id AND t.attempt = i.attempt
+      AND t.status = 'claimed'
+    RETURNING t.id AS task_id, t.run_id
 ), checkpoint AS (
     INSERT INTO {schema}.steps (run_id, position, name, kind, status, attempts, output, error,
                                 worker_id, started_at, completed_at)
-    SELECT run_id, %(position)s, %(name)s, %(kind)s, %(status)s, %(attempts)s, %(output)s::jsonb,
-           %(error)s::jsonb, %(worker_id)s, %(started_at)s,
+    SELECT l.run_id, i.position, i.name, i.kind, i.status, i.step_attempts, i.output, i.error,
+           i.worker_id, i.started_at,
            -- clock_timestamp(), not now(): in a ctx.transaction step the
            -- transaction began before the user's SQL ran, and the step's
            -- duration must include that work.
-           CASE WHEN %(status)s = 'retrying' THEN NULL
+           CASE WHEN i.status = 'retrying' THEN NULL
                 ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END
-    FROM lease
+    FROM input i JOIN lease l ON l.task_id = i.task_id
+    ORDER BY i.n
     ON CONFLICT (run_id, position) DO UPDATE
     SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, output = EXCLUDED.output,
         error = EXCLUDED.error, worker_id = EXCLUDED.worker_id,
         started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at
     WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
       AND {schema}.steps.name = EXCLUDED.name
-    RETURNING run_id
+    RETURNING run_id, position
+), written AS (
+    SELECT i.*, c.run_id
+    FROM checkpoint c JOIN lease l ON l.run_id = c.run_id
+    JOIN input i ON i.task_id = l.task_id AND i.position = c.position
 ), event AS (
     -- The entry's duration is the attempt's: from its start to this checkpoint.
     INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id,
                                   detail, duration)
-    SELECT run_id, {now}, %(event)s, %(position)s, %(name)s, %(attempts)s, %(worker_id)s,
-           %(detail)s::jsonb,
-           coalesce(%(now)s::timestamptz, clock_timestamp()) - %(started_at)s::timestamptz
-    FROM checkpoint
+    -- The event of each status (perdure.store.writes.CHECKPOINT_EVENTS).
+    SELECT run_id, {now},
+           CASE status WHEN 'completed' THEN 'step_completed' WHEN 'failed' THEN 'step_failed'
+                       WHEN 'retrying' THEN 'step_retry_scheduled'
+                       WHEN 'timed_out' THEN 'signal_timed_out' END,
+           position, name, step_attempts, worker_id, error,
+           coalesce(%(now)s::timestamptz, clock_timestamp()) - started_at
+    FROM written
 ), published AS (
     -- ctx.set_event and ctx.write_stream publish in the checkpoint's statement,
     -- so a replay never publishes twice.
     INSERT INTO {schema}.events (run_id, key, value, position, updated_at)
-    SELECT run_id, %(event_key)s, %(output)s::jsonb, %(position)s, {now}
-    FROM checkpoint WHERE %(kind)s = 'event'
+    SELECT run_id, event_key, output, position, {now}
+    FROM written WHERE kind = 'event'
     ON CONFLICT (run_id, key) DO UPDATE
     SET value = EXCLUDED.value, position = EXCLUDED.position, updated_at = EXCLUDED.updated_at
 ), streamed AS (
     INSERT INTO {schema}.streams (run_id, key, seq, value, closed, created_at)
-    SELECT run_id, %(event_key)s, %(stream_seq)s, %(output)s::jsonb, %(stream_closed)s, {now}
-    FROM checkpoint WHERE %(kind)s = 'stream'
+    SELECT run_id, event_key, stream_seq, output, stream_closed, {now}
+    FROM written WHERE kind = 'stream'
 )
-SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint) AS written,
-       (SELECT r.status FROM {schema}.runs r JOIN lease ON r.id = lease.run_id) AS run_status;
+-- Membership tests (hashed subplans) rather than joins of the CTEs: the
+-- planner cannot size a CTE's answer and would join them in nested loops.
+SELECT i.task_id, (i.task_id IN (SELECT task_id FROM lease))::int AS leased,
+       coalesce((l.run_id, i.position) IN (SELECT run_id, position FROM checkpoint),
+                false)::int AS written,
+       r.status AS run_status
+FROM input i
+LEFT JOIN {schema}.tasks l ON l.id = i.task_id
+LEFT JOIN {schema}.runs r ON r.id = l.run_id AND i.task_id IN (SELECT task_id FROM lease)
+ORDER BY i.n;
 
 -- name: step_wait
 -- Park the run at a durable wait (a sleep or a signal): the wait's

@@ -189,28 +189,41 @@ SELECT id FROM {schema}.tasks
 WHERE id = ANY(%(task_ids)s) AND id NOT IN (SELECT id FROM held);
 
 -- name: task_release
--- Give a held task back: due after %(delay_seconds)s, with the body's failure
--- counted when %(failed)s. Used for workflow retries with backoff and for a
--- graceful shutdown. Fenced on (worker_id, attempt).
-WITH released AS (
-    UPDATE {schema}.tasks
-    SET status = CASE WHEN %(paused)s THEN 'paused' ELSE 'ready' END, worker_id = NULL,
+-- Give held tasks back, one input row per task, each fenced on its own
+-- (worker_id, attempt) (a single release is a batch of one): due after its
+-- delay, with the body's failure counted when failed, parked when paused.
+-- Used for workflow retries with backoff, waits that hand the task back,
+-- stale histories and a graceful shutdown. The answer has one row per
+-- input, in order: changed is 1 when the task was released.
+WITH input AS (
+    SELECT * FROM unnest(%(task_ids)s::bigint[], %(worker_ids)s::text[], %(attempts)s::integer[],
+                         %(delays)s::float8[], %(failed)s::boolean[], %(paused)s::boolean[],
+                         %(events)s::text[], %(details)s::jsonb[])
+        WITH ORDINALITY AS i(task_id, worker_id, attempt, delay_seconds, failed, paused, event,
+                             detail, n)
+), released AS (
+    UPDATE {schema}.tasks t
+    SET status = CASE WHEN i.paused THEN 'paused' ELSE 'ready' END, worker_id = NULL,
         lease_expires_at = NULL, claimed_at = NULL,
-        available_at = {now} + make_interval(secs => %(delay_seconds)s),
-        failures = failures + CASE WHEN %(failed)s THEN 1 ELSE 0 END
-    WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
-      AND status = 'claimed'
-    RETURNING run_id, kind, available_at
+        available_at = {now} + make_interval(secs => i.delay_seconds),
+        failures = t.failures + CASE WHEN i.failed THEN 1 ELSE 0 END
+    FROM input i
+    WHERE t.id = i.task_id AND t.worker_id = i.worker_id AND t.attempt = i.attempt
+      AND t.status = 'claimed'
+    RETURNING t.id AS task_id, t.run_id, t.kind, t.available_at, i.attempt, i.worker_id,
+              i.event, i.detail
 ), queued AS (
     UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
     FROM released WHERE r.id = released.run_id AND released.kind = 'run' AND r.status = 'running'
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, attempt, worker_id, detail)
-    SELECT run_id, {now}, %(event)s, %(attempt)s, %(worker_id)s,
-           jsonb_build_object('available_at', available_at) || coalesce(%(detail)s::jsonb, '{}')
+    SELECT run_id, {now}, event, attempt, worker_id,
+           jsonb_build_object('available_at', available_at) || coalesce(detail, '{}')
     FROM released
 )
-SELECT count(*) AS changed FROM released;
+SELECT i.task_id, (i.task_id IN (SELECT task_id FROM released))::int AS changed
+FROM input i
+ORDER BY i.n;
 
 -- name: task_release_unheld
 -- Give back every task claimed under this worker's id that it does not
