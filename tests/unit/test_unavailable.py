@@ -91,3 +91,18 @@ def test_a_client_is_told_the_kind_of_fault_and_the_servers_words() -> None:
     )
     read_only = errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction")
     assert fault_message(read_only).startswith("PostgreSQL is read-only: cannot execute INSERT")
+
+
+def test_a_task_handed_back_for_a_lasting_fault_is_due_a_moment_later() -> None:
+    from perdure.engine.control import Disconnected
+    from perdure.engine.handback import LASTING_DELAY, due_after
+
+    def fault(cause: BaseException) -> Disconnected:
+        stop = Disconnected("lost")
+        stop.__cause__ = cause
+        return stop
+
+    assert due_after(fault(psycopg.errors.DiskFull())) == LASTING_DELAY > 0
+    assert due_after(fault(psycopg.errors.SerializationFailure())) == 0.0
+    assert due_after(fault(psycopg.OperationalError("connection refused"))) == 0.0
+    assert due_after(None) == 0.0

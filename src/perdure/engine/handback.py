@@ -43,6 +43,7 @@ async def hand_back(
                     Release(
                         task.fence,
                         "run_released",
+                        delay_seconds=due_after(fault),
                         detail_json=detail,
                     )
                 ]
@@ -64,6 +65,20 @@ async def hand_back(
                 return
         await asyncio.sleep(delay)
         delay = min(delay * 2, 5.0)
+
+
+#: SQLSTATE classes of a fault that lasts (a full disk, an exhausted resource,
+#: a system error): the task handed back is due again after this many seconds,
+#: so that workers do not claim and hand it back in a tight loop meanwhile.
+LASTING_FAULTS = ("53", "58")
+LASTING_DELAY = 1.0
+
+
+def due_after(fault: BaseException | None) -> float:
+    """How long a task handed back for ``fault`` waits before it is due again."""
+    cause = fault.__cause__ if fault is not None else None
+    state = getattr(cause, "sqlstate", None) or ""
+    return LASTING_DELAY if state[:2] in LASTING_FAULTS else 0.0
 
 
 def reason(fault: BaseException | None) -> str:
