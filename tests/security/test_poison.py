@@ -203,7 +203,7 @@ def test_runs_list_and_show_on_the_command_line_read_bad_rows(
     assert infinite[:8] in table.output and undecodable[:8] in table.output
     listed = invoke("runs", "list", "--json")
     assert listed.exit_code == 0, listed.output
-    by_id = {run["id"]: run for run in json.loads(listed.output)}
+    by_id = {run["id"]: run for run in json.loads(listed.output)["runs"]}
     assert by_id[infinite]["created_at"] == "infinity"
     assert by_id[infinite]["updated_at"] == "-infinity"
     assert by_id[undecodable]["input"] == "undecodable payload: an integer with 5000 digits"

@@ -65,7 +65,9 @@ def hoist(group: click.Group, ctx: click.Context, args: list[str]) -> list[str]:
         if found is None:
             break
         command = found
-        own |= {name for param in found.params for name in (*param.opts, *param.secondary_opts)}
+        own |= {
+            name for param in found.get_params(ctx) for name in (*param.opts, *param.secondary_opts)
+        }
         end += 1
     moved: list[str] = []
     rest: list[str] = []

@@ -100,7 +100,7 @@ class TaskStatements(Namespace):
         """Give back the tasks claimed under ``worker_id`` other than ``held`` (claims
         whose answer was lost): due at once, no lapse or failure counted; how many."""
         return self._build(
-            "task_release_unheld", count("changed"), worker_id=worker_id, held=list(held)
+            "task_recover_unheld", count("changed"), worker_id=worker_id, held=list(held)
         )
 
     def rescue(self, *, limit: int) -> Statement[tuple[int, int]]:

@@ -225,7 +225,7 @@ SELECT i.task_id, (i.task_id IN (SELECT task_id FROM released))::int AS changed
 FROM input i
 ORDER BY i.n;
 
--- name: task_release_unheld
+-- name: task_recover_unheld
 -- Give back every task claimed under this worker's id that it does not
 -- execute (%(held)s names those it does): claims that committed while their
 -- answer was lost with the connection, so that the worker never heard of
