@@ -157,6 +157,29 @@ def test_send_a_signal_from_the_page_and_see_the_run_continue(
     assert result == {"decision": {"approved": True, "by": "ada"}}
 
 
+def test_start_a_run_from_its_workflows_page_with_a_json_input(
+    page: Page, served: str, defined: perdure.App
+) -> None:
+    page.goto(f"{served}/workflows")
+    card = page.locator("#wf-greet-1")
+    card.get_by_text("Start run…").click()
+    area = card.locator('textarea[name="input"]')
+    area.fill('{"who": ')
+    # The browser refuses text that is not JSON before anything is sent.
+    expect(card.locator(".json-problem")).to_contain_text("not valid JSON")
+    card.get_by_role("button", name="Start run", exact=True).click()
+    expect(page).to_have_url(f"{served}/workflows")
+    assert defined.list_runs(workflow="greet") == []
+    area.fill('{"who": "ada"}')
+    expect(card.locator(".json-problem")).to_be_hidden()
+    card.locator('input[name="key"]').fill("greet:ada")
+    shot(page, "workflow-start")
+    card.get_by_role("button", name="Start run", exact=True).click()
+    expect(page.locator(".flash.ok")).to_contain_text("Run started")
+    started = defined.get_run("greet:ada")
+    assert (started.workflow, started.input) == ("greet", {"who": "ada"})
+
+
 def test_a_script_in_an_input_is_shown_as_text_and_never_runs(
     page: Page, served: str, workload: Workload
 ) -> None:

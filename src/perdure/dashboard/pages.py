@@ -24,6 +24,7 @@ DONE = {
     "resume": "Run resumed.",
     "signal": "Signal sent.",
     "fork": "Run forked: this is the new run.",
+    "start": "Run started.",
 }
 
 
@@ -118,6 +119,17 @@ def find(request: Request) -> Response:
 
 def workflows(request: Request) -> Response:
     """Registered workflow versions: kind, queue, counts per status, graphs drawn."""
+    return workflows_page(request)
+
+
+def workflows_page(
+    request: Request,
+    *,
+    status: int = 200,
+    problem: str | None = None,
+    form: dict[str, str] | None = None,
+) -> Response:
+    """The workflows page, optionally with the error of a refused start."""
     board = dashboard_of(request)
     found = board.data.workflows()
     drawings = {(w.name, w.version): dag.layout(w.definition) for w in found}
@@ -126,8 +138,10 @@ def workflows(request: Request) -> Response:
         "workflows": found,
         "drawings": drawings,
         "recent": RECENT_RUNS,
+        "problem": problem,
+        "form": form or {},
     }
-    return board.render(request, "workflows.html", context)
+    return board.render(request, "workflows.html", context, status=status)
 
 
 def login(request: Request) -> Response:
