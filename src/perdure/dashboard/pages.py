@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from perdure.dashboard import chart, dag, query, timeline
+from perdure.dashboard import chart, dag, query, runstate, timeline
 from perdure.dashboard import format as fmt
 from perdure.dashboard.data import RECENT_RUNS
 from perdure.dashboard.site import dashboard_of, is_fragment
@@ -93,13 +93,22 @@ def run_page(
     board = dashboard_of(request)
     view = board.data.run_view(ref)
     now = fmt.now()
+    state = runstate.describe(view.run, view.steps, view.signals, now)
+    done = DONE.get(request.query_params.get("done", ""))
+    # Nothing continues a due run without a worker: say so, not "Signal sent."
+    idle = state.due and not board.data.serving(view.run)
+    if idle and request.query_params.get("done") == "signal":
+        done = None
     context: dict[str, Any] = {
         "page": "runs",
         "view": view,
         "run": view.run,
         "timeline": timeline.build(view.run, view.steps, view.history, now),
         "dag": dag.layout(view.definition, view.steps),
-        "done": DONE.get(request.query_params.get("done", "")),
+        "done": done,
+        "state": state,
+        "idle": idle,
+        "signalled": request.query_params.get("done") == "signal",
         "problem": problem,
         "form": form or {},
         "live": not view.run.status.is_final,
