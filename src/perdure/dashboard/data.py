@@ -261,6 +261,14 @@ class DashboardData:
             workflow, value, key=key.strip() or None, version=version, queue=queue.strip() or None
         ).id
 
+    def lost_workers(self, history: list[HistoryEvent]) -> frozenset[str]:
+        """Which workers that lost a lease in ``history`` are recorded as lost
+        (read only when the history has such an event)."""
+        named = {h.worker_id for h in history if h.event == "lease_expired" and h.worker_id}
+        if not named:
+            return frozenset()
+        return frozenset(w.id for w in self.reads.workers() if w.id in named and w.status == "lost")
+
     def serving(self, run: Run) -> list[str]:
         """Live workers (a heartbeat in the last minute) that would claim ``run``:
         they serve its queue and have its workflow version's code."""

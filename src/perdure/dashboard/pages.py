@@ -103,7 +103,9 @@ def run_page(
         "page": "runs",
         "view": view,
         "run": view.run,
-        "timeline": timeline.build(view.run, view.steps, view.history, now),
+        "timeline": timeline.build(
+            view.run, view.steps, view.history, now, board.data.lost_workers(view.history)
+        ),
         "dag": dag.layout(view.definition, view.steps),
         "done": done,
         "state": state,
