@@ -103,6 +103,8 @@ class RunView:
     children: list[Run]
     parent: Run | None
     definition: dict[str, Any] = field(default_factory=dict)
+    #: Each step position's attempts that logged something (app.step_logs).
+    logs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class DashboardData:
@@ -190,8 +192,12 @@ class DashboardData:
         for info in self.reads.registered_workflows():
             if info.name == run.workflow and info.version == run.version:
                 definition = info.definition if info.kind == "graph" else {}
+        logs: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for entry in self.reads.step_logs(run.id):
+            logs[entry["position"]].append(entry)
         return RunView(
             run=run,
+            logs=dict(logs),
             steps=self.reads.steps(run.id),
             history=self.reads.history(run.id),
             signals=self.reads.signals(run.id),
