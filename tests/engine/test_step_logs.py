@@ -156,3 +156,20 @@ def test_pruning_a_run_deletes_its_step_logs(
     assert count() == 1
     assert app.prune(datetime.now(UTC)).runs == 1
     assert count() == 0
+
+
+def test_a_warning_logging_has_no_other_handler_for_still_reaches_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    steplogs.install()
+    lonely = logging.getLogger("lonely.steps")
+    lonely.propagate = False  # reaches no handler of its own: logging's last resort
+    lonely.addHandler(steplogs._handler)  # type: ignore[arg-type]
+    try:
+        lonely.warning("disk almost full")
+        lonely.info("not shown: below the last resort's level")
+    finally:
+        lonely.removeHandler(steplogs._handler)  # type: ignore[arg-type]
+        lonely.propagate = True
+    err = capsys.readouterr().err
+    assert "disk almost full" in err and "not shown" not in err
