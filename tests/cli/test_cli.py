@@ -411,3 +411,43 @@ def test_parse_since_and_formatting() -> None:
     assert format_duration(None) == "-"
     assert safe_url("postgresql://u:secret@db:5432/x") == "postgresql://u:***@db:5432/x"
     assert "secret" not in safe_url("host=db password=secret dbname=x")
+
+
+def test_runs_logs_shows_each_attempts_records(
+    app: perdure.App, invoke: Callable[..., Result]
+) -> None:
+    import logging
+
+    steplog = logging.getLogger("cli.steps")
+    steplog.setLevel(logging.INFO)
+    tries = {"n": 0}
+
+    def charge() -> str:
+        tries["n"] += 1
+        steplog.info("try %s", tries["n"])
+        if tries["n"] == 1:
+            raise RuntimeError("declined")
+        return "ok"
+
+    @app.workflow("logged")
+    async def logged(ctx: perdure.Context, _: Any) -> str:
+        await ctx.step("quiet", lambda: 1)
+        return await ctx.step(
+            "charge", charge, retry=perdure.RetryPolicy(max_attempts=2, initial_delay=0)
+        )
+
+    run = app.start("logged", None, key="logged-1")
+    drain(app, [run])
+    shown = invoke("runs", "logs", "logged-1")
+    assert shown.exit_code == 0, shown.output
+    assert "step charge · attempt 1 · retrying" in shown.output
+    assert "step charge · attempt 2 · completed" in shown.output
+    assert "cli.steps: try 1" in shown.output and "cli.steps: try 2" in shown.output
+    as_json = json.loads(invoke("runs", "logs", run.id, "--step", "charge", "--json").output)
+    assert as_json["run_id"] == run.id
+    assert [(a["attempt"], [r["message"] for r in a["records"]]) for a in as_json["attempts"]] == [
+        (1, ["try 1"]),
+        (2, ["try 2"]),
+    ]
+    none = invoke("runs", "logs", run.id, "--step", "quiet")
+    assert none.exit_code == 0 and "no log records for step 'quiet'" in none.output

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -31,13 +33,19 @@ ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "dashboard"
+T = TypeVar("T")
 #: Generous: two cores shared by several test runs.
 WAIT_MS = 30_000
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Headless Chromium from Debian's package (no browser download)."""
+@pytest.fixture
+def browser(served: str) -> Iterator[Browser]:
+    """Headless Chromium from Debian's package (no browser download).
+
+    Started after the App, its worker and the dashboard (``served``): Playwright's
+    sync API keeps an event loop running on the test's thread, where perdure
+    refuses blocking calls; the test's own calls go through ``off_loop``.
+    """
     if not Path(CHROMIUM).exists():
         pytest.fail(
             f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install chromium`, as "
@@ -71,6 +79,12 @@ def page(browser: Browser) -> Iterator[Page]:
     assert errors == []
 
 
+def off_loop(call: Callable[[], T]) -> T:
+    """Run a blocking perdure call on a thread of its own (see ``browser``)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result()
+
+
 def shot(page: Page, name: str) -> None:
     """Save a full-page screenshot under the artifacts folder."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -80,7 +94,7 @@ def shot(page: Page, name: str) -> None:
 
 
 def test_runs_page_lists_the_workload_with_counts(
-    page: Page, served: str, workload: Workload
+    served: str, workload: Workload, page: Page
 ) -> None:
     page.goto(f"{served}/runs")
     rows = page.locator("table.runs tbody tr")
@@ -105,7 +119,7 @@ def test_runs_page_lists_the_workload_with_counts(
 
 
 def test_failed_run_shows_its_traceback_and_timeline(
-    page: Page, served: str, workload: Workload
+    served: str, workload: Workload, page: Page
 ) -> None:
     page.goto(f"{served}/runs/{workload.failed}")
     expect(page.locator(".run-head .badge")).to_have_text("failed")
@@ -124,7 +138,7 @@ def test_failed_run_shows_its_traceback_and_timeline(
 
 
 def test_retry_from_the_page_and_see_the_run_succeed(
-    page: Page, served: str, workload: Workload, defined: perdure.App
+    served: str, workload: Workload, defined: perdure.App, page: Page
 ) -> None:
     page.goto(f"{served}/runs/{workload.flaky}")
     expect(page.locator(".run-head .badge")).to_have_text("failed")
@@ -134,11 +148,11 @@ def test_retry_from_the_page_and_see_the_run_succeed(
     # Live refresh brings the outcome in without a reload.
     expect(page.locator(".run-head .badge")).to_have_text("completed", timeout=WAIT_MS)
     expect(page.get_by_role("button", name="Retry")).to_have_count(0)
-    assert defined.handle(workload.flaky).result(timeout=5) == "served"
+    assert off_loop(lambda: defined.handle(workload.flaky).result(timeout=5)) == "served"
 
 
 def test_send_a_signal_from_the_page_and_see_the_run_continue(
-    page: Page, served: str, workload: Workload, defined: perdure.App
+    served: str, workload: Workload, defined: perdure.App, page: Page
 ) -> None:
     page.goto(f"{served}/runs/{workload.waiting}")
     expect(page.locator(".run-head .badge")).to_have_text("waiting")
@@ -153,12 +167,35 @@ def test_send_a_signal_from_the_page_and_see_the_run_continue(
     expect(page.locator(".flash.ok")).to_contain_text("Signal sent")
     expect(page.locator(".run-head .badge")).to_have_text("completed", timeout=WAIT_MS)
     expect(page.locator("table.signals")).to_contain_text("approval-1")
-    result = defined.handle(workload.waiting).result(timeout=5)
+    result = off_loop(lambda: defined.handle(workload.waiting).result(timeout=5))
     assert result == {"decision": {"approved": True, "by": "ada"}}
 
 
+def test_start_a_run_from_its_workflows_page_with_a_json_input(
+    served: str, defined: perdure.App, page: Page
+) -> None:
+    page.goto(f"{served}/workflows")
+    card = page.locator("#wf-greet-1")
+    card.get_by_text("Start run…").click()
+    area = card.locator('textarea[name="input"]')
+    area.fill('{"who": ')
+    # The browser refuses text that is not JSON before anything is sent.
+    expect(card.locator(".json-problem")).to_contain_text("not valid JSON")
+    card.get_by_role("button", name="Start run", exact=True).click()
+    expect(page).to_have_url(f"{served}/workflows")
+    assert off_loop(lambda: defined.list_runs(workflow="greet")) == []
+    area.fill('{"who": "ada"}')
+    expect(card.locator(".json-problem")).to_be_hidden()
+    card.locator('input[name="key"]').fill("greet:ada")
+    shot(page, "workflow-start")
+    card.get_by_role("button", name="Start run", exact=True).click()
+    expect(page.locator(".flash.ok")).to_contain_text("Run started")
+    started = off_loop(lambda: defined.get_run("greet:ada"))
+    assert (started.workflow, started.input) == ("greet", {"who": "ada"})
+
+
 def test_a_script_in_an_input_is_shown_as_text_and_never_runs(
-    page: Page, served: str, workload: Workload
+    served: str, workload: Workload, page: Page
 ) -> None:
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: dialogs.append(dialog.message))
@@ -173,7 +210,7 @@ def test_a_script_in_an_input_is_shown_as_text_and_never_runs(
 
 
 def test_graph_run_draws_its_dag_and_the_main_pages_render(
-    page: Page, served: str, workload: Workload
+    served: str, workload: Workload, page: Page
 ) -> None:
     page.goto(f"{served}/runs/{workload.graph}")
     nodes = page.locator("svg.dag g.node")
@@ -194,11 +231,12 @@ def test_graph_run_draws_its_dag_and_the_main_pages_render(
 
 
 def test_older_pages_follow_the_cursor_and_the_form_filters_by_tag(
-    page: Page, served: str, defined: perdure.App
+    served: str, defined: perdure.App, page: Page
 ) -> None:
     # No worker: the runs stay queued, so the counts hold still.
     started = [
-        defined.start("greet", i, tags={"batch": "b1" if i % 10 else "b2"}).id for i in range(30)
+        off_loop(lambda i=i: defined.start("greet", i, tags={"batch": "b1" if i % 10 else "b2"}).id)
+        for i in range(30)
     ]
     rows = page.locator("table.runs tbody tr")
     live = page.locator("#live")
@@ -207,7 +245,7 @@ def test_older_pages_follow_the_cursor_and_the_form_filters_by_tag(
     expect(rows.first).to_have_attribute("data-run", started[-1])
     expect(live).not_to_have_attribute("data-refresh", "0")
     # The first page refreshes live: a new run appears on top without a reload.
-    newer = defined.start("greet", "late").id
+    newer = off_loop(lambda: defined.start("greet", "late").id)
     expect(rows.first).to_have_attribute("data-run", newer, timeout=WAIT_MS)
 
     page.get_by_role("link", name="Older →").click()

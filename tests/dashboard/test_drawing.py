@@ -155,3 +155,33 @@ def test_timeline_draws_a_graph_steps_approval_gate_as_a_wait() -> None:
     (lane,) = timeline.build(run, [ran], waiting, at(10)).lanes[1:]
     assert [s.kind for s in lane.segments] == ["wait", "attempt"]
     assert lane.segments[0].width == 50.0  # from the park at 3 s to the start at 8 s
+
+
+def test_timeline_names_how_each_lost_attempt_ended() -> None:
+    run = Run(
+        "r3", "f", 1, "f", None, RunStatus.COMPLETED, None, 1, None, None,
+        at(0), at(0), at(20), at(20),
+    )  # fmt: skip
+    steps = [
+        Step(0, "first", "step", StepStatus.COMPLETED, 1, 1, None, "a", at(1), at(2)),
+        Step(1, "slow", "step", StepStatus.COMPLETED, 1, 1, None, "c", at(15), at(19)),
+    ]
+    history = [
+        HistoryEvent(1, at(0), "run_claimed", None, None, 1, "a"),
+        HistoryEvent(2, at(2), "step_completed", 0, "first", 1, "a"),
+        HistoryEvent(3, at(6), "lease_expired", None, None, 1, "a", {"lapses": 1}),
+        HistoryEvent(4, at(7), "run_claimed", None, None, 2, "b"),
+        HistoryEvent(5, at(10), "run_released", None, None, 2, "b", {"reason": "shutdown"}),
+        HistoryEvent(6, at(14), "run_claimed", None, None, 3, "c"),
+    ]
+    drawn = timeline.build(run, steps, history, at(30), frozenset({"a"}))
+    first, slow = drawn.lanes[1:]
+    assert not [s for s in first.segments if s.kind == "lost"]
+    lost = [s for s in slow.segments if s.kind == "lost"]
+    assert [(s.start, s.width) for s in lost] == [(10.0, 20.0), (35.0, 15.0)]
+    assert lost[0].title == "attempt 1 ended: worker lost: its lease expired · worker a"
+    assert lost[1].title == "attempt 2 ended: handed back by its worker (shutdown) · worker b"
+    assert slow.detail == "step, 2 lost"
+    # Without the worker recorded lost, the expiry reads as such.
+    again = timeline.build(run, steps, history, at(30)).lanes[2]
+    assert "lease expired: its worker stopped renewing it" in again.segments[0].title

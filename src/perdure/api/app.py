@@ -253,6 +253,8 @@ class App:
     list_runs_async = forms.awaiting(reading.list_runs)
     steps = forms.blocking(reading.steps)
     steps_async = forms.awaiting(reading.steps)
+    step_logs = forms.blocking(reading.step_logs)
+    step_logs_async = forms.awaiting(reading.step_logs)
     history = forms.blocking(reading.history)
     history_async = forms.awaiting(reading.history)
     events = forms.blocking(reading.events)

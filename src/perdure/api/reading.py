@@ -102,6 +102,21 @@ async def steps(core: Core, ref: str) -> list[Step]:
     return await core.read(core.statements.steps.list(run.id))
 
 
+async def step_logs(core: Core, ref: str, step: str | None = None) -> list[dict[str, Any]]:
+    """The log records each step attempt of a run emitted (of step ``step`` only, if given).
+
+    One dict per attempt that logged something, by step position then
+    attempt: ``position``, ``attempt``, ``name``, ``worker_id``, ``status``
+    (how the attempt ended), ``records`` (``at``, ``level``, ``logger``,
+    ``message`` each), ``truncated`` (records were dropped past the bound) and
+    ``created_at``. An archived run has none (they are not archived).
+    """
+    run = await core.find(ref)
+    if run.archived:
+        return []
+    return await core.read(core.statements.step_logs.list(run.id, step))
+
+
 async def history(core: Core, ref: str) -> list[HistoryEvent]:
     """The append-only history of a run (live or archived), oldest entry first.
 

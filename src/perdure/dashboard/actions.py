@@ -20,7 +20,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from perdure.dashboard.data import DashboardData
-from perdure.dashboard.pages import run_page
+from perdure.dashboard.pages import run_page, workflows_page
 from perdure.dashboard.security import AUTH_COOKIE, CSRF_COOKIE, CSRF_FIELD, same_origin
 from perdure.dashboard.site import Dashboard, dashboard_of, set_cookie
 from perdure.errors import InvalidRunState, PerdureError, RunNotFound
@@ -83,6 +83,41 @@ async def act(request: Request) -> Response:
     return RedirectResponse(f"{url}?done={action}", status_code=303)
 
 
+async def start(request: Request) -> Response:
+    """Start a run of a workflow version from its page, then go to the new run's page.
+
+    A refused start (input that is not JSON, an unknown version) shows the
+    workflows page again with the reason and what was typed; nothing is written.
+    """
+    board = dashboard_of(request)
+    if board.config.read_only:
+        raise HTTPException(403, "this dashboard is read-only")
+    form = await request.form()
+    check_post(board, request, form)
+    name = request.path_params["name"]
+    version = request.path_params["version"]
+    fields = {k: v for k, v in form.items() if isinstance(v, str) and k != CSRF_FIELD}
+    try:
+        run_id = await run_in_threadpool(
+            board.data.start,
+            name,
+            version,
+            fields.get("input", ""),
+            fields.get("key", ""),
+            fields.get("queue", ""),
+        )
+    except PerdureError as exc:
+        return await run_in_threadpool(
+            workflows_page,
+            request,
+            status=400,
+            problem=f"start refused: {exc}",
+            form={**fields, "workflow": f"{name}@{version}"},
+        )
+    url = request.url_for("run", ref=run_id).path
+    return RedirectResponse(f"{url}?done=start", status_code=303)
+
+
 async def login(request: Request) -> Response:
     """Check the token typed in the login form; on success set the session cookie."""
     board = dashboard_of(request)
@@ -119,6 +154,7 @@ def routes() -> list[Route]:
     """The POST routes."""
     return [
         Route("/runs/{ref}/{action}", act, methods=["POST"], name="act"),
+        Route("/workflows/{name}/{version:int}/start", start, methods=["POST"], name="start"),
         Route("/login", login, methods=["POST"], name="login_post"),
         Route("/logout", logout, methods=["POST"], name="logout"),
     ]

@@ -30,6 +30,8 @@ from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, Workfl
 COUNT_CAP = 10_000
 #: The workflows page counts the statuses of each version's newest runs.
 RECENT_RUNS = 1_000
+#: A worker whose heartbeat is older than this is not counted as running.
+LIVE_SECONDS = 60.0
 #: What the overview shows of a schedule (perdure.ScheduleInfo), when it has them.
 SCHEDULE_COLUMNS = (
     "name",
@@ -101,6 +103,8 @@ class RunView:
     children: list[Run]
     parent: Run | None
     definition: dict[str, Any] = field(default_factory=dict)
+    #: Each step position's attempts that logged something (app.step_logs).
+    logs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class DashboardData:
@@ -188,8 +192,12 @@ class DashboardData:
         for info in self.reads.registered_workflows():
             if info.name == run.workflow and info.version == run.version:
                 definition = info.definition if info.kind == "graph" else {}
+        logs: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for entry in self.reads.step_logs(run.id):
+            logs[entry["position"]].append(entry)
         return RunView(
             run=run,
+            logs=dict(logs),
             steps=self.reads.steps(run.id),
             history=self.reads.history(run.id),
             signals=self.reads.signals(run.id),
@@ -243,18 +251,43 @@ class DashboardData:
         Text that is not JSON is refused with ConfigurationError before
         anything is sent; an empty payload sends null.
         """
-        if json_depth(payload_text.encode("utf-8", "surrogatepass")) > MAX_DEPTH:
-            raise ConfigurationError(
-                f"the payload is nested deeper than {MAX_DEPTH} levels; nothing was sent"
-            )
-        try:
-            payload = json.loads(payload_text) if payload_text.strip() else None
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(
-                f"the payload is not valid JSON: {exc.msg} at line {exc.lineno}, "
-                f"column {exc.colno}; nothing was sent"
-            ) from None
+        payload = parse_json(payload_text, "payload", "nothing was sent")
         return self.app.signal(ref, name, payload, key=key or None)
+
+    def start(self, workflow: str, version: int, input_text: str, key: str, queue: str) -> str:
+        """Start a run of ``workflow`` version ``version`` with the JSON ``input_text``
+        (``perdure runs start``); the new run's id.
+
+        Text that is not JSON is refused with ConfigurationError before
+        anything is written; an empty input starts the run with null. An empty
+        ``key`` or ``queue`` means none (the workflow's own queue).
+        """
+        value = parse_json(input_text, "input", "no run was started")
+        return self.app.start(
+            workflow, value, key=key.strip() or None, version=version, queue=queue.strip() or None
+        ).id
+
+    def lost_workers(self, history: list[HistoryEvent]) -> frozenset[str]:
+        """Which workers that lost a lease in ``history`` are recorded as lost
+        (read only when the history has such an event)."""
+        named = {h.worker_id for h in history if h.event == "lease_expired" and h.worker_id}
+        if not named:
+            return frozenset()
+        return frozenset(w.id for w in self.reads.workers() if w.id in named and w.status == "lost")
+
+    def serving(self, run: Run) -> list[str]:
+        """Live workers (a heartbeat in the last minute) that would claim ``run``:
+        they serve its queue and have its workflow version's code."""
+        fresh = time.time() - LIVE_SECONDS
+        code = f"{run.workflow}@{run.version}"
+        return [
+            w.id
+            for w in self.reads.workers()
+            if w.status == "running"
+            and w.heartbeat_at.timestamp() > fresh
+            and run.queue in w.queues
+            and (code in w.workflows or run.workflow in w.workflows)
+        ]
 
     def fork(self, ref: str, step: str) -> str:
         """Start a new run from run ``ref``'s step ``step`` (``perdure runs fork``); its id."""
@@ -263,6 +296,22 @@ class DashboardData:
             raise ConfigurationError("this version of perdure cannot fork runs")
         started = fork(ref, from_step=step)
         return str(getattr(started, "id", started))
+
+
+def parse_json(text: str, what: str, consequence: str) -> Any:
+    """The JSON value of ``text`` (None for blank text), or ConfigurationError saying
+    where it is wrong and that ``consequence``."""
+    if json_depth(text.encode("utf-8", "surrogatepass")) > MAX_DEPTH:
+        raise ConfigurationError(
+            f"the {what} is nested deeper than {MAX_DEPTH} levels; {consequence}"
+        )
+    try:
+        return json.loads(text) if text.strip() else None
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f"the {what} is not valid JSON: {exc.msg} at line {exc.lineno}, "
+            f"column {exc.colno}; {consequence}"
+        ) from None
 
 
 def _as_dict(item: Any) -> dict[str, Any]:

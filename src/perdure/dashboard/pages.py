@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from perdure.dashboard import chart, dag, query, timeline
+from perdure.dashboard import chart, dag, query, runstate, timeline
 from perdure.dashboard import format as fmt
 from perdure.dashboard.data import RECENT_RUNS
 from perdure.dashboard.site import dashboard_of, is_fragment
@@ -24,6 +24,7 @@ DONE = {
     "resume": "Run resumed.",
     "signal": "Signal sent.",
     "fork": "Run forked: this is the new run.",
+    "start": "Run started.",
 }
 
 
@@ -92,13 +93,24 @@ def run_page(
     board = dashboard_of(request)
     view = board.data.run_view(ref)
     now = fmt.now()
+    state = runstate.describe(view.run, view.steps, view.signals, now)
+    done = DONE.get(request.query_params.get("done", ""))
+    # Nothing continues a due run without a worker: say so, not "Signal sent."
+    idle = state.due and not board.data.serving(view.run)
+    if idle and request.query_params.get("done") == "signal":
+        done = None
     context: dict[str, Any] = {
         "page": "runs",
         "view": view,
         "run": view.run,
-        "timeline": timeline.build(view.run, view.steps, view.history, now),
+        "timeline": timeline.build(
+            view.run, view.steps, view.history, now, board.data.lost_workers(view.history)
+        ),
         "dag": dag.layout(view.definition, view.steps),
-        "done": DONE.get(request.query_params.get("done", "")),
+        "done": done,
+        "state": state,
+        "idle": idle,
+        "signalled": request.query_params.get("done") == "signal",
         "problem": problem,
         "form": form or {},
         "live": not view.run.status.is_final,
@@ -118,6 +130,17 @@ def find(request: Request) -> Response:
 
 def workflows(request: Request) -> Response:
     """Registered workflow versions: kind, queue, counts per status, graphs drawn."""
+    return workflows_page(request)
+
+
+def workflows_page(
+    request: Request,
+    *,
+    status: int = 200,
+    problem: str | None = None,
+    form: dict[str, str] | None = None,
+) -> Response:
+    """The workflows page, optionally with the error of a refused start."""
     board = dashboard_of(request)
     found = board.data.workflows()
     drawings = {(w.name, w.version): dag.layout(w.definition) for w in found}
@@ -126,8 +149,10 @@ def workflows(request: Request) -> Response:
         "workflows": found,
         "drawings": drawings,
         "recent": RECENT_RUNS,
+        "problem": problem,
+        "form": form or {},
     }
-    return board.render(request, "workflows.html", context)
+    return board.render(request, "workflows.html", context, status=status)
 
 
 def login(request: Request) -> Response:

@@ -5,6 +5,11 @@ run page as server-side SVG (no JavaScript, no inline styles). The steps table
 gives each step's last attempt (started_at to completed_at); the history gives
 the earlier ones: each ``step_retry_scheduled`` event ends a failed attempt,
 and the next claim of the run (or of the step's task) starts the next one.
+
+Attempts no step row records are drawn too: those a crash or a lost lease
+ended (``lease_expired``) and those a worker handed back (``run_released``).
+Each is drawn on the step that was in flight, from the worker's last recorded
+moment to the event, titled with how it ended.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ MAX_LANES = 200
 MIN_WIDTH = 0.4
 _CLAIMS = ("run_claimed", "step_claimed")
 _WAITS = ("sleep", "signal", "child_result")
+#: History events that end an attempt no step row records.
+_LOST = ("lease_expired", "run_released")
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,18 @@ class Segment:
     kind: str
     tone: str
     title: str
+
+
+@dataclass(frozen=True)
+class Lost:
+    """An attempt a crash, a lost lease or a hand-back ended: on which step, when, how."""
+
+    position: int | None
+    start: datetime
+    end: datetime
+    attempt: int | None
+    worker: str | None
+    ended: str
 
 
 @dataclass(frozen=True)
@@ -68,23 +87,110 @@ class _Scale:
         return Segment(round(min(left, 100 - width), 3), round(width, 3), kind, tone, title)
 
 
-def build(run: Run, steps: list[Step], history: list[HistoryEvent], now: datetime) -> Timeline:
-    """The timeline of ``run`` as of ``now``."""
+def build(
+    run: Run,
+    steps: list[Step],
+    history: list[HistoryEvent],
+    now: datetime,
+    lost_workers: frozenset[str] = frozenset(),
+) -> Timeline:
+    """The timeline of ``run`` as of ``now``; ``lost_workers`` are the ids of workers
+    recorded as lost (their attempts read "worker lost")."""
     live = not run.status.is_final
     ends = [s.completed_at for s in steps if s.completed_at] + [h.at for h in history]
     end = max([now if live else (run.completed_at or run.updated_at), *ends])
     scale = _Scale(run.created_at, end)
     claims = sorted(h.at for h in history if h.event in _CLAIMS)
     times = sorted(h.at for h in history)
-    lanes = [_run_lane(run, scale, now)]
+    lost = lost_attempts(run, steps, history, lost_workers)
+    lanes = [_run_lane(run, scale, now, [a for a in lost if a.position is None])]
     for step in steps[:MAX_LANES]:
         mine = [h for h in history if h.step_position == step.position]
-        lanes.append(_step_lane(step, mine, claims, times, scale, now))
+        lane = _step_lane(step, mine, claims, times, scale, now)
+        ended = [a for a in lost if a.position == step.position]
+        if ended:
+            lane = _with_lost(lane, ended, scale)
+        lanes.append(lane)
     ticks = [(p, "+" + fmt.span(scale.total * p / 100)) for p in (0.0, 25.0, 50.0, 75.0, 100.0)]
     return Timeline(lanes, ticks, max(len(steps) - MAX_LANES, 0))
 
 
-def _run_lane(run: Run, scale: _Scale, now: datetime) -> Lane:
+def lost_attempts(
+    run: Run,
+    steps: list[Step],
+    history: list[HistoryEvent],
+    lost_workers: frozenset[str] = frozenset(),
+) -> list[Lost]:
+    """The attempts of ``run`` that a crash, a lost lease or a hand-back ended.
+
+    A step task's event names its step. A run task's names none: the step in
+    flight is the first one that (re)started after the event, i.e. whose
+    checkpoint the lost attempt never wrote (None while no worker resumed it).
+    """
+    found = []
+    for event in history:
+        if event.event not in _LOST:
+            continue
+        before = [
+            h.at
+            for h in history
+            if h.at < event.at
+            and (h.worker_id == event.worker_id or h.event in _CLAIMS)
+            and h.event not in _LOST
+        ]
+        start = max(before, default=run.started_at or run.created_at)
+        position = event.step_position
+        if position is None:
+            again = [
+                s.position
+                for s in steps
+                if s.kind not in _WAITS and (s.started_at >= event.at or s.completed_at is None)
+            ]
+            position = min(again, default=None)
+        found.append(
+            Lost(
+                position,
+                start,
+                event.at,
+                event.attempt,
+                event.worker_id,
+                _ending(event, lost_workers),
+            )
+        )
+    return found
+
+
+def _ending(event: HistoryEvent, lost_workers: frozenset[str]) -> str:
+    """How an attempt ended, in words."""
+    detail = event.detail if isinstance(event.detail, dict) else {}
+    if event.event == "run_released":
+        why = detail.get("reason")
+        return f"handed back by its worker{f' ({why})' if why else ''}"
+    if event.worker_id is not None and event.worker_id in lost_workers:
+        return "worker lost: its lease expired"
+    return "lease expired: its worker stopped renewing it (crashed or stalled)"
+
+
+def _with_lost(lane: Lane, lost: list[Lost], scale: _Scale) -> Lane:
+    """``lane`` with its lost attempts drawn before its other segments."""
+    drawn = [
+        scale.segment(
+            a.start,
+            a.end,
+            "lost",
+            "bad",
+            f"attempt {a.attempt if a.attempt is not None else '?'} ended: {a.ended}"
+            + (f" · worker {a.worker}" if a.worker else ""),
+        )
+        for a in lost
+    ]
+    words = f"{len(lost)} lost" if len(lost) > 1 else "1 lost"
+    return Lane(
+        lane.label, f"{lane.detail}, {words}", lane.duration, drawn + lane.segments, lane.tone
+    )
+
+
+def _run_lane(run: Run, scale: _Scale, now: datetime, lost: list[Lost]) -> Lane:
     segments = []
     started = run.started_at
     queued_until = started or run.completed_at or now
@@ -93,13 +199,14 @@ def _run_lane(run: Run, scale: _Scale, now: datetime) -> Lane:
         end = run.completed_at or now
         title = f"{run.status.value} · {fmt.span((end - started).total_seconds())}"
         segments.append(scale.segment(started, end, "attempt", fmt.tone(run.status), title))
-    return Lane(
+    lane = Lane(
         "run",
         run.status.value,
         fmt.between(run.created_at, run.completed_at),
         segments,
         fmt.tone(run.status),
     )
+    return _with_lost(lane, lost, scale) if lost else lane
 
 
 def _step_lane(

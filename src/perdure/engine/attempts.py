@@ -10,14 +10,15 @@ lease, shutdown, cancellation) leaves it 'interrupted'.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, Protocol
 
-from perdure.engine import faults, serialization
+from perdure.engine import faults, serialization, steplogs
 from perdure.engine.checkpoint import Attempt
-from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.control import Disconnected, LeaseLost, StaleHistory, Suspend
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.observer import StepAttempt
@@ -26,6 +27,8 @@ from perdure.errors import SerializationError, SignalTimeout, StepFailed
 from perdure.steps import Snooze
 from perdure.store.rows import ClaimedTask
 from perdure.store.writes import Checkpoint
+
+_log = logging.getLogger("perdure.worker")
 
 #: What a step does in one attempt: (output JSON, decoded output); no JSON
 #: when the body wrote its checkpoint itself (a transaction step).
@@ -64,10 +67,12 @@ async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body)
     # shutdown, cancellation, a simulated crash) leaves it 'interrupted'.
     status, error, began = "interrupted", None, time.perf_counter()
     seconds = 0.0
+    logged = steplogs.Captured()
     try:
         try:
             faults.hit("before_step", attempt.name)
-            text, decoded = await body(attempt)
+            with steplogs.capture() as logged:
+                text, decoded = await body(attempt)
         except (Suspend, LeaseLost, StaleHistory, asyncio.CancelledError):
             raise
         except Snooze as snooze:
@@ -100,6 +105,30 @@ async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body)
         if status == "interrupted":
             seconds = time.perf_counter() - began
         observer.step_finished(observed, token, status, seconds, error)
+        if logged.records and status != "interrupted":
+            await _keep_logs(ex, attempt, status, logged)
+
+
+async def _keep_logs(ex: Host, attempt: Attempt, status: str, logged: steplogs.Captured) -> None:
+    """Write the attempt's log records (only called when it logged something).
+
+    Best effort: the records are for reading, and a failure to write them
+    changes nothing of the run (it is logged by the worker).
+    """
+    stmt = ex.env.store.statements.step_logs.write(
+        run_id=ex.task.run_id,
+        position=attempt.position,
+        attempt=attempt.number,
+        name=attempt.name,
+        worker_id=ex.task.fence.worker_id,
+        status=status,
+        records_json=logged.records_json(),
+        truncated=logged.truncated,
+    )
+    try:
+        await ex.env.store.execute(stmt)
+    except (Exception, Disconnected) as exc:  # the step's outcome stands without its logs
+        _log.warning("the log records of step %r were not kept: %s", attempt.name, exc)
 
 
 async def _snooze(ex: Host, attempt: Attempt, snooze: Snooze) -> NoReturn:

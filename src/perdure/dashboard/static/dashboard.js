@@ -5,8 +5,48 @@
 (function () {
   "use strict";
 
+  // A textarea marked data-json must hold JSON (or nothing): checked before
+  // the form is sent; the server checks again.
+  function jsonProblem(area) {
+    var text = area.value.trim();
+    if (!text) return "";
+    try {
+      JSON.parse(text);
+      return "";
+    } catch (error) {
+      return "not valid JSON: " + error.message;
+    }
+  }
+
+  document.addEventListener("input", function (event) {
+    var area = event.target;
+    if (area.hasAttribute && area.hasAttribute("data-json")) {
+      var problem = jsonProblem(area);
+      area.setCustomValidity(problem);
+      var note = area.form && area.form.querySelector(".json-problem");
+      if (note) {
+        note.textContent = problem;
+        note.hidden = !problem;
+      }
+    }
+  });
+
   document.addEventListener("submit", function (event) {
     var form = event.target;
+    var areas = form.querySelectorAll ? form.querySelectorAll("textarea[data-json]") : [];
+    for (var i = 0; i < areas.length; i++) {
+      var problem = jsonProblem(areas[i]);
+      if (problem) {
+        areas[i].setCustomValidity(problem);
+        var note = form.querySelector(".json-problem");
+        if (note) {
+          note.textContent = problem;
+          note.hidden = false;
+        }
+        event.preventDefault();
+        return;
+      }
+    }
     var question = form.getAttribute && form.getAttribute("data-confirm");
     if (question && !window.confirm(question)) {
       event.preventDefault();

@@ -25,6 +25,7 @@ from perdure.store.statements.queues import QueueStatements
 from perdure.store.statements.runs import RunStatements
 from perdure.store.statements.schedules import ScheduleStatements
 from perdure.store.statements.signals import SignalStatements
+from perdure.store.statements.steplogs import StepLogStatements
 from perdure.store.statements.steps import StepStatements
 from perdure.store.statements.tasks import TaskStatements
 from perdure.store.statements.workers import WorkerStatements
@@ -60,6 +61,7 @@ class Statements:
         self.channel = build.channel
         self.runs = RunStatements(build)
         self.steps = StepStatements(build)
+        self.step_logs = StepLogStatements(build)
         self.tasks = TaskStatements(build)
         self.signals = SignalStatements(build)
         self.events = EventStatements(build)
