@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from perdure.engine import arguments
 from perdure.engine.arguments import validate_name
+from perdure.engine.job_options import ReaperOptions, RetentionOptions, StatusOptions, TickerOptions
 from perdure.errors import ConfigurationError
 
 #: Tasks due within this many seconds notify idle workers when written
@@ -114,6 +115,12 @@ class WorkerOptions:
     maintenance_seconds: float = 3600.0
     #: Seconds to wait at start for the database to accept connections.
     connect_seconds: float = 30.0
+    #: The options of each periodic job (engine/housekeeping.py), made from
+    #: the ones above; each refuses a bad value of its own.
+    reaper: ReaperOptions = field(init=False, repr=False, compare=False)
+    ticker: TickerOptions = field(init=False, repr=False, compare=False)
+    retention: RetentionOptions = field(init=False, repr=False, compare=False)
+    status: StatusOptions = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         arguments.integer("concurrency", self.concurrency, minimum=1, maximum=10_000)
@@ -124,22 +131,21 @@ class WorkerOptions:
                 )
             self.queues = [validate_name("queue", queue) for queue in self.queues]
         arguments.seconds("lease_seconds", self.lease_seconds, positive=True)
-        arguments.seconds("poll_seconds", self.poll_seconds, positive=True)
         arguments.seconds("idle_poll_seconds", self.idle_poll_seconds, positive=True)
         arguments.seconds("blocked_loop_seconds", self.blocked_loop_seconds, positive=True)
         arguments.seconds("shutdown_seconds", self.shutdown_seconds)
         arguments.seconds("connect_seconds", self.connect_seconds)
         arguments.optional_seconds("heartbeat_seconds", self.heartbeat_seconds, positive=True)
-        arguments.optional_seconds("reap_seconds", self.reap_seconds, positive=True)
         arguments.integer("claim_batch", self.claim_batch, minimum=1, maximum=10_000)
         arguments.optional_text("worker_id", self.worker_id, max_length=200)
         arguments.flag("exit_when_idle", self.exit_when_idle)
-        self.prune_after = arguments.optional_seconds(
-            "prune_after", self.prune_after, positive=True
+        self.reaper = ReaperOptions(self.reap_seconds, self.lease_seconds)
+        self.ticker = TickerOptions(self.poll_seconds)
+        self.retention = RetentionOptions(
+            self.prune_after, self.prune_archive, self.prune_batch, self.maintenance_seconds
         )
-        arguments.flag("prune_archive", self.prune_archive)
-        arguments.integer("prune_batch", self.prune_batch, minimum=1, maximum=100_000)
-        arguments.seconds("maintenance_seconds", self.maintenance_seconds, positive=True)
+        self.prune_after = self.retention.cutoff_seconds
+        self.status = StatusOptions()
 
     @property
     def heartbeat_interval(self) -> float:
@@ -154,4 +160,4 @@ class WorkerOptions:
     @property
     def reap_interval(self) -> float:
         """Half the lease unless set, at most 10 s."""
-        return self.reap_seconds or min(self.lease_seconds / 2, 10.0)
+        return self.reaper.interval

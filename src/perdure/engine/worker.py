@@ -14,19 +14,17 @@ import logging
 import math
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from perdure.engine import graph, maintenance, outcome, parallel, poison, retention, schedules
+from perdure.engine import graph, maintenance, modes, outcome, parallel, poison
 from perdure.engine.claiming import Claims
 from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
+from perdure.engine.executions import Executions
 from perdure.engine.handback import hand_back
 from perdure.engine.observer import (
     LoggingObserver,
@@ -36,7 +34,7 @@ from perdure.engine.observer import (
 )
 from perdure.engine.options import NOTIFY_HORIZON_SECONDS, WorkerOptions
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
-from perdure.engine.services import Loop, Service, Services
+from perdure.engine.services import Runner, Services
 from perdure.engine.threads import StepThreads
 from perdure.engine.wakeup import Wakeup
 from perdure.engine.watchdog import LoopWatch, StepsInFlight
@@ -50,12 +48,6 @@ from perdure.store.store import AsyncStore
 from perdure.store.writes import Release
 
 log = logging.getLogger("perdure.worker")
-
-
-@dataclass
-class _Held:
-    task: ClaimedTask
-    job: asyncio.Task[str]
 
 
 class Worker:
@@ -119,7 +111,12 @@ class Worker:
         self.store: AsyncStore | None = None
         self.stop_requested = asyncio.Event()
         self._stop_at_once = asyncio.Event()
-        self.running: dict[int, _Held] = {}
+        #: The executions in flight, by task id.
+        self.running = Executions()
+        #: How long it serves, and its periodic jobs (engine/modes.py).
+        self.mode = modes.mode(self.options, self.queues, self.observer)
+        #: The runners of those jobs while it serves (engine/services.py).
+        self.jobs: list[Runner] = []
         self._slot_freed = asyncio.Event()
         #: When the claim loop's current wait ends by itself (monotonic; read
         #: by the wakeup thread to tell whether work due then needs a wake).
@@ -127,9 +124,6 @@ class Worker:
         #: Notifications another worker answered first, checked by this one:
         #: [left alone, woken for] (engine/wakeup.py).
         self.wake_checks = [0, 0]
-        #: Runs of this worker's queues waiting for a future time, and the next wake-up.
-        self.waiting = 0
-        self.next_wake: datetime | None = None
         #: The threads of plain ``def`` steps while the worker runs; see
         #: engine/threads.py for what a stuck thread costs.
         self.threads: StepThreads | None = None
@@ -179,49 +173,12 @@ class Worker:
         )
         outage_log.install()
         await store.open(timeout=opts.connect_seconds)
-        loop = self._loop = asyncio.get_running_loop()
-        threads = self.threads = StepThreads(
-            opts.concurrency * 2 + 4,
-            on_stuck=self.observer.thread_stuck,
-            on_freed=lambda stuck: loop.call_soon_threadsafe(self._thread_freed, stuck),
-        )
+        self._loop = asyncio.get_running_loop()
         committer = Committer(store)
-        env = ExecutionEnv(
-            store,
-            opts.lease_seconds,
-            threads,
-            self.max_payload_bytes,
-            specs=self.specs,
-            observer=self.observer,
-            committer=committer,
-            concurrency=opts.concurrency,
-        )
-        heartbeat = maintenance.Heartbeat(
-            self.statements,
-            self.id,
-            opts.lease_seconds,
-            opts.heartbeat_interval,
-            opts.idle_heartbeat_interval,
-            lambda: {t: held.task.fence.attempt for t, held in list(self.running.items())},
-            lambda taken: self._leases_lost(taken, env.lost_tasks),
-            self._beat,
-        )
-        watch = LoopWatch(
-            asyncio.get_running_loop(),
-            opts.blocked_loop_seconds,
-            self._steps.steps.get,
-            self.observer.loop_blocked,
-        )
-        self._heartbeat = heartbeat
-        wakeup = Wakeup(
-            store.endpoints.session_url,
-            self.statements.channel,
-            f"{name}-listen",
-            chores=[heartbeat, watch],
-            place=self._place,
-            confirm=self._confirm,
-        )
-        services = Services([wakeup, *self._loops(store, heartbeat.duty), committer])
+        env = self._environment(store, committer)
+        wakeup = self._wakeup(store, env, f"{name}-listen")
+        self.jobs = [Runner(job, self._heartbeat.duty) for job in self.mode.jobs(store)]
+        services = Services([wakeup, *self.jobs, committer])
         try:
             await self._register(store)
             self.store = store
@@ -239,41 +196,49 @@ class Worker:
             await services.stop()
             await self._close(store, env, committer)
 
-    def _loops(self, store: AsyncStore, duty: threading.Event) -> list[Service]:
-        """The periodic loops beside the claim loop (fewer in inline mode).
+    def _environment(self, store: AsyncStore, committer: Committer) -> ExecutionEnv:
+        """What executions share: the store, the step threads, the group commit."""
+        opts, loop = self.options, self._loop
+        threads = self.threads = StepThreads(
+            opts.concurrency * 2 + 4,
+            on_stuck=self.observer.thread_stuck,
+            on_freed=lambda stuck: loop.call_soon_threadsafe(self._thread_freed, stuck),
+        )
+        return ExecutionEnv(
+            store,
+            opts.lease_seconds,
+            threads,
+            self.max_payload_bytes,
+            specs=self.specs,
+            observer=self.observer,
+            committer=committer,
+            concurrency=opts.concurrency,
+        )
 
-        The reaper and the schedule ticker run only while this worker holds
-        the fleet's duties (see ``perdure.engine.maintenance``).
-        """
+    def _wakeup(self, store: AsyncStore, env: ExecutionEnv, name: str) -> Wakeup:
+        """The wakeup thread, with its chores: the heartbeat and the loop watch."""
         opts = self.options
-        status = Loop(
-            "status",
-            lambda: maintenance.status_loop(store, self.queues, 60.0, self._report_waiting),
+        heartbeat = self._heartbeat = maintenance.Heartbeat(
+            self.statements,
+            self.id,
+            opts.lease_seconds,
+            opts.heartbeat_interval,
+            opts.idle_heartbeat_interval,
+            self.running.attempts,
+            lambda taken: self._leases_lost(taken, env.lost_tasks),
+            self._beat,
         )
-        reaper = Loop(
-            "reaper",
-            lambda: maintenance.on_duty(
-                duty,
-                lambda: maintenance.reaper_loop(
-                    store,
-                    opts.reap_interval,
-                    opts.lease_seconds * 2,
-                    self.observer.dead_lettered,
-                ),
-            ),
+        watch = LoopWatch(
+            self._loop, opts.blocked_loop_seconds, self._steps.steps.get, self.observer.loop_blocked
         )
-        loops: list[Service] = [status, reaper]
-        if not opts.exit_when_idle:
-            loops.append(
-                Loop(
-                    "ticker",
-                    lambda: maintenance.on_duty(
-                        duty, lambda: schedules.tick_loop(store, opts.poll_seconds)
-                    ),
-                )
-            )
-            loops.append(Loop("retention", lambda: self._maintenance(store)))
-        return loops
+        return Wakeup(
+            store.endpoints.session_url,
+            self.statements.channel,
+            name,
+            chores=[heartbeat, watch],
+            place=self._place,
+            confirm=self._confirm,
+        )
 
     async def _register(self, store: AsyncStore) -> None:
         """Run the ``before_start`` hook and register this worker in the workers table."""
@@ -306,55 +271,13 @@ class Worker:
         self.observer.worker_stopped(self)
 
     async def _claim_loop(self, store: AsyncStore, env: ExecutionEnv, wakeup: Wakeup) -> None:
-        opts = self.options
+        """Claim and start work until stopped (or, inline, until nothing is due)."""
         backoff = 0.0
         while not self.stop_requested.is_set():
             # Set again by any slot freed from here on: the wait below ends at once.
             self._slot_freed.clear()
-            free = self._free_slots()
-            timeout: float | None = None
             try:
-                await env.unheld.recover(store, self.id, self.running)
-                await self._report_stuck(store)
-                if opts.exit_when_idle:
-                    # Inline mode has no reaper schedule: revive lapsed
-                    # leases (a test's simulated crash) before each claim.
-                    _, dead = await store.execute(self.statements.tasks.rescue(limit=500))
-                    if dead:
-                        self.observer.dead_lettered(dead)
-                if free <= 0:
-                    # Every slot is taken (by runs, or by stuck threads): claim
-                    # nothing until one frees up.
-                    self.observer.worker_full(self.stuck_threads)
-                else:
-                    want = min(free, opts.claim_batch)
-                    wakeup.event.clear()
-                    claimed = await self.claims.claim(store, want)
-                    for task in claimed:
-                        self._start(task, env)
-                    if len(claimed) == want:
-                        continue
-                    timeout = self._poll_seconds(wakeup)
-                    if claimed:
-                        # Let the executions just started reach their first
-                        # await before this loop's next query: a woken run's
-                        # first step starts without waiting for it.
-                        await asyncio.sleep(0)
-                    self.observer.worker_idle(free - len(claimed))
-                    due = await self.claims.next_due(store)
-                    if due is not None:
-                        timeout = min(timeout, max(due, 0.0))
-                        if due <= 0:
-                            # Claimable work was left behind: another worker
-                            # was claiming it, or its queue got a global limit
-                            # since this worker last looked. Look again, under
-                            # the queue locks.
-                            self.claims.forget_limits()
-                    # A run that finished since the claim may have left
-                    # work its limit held back: look again before leaving.
-                    idle = not self.running and not self._slot_freed.is_set()
-                    if opts.exit_when_idle and idle and (due is None or due > 0):
-                        return
+                timeout = await self._claim_pass(store, env, wakeup)
                 backoff = 0.0
             except (Exception, Disconnected) as exc:
                 # The database went away or refused us: back off (bounded, so a
@@ -365,13 +288,56 @@ class Worker:
                 log.warning("claim failed (%s); retrying in %.2f s", exc, backoff)
                 timeout = backoff
                 wakeup.event.clear()
+            if timeout == 0.0:
+                continue  # a full batch: claim again at once
+            if timeout == -1.0:
+                return  # inline, and nothing left to do
             await self._wait(wakeup.event, timeout)
+
+    async def _claim_pass(
+        self, store: AsyncStore, env: ExecutionEnv, wakeup: Wakeup
+    ) -> float | None:
+        """Claim once; how long to wait then (None: until woken; 0: no wait, -1: return)."""
+        await env.unheld.recover(store, self.id, self.running)
+        await self._report_stuck(store)
+        await self.mode.before_claim(store)
+        free = self._free_slots()
+        if free <= 0:
+            # Every slot is taken (by runs, or by stuck threads): claim
+            # nothing until one frees up.
+            self.observer.worker_full(self.stuck_threads)
+            return None
+        want = min(free, self.options.claim_batch)
+        wakeup.event.clear()
+        claimed = await self.claims.claim(store, want)
+        for task in claimed:
+            self._start(task, env)
+        if len(claimed) == want:
+            return 0.0
+        timeout = self._poll_seconds(wakeup)
+        if claimed:
+            # Let the executions just started reach their first await before
+            # this loop's next query: a woken run's first step starts without
+            # waiting for it.
+            await asyncio.sleep(0)
+        self.observer.worker_idle(free - len(claimed))
+        due = await self.claims.next_due(store)
+        if due is not None:
+            timeout = min(timeout, max(due, 0.0))
+            if due <= 0:
+                # Claimable work was left behind: another worker was claiming
+                # it, or its queue got a global limit since this worker last
+                # looked. Look again, under the queue locks.
+                self.claims.forget_limits()
+        # A run that finished since the claim may have left work its limit
+        # held back: look again before leaving.
+        idle = not self.running and not self._slot_freed.is_set()
+        return -1.0 if self.mode.finished(idle=idle, due=due) else timeout
 
     def _free_slots(self) -> int:
         """Slots for more runs: a stuck thread holds the slot of the step it ran
-        (engine/threads.py); inline mode, which stops once nothing is due, does
-        not wait for it."""
-        stuck = 0 if self.options.exit_when_idle else self.stuck_threads
+        (engine/threads.py), unless the mode does not wait for it."""
+        stuck = self.stuck_threads if self.mode.counts_stuck_threads else 0
         return self.options.concurrency - len(self.running) - stuck
 
     def _poll_seconds(self, wakeup: Wakeup) -> float:
@@ -401,7 +367,7 @@ class Worker:
     def _start(self, task: ClaimedTask, env: ExecutionEnv) -> None:
         spec = self.specs[(task.workflow, task.version)]
         job = asyncio.create_task(self._execute(task, spec, env), name=f"perdure-run-{task.run_id}")
-        self.running[task.fence.task_id] = _Held(task, job)
+        self.running.add(task, job)
 
     async def _execute(self, task: ClaimedTask, spec: WorkflowSpec[Any], env: ExecutionEnv) -> str:
         result = "error"
@@ -438,7 +404,9 @@ class Worker:
             )
         finally:
             self.observer.execution_finished(task, token, result, time.perf_counter() - began)
-            self.running.pop(task.fence.task_id, None)
+            # Only this execution's entry: the task may have been handed
+            # back and claimed again already, by an execution still running.
+            self.running.end(task)
             env.lost_tasks.discard(task.fence.task_id)
             self._slot_freed.set()
         if self.claims.is_limited(task.queue):
@@ -447,26 +415,6 @@ class Worker:
             with contextlib.suppress(Exception, Disconnected):
                 await env.store.execute(self.statements.queues.wake(self.id))
         return result
-
-    async def _maintenance(self, store: AsyncStore) -> None:
-        """History partitions ahead and, with ``prune_after``, retention, every interval."""
-        opts = self.options
-        await retention.maintenance_loop(
-            store,
-            interval=opts.maintenance_seconds,
-            prune_after=opts.prune_after,
-            archive=opts.prune_archive,
-            batch_size=opts.prune_batch,
-            report=self.observer.maintenance_pass,
-        )
-
-    def _report_waiting(self, waiting: int, next_wake: datetime | None) -> None:
-        """Log the number of waiting runs and the next wake-up when they change."""
-        if (waiting, next_wake) == (self.waiting, self.next_wake):
-            return
-        self.waiting, self.next_wake = waiting, next_wake
-        when = next_wake.astimezone().strftime("%Y-%m-%d %H:%M:%S") if next_wake else "-"
-        log.info("%d run(s) waiting in %s; next wake-up %s", waiting, ",".join(self.queues), when)
 
     def _thread_freed(self, stuck: int) -> None:
         """A stuck thread returned: its slot is free (runs on the loop)."""
@@ -535,51 +483,21 @@ class Worker:
     async def _shutdown(self, store: AsyncStore, env: ExecutionEnv) -> None:
         """Let in-flight work finish within ``shutdown_seconds``; cancel and hand back the
         rest, so that no transaction of this worker is left open once it has stopped."""
-        deadline = time.monotonic() + self.options.shutdown_seconds
+        seconds = self.options.shutdown_seconds
+        deadline = time.monotonic() + seconds
         if self.running:
-            await self._finish_running(store)
+            log.info(
+                "worker %s stopping: waiting up to %.0f s for %d run(s)",
+                self.id,
+                seconds,
+                len(self.running),
+            )
+            leftovers = await self.running.finish(seconds, self._stop_at_once)
+            # Handing the tasks back now lets other workers resume the runs at
+            # once instead of waiting for the leases to lapse.
+            if leftovers:
+                with contextlib.suppress(Exception, Disconnected):
+                    fences = sorted((h.task.fence for h in leftovers), key=lambda f: f.task_id)
+                    await store.release_tasks([Release(fence, "run_released") for fence in fences])
         left = 0.0 if self._stop_at_once.is_set() else deadline - time.monotonic()
         await parallel.settle(env, left)
-
-    async def _finish_running(self, store: AsyncStore) -> None:
-        """Wait up to ``shutdown_seconds`` for the executions in flight; cancel and hand
-        back the rest."""
-        jobs = [held.job for held in self.running.values()]
-        log.info(
-            "worker %s stopping: waiting up to %.0f s for %d run(s)",
-            self.id,
-            self.options.shutdown_seconds,
-            len(jobs),
-        )
-        pending = await self._wait_for(jobs, self.options.shutdown_seconds)
-        leftovers = [held for held in list(self.running.values()) if held.job in pending]
-        for held in leftovers:
-            held.job.cancel()
-        await asyncio.gather(*(h.job for h in leftovers), return_exceptions=True)
-        # Handing the tasks back now lets other workers resume the runs at
-        # once instead of waiting for the leases to lapse.
-        if leftovers:
-            with contextlib.suppress(Exception, Disconnected):
-                fences = sorted((h.task.fence for h in leftovers), key=lambda f: f.task_id)
-                await store.release_tasks([Release(fence, "run_released") for fence in fences])
-
-    async def _wait_for(
-        self, jobs: Sequence[asyncio.Task[str]], seconds: float
-    ) -> set[asyncio.Task[str]]:
-        """Wait up to ``seconds`` for ``jobs``, or until a stop at once; those still running."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        pending = set(jobs)
-        at_once = asyncio.ensure_future(self._stop_at_once.wait())
-        try:
-            while pending and not self._stop_at_once.is_set():
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                done, _ = await asyncio.wait(
-                    {*pending, at_once}, timeout=left, return_when=asyncio.FIRST_COMPLETED
-                )
-                pending -= done
-        finally:
-            at_once.cancel()
-        return pending
