@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -115,12 +115,6 @@ class WorkerOptions:
     maintenance_seconds: float = 3600.0
     #: Seconds to wait at start for the database to accept connections.
     connect_seconds: float = 30.0
-    #: The options of each periodic job (engine/housekeeping.py), made from
-    #: the ones above; each refuses a bad value of its own.
-    reaper: ReaperOptions = field(init=False, repr=False, compare=False)
-    ticker: TickerOptions = field(init=False, repr=False, compare=False)
-    retention: RetentionOptions = field(init=False, repr=False, compare=False)
-    status: StatusOptions = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         arguments.integer("concurrency", self.concurrency, minimum=1, maximum=10_000)
@@ -139,13 +133,32 @@ class WorkerOptions:
         arguments.integer("claim_batch", self.claim_batch, minimum=1, maximum=10_000)
         arguments.optional_text("worker_id", self.worker_id, max_length=200)
         arguments.flag("exit_when_idle", self.exit_when_idle)
-        self.reaper = ReaperOptions(self.reap_seconds, self.lease_seconds)
-        self.ticker = TickerOptions(self.poll_seconds)
-        self.retention = RetentionOptions(
+        # Each periodic job's options refuse a bad value of their own: made
+        # once here, so that a bad option is refused when the worker is made.
+        self.prune_after = self.retention.cutoff_seconds
+        _ = (self.reaper, self.ticker, self.status)
+
+    @property
+    def reaper(self) -> ReaperOptions:
+        """The reaper's options (engine/housekeeping.py)."""
+        return ReaperOptions(self.reap_seconds, self.lease_seconds)
+
+    @property
+    def ticker(self) -> TickerOptions:
+        """The schedule ticker's options."""
+        return TickerOptions(self.poll_seconds)
+
+    @property
+    def retention(self) -> RetentionOptions:
+        """Retention's options."""
+        return RetentionOptions(
             self.prune_after, self.prune_archive, self.prune_batch, self.maintenance_seconds
         )
-        self.prune_after = self.retention.cutoff_seconds
-        self.status = StatusOptions()
+
+    @property
+    def status(self) -> StatusOptions:
+        """The status report's options (not set by users: its defaults)."""
+        return StatusOptions()
 
     @property
     def heartbeat_interval(self) -> float:
