@@ -19,33 +19,29 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from perdure.engine import graph, maintenance, modes, outcome, parallel, poison
+from perdure.engine import dispatch, modes, parallel
+from perdure.engine.attendance import Attendance
 from perdure.engine.claiming import Claims
 from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executions import Executions
-from perdure.engine.handback import hand_back
 from perdure.engine.observer import (
     LoggingObserver,
     Observer,
     Observers,
-    task_fields,
 )
 from perdure.engine.options import NOTIFY_HORIZON_SECONDS, WorkerOptions
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from perdure.engine.services import Runner, Services
 from perdure.engine.threads import StepThreads
 from perdure.engine.wakeup import Wakeup
-from perdure.engine.watchdog import LoopWatch, StepsInFlight
+from perdure.engine.watchdog import StepsInFlight
 from perdure.errors import ConfigurationError
 from perdure.store import outage_log
-from perdure.store.listener import Listener
 from perdure.store.rows import ClaimedTask
 from perdure.store.statements import Statements
-from perdure.store.statements.queues import WAKE_PREFIX
 from perdure.store.store import AsyncStore
-from perdure.store.writes import Release
 
 log = logging.getLogger("perdure.worker")
 
@@ -89,8 +85,6 @@ class Worker:
             self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
         self.queues = sorted(self.options.queues or {s.queue for s in self.specs.values()})
-        self._queue_set = frozenset(self.queues)
-        self._own_wake = statements.queues.wake_payload(self.id)
         self.max_payload_bytes = max_payload_bytes
         self.before_start = before_start
         self._steps = StepsInFlight()
@@ -118,16 +112,26 @@ class Worker:
         #: The runners of those jobs while it serves (engine/services.py).
         self.jobs: list[Runner] = []
         self._slot_freed = asyncio.Event()
-        #: When the claim loop's current wait ends by itself (monotonic; read
-        #: by the wakeup thread to tell whether work due then needs a wake).
-        self._wait_until = math.inf
-        #: Notifications another worker answered first, checked by this one:
-        #: [left alone, woken for] (engine/wakeup.py).
-        self.wake_checks = [0, 0]
         #: The threads of plain ``def`` steps while the worker runs; see
         #: engine/threads.py for what a stuck thread costs.
         self.threads: StepThreads | None = None
         self._stuck_reported = 0
+        #: The wakeup thread's side of this worker (engine/attendance.py).
+        self.attendance = Attendance(
+            self.id,
+            self.queues,
+            statements,
+            self.claims,
+            self.running,
+            self.observer,
+            self._free_slots,
+        )
+
+    @property
+    def wake_checks(self) -> list[int]:
+        """Notifications another worker answered first, checked by this one:
+        [left alone, woken for] (engine/wakeup.py)."""
+        return self.attendance.wake_checks
 
     @property
     def stuck_threads(self) -> int:
@@ -176,8 +180,11 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         committer = Committer(store)
         env = self._environment(store, committer)
-        wakeup = self._wakeup(store, env, f"{name}-listen")
-        self.jobs = [Runner(job, self._heartbeat.duty) for job in self.mode.jobs(store)]
+        wakeup = self.attendance.wakeup(
+            store.endpoints.session_url, f"{name}-listen", opts, self._steps, env.lost_tasks
+        )
+        duty = self.attendance.heartbeat.duty if self.attendance.heartbeat else None
+        self.jobs = [Runner(job, duty) for job in self.mode.jobs(store)]
         services = Services([wakeup, *self.jobs, committer])
         try:
             await self._register(store)
@@ -213,31 +220,6 @@ class Worker:
             observer=self.observer,
             committer=committer,
             concurrency=opts.concurrency,
-        )
-
-    def _wakeup(self, store: AsyncStore, env: ExecutionEnv, name: str) -> Wakeup:
-        """The wakeup thread, with its chores: the heartbeat and the loop watch."""
-        opts = self.options
-        heartbeat = self._heartbeat = maintenance.Heartbeat(
-            self.statements,
-            self.id,
-            opts.lease_seconds,
-            opts.heartbeat_interval,
-            opts.idle_heartbeat_interval,
-            self.running.attempts,
-            lambda taken: self._leases_lost(taken, env.lost_tasks),
-            self._beat,
-        )
-        watch = LoopWatch(
-            self._loop, opts.blocked_loop_seconds, self._steps.steps.get, self.observer.loop_blocked
-        )
-        return Wakeup(
-            store.endpoints.session_url,
-            self.statements.channel,
-            name,
-            chores=[heartbeat, watch],
-            place=self._place,
-            confirm=self._confirm,
         )
 
     async def _register(self, store: AsyncStore) -> None:
@@ -354,7 +336,8 @@ class Worker:
         an execution that ended while the loop looked for due work must not
         leave it waiting for its poll.
         """
-        self._wait_until = math.inf if timeout is None else time.monotonic() + timeout
+        until = math.inf if timeout is None else time.monotonic() + timeout
+        self.attendance.wait_until = until
         waiters = [
             asyncio.create_task(e.wait()) for e in (wake, self._slot_freed, self.stop_requested)
         ]
@@ -370,51 +353,21 @@ class Worker:
         self.running.add(task, job)
 
     async def _execute(self, task: ClaimedTask, spec: WorkflowSpec[Any], env: ExecutionEnv) -> str:
-        result = "error"
-        began = time.perf_counter()
-        token = self.observer.execution_started(task)
-        try:
-            if (undecodable := poison.found(task)) is not None:
-                result = await poison.fail(task, undecodable, env)
-            elif getattr(spec, "kind", "function") == "graph":
-                result = await graph.execute(task, spec, env)
-            else:
-                result = await outcome.execute(task, spec, env)
-        except asyncio.CancelledError:
-            result = "cancelled"
-            raise
-        except Disconnected as exc:
-            result = "disconnected"
-            env.unheld.suspect = True
-            log.warning(
-                "run %s: lost the database mid-execution (%s)",
-                task.run_id,
-                exc,
-                extra=task_fields(task),
-            )
-            await hand_back(env.store, task, self.options.lease_seconds, self.stop_requested, exc)
-        except Exception:
-            # A database error mid-execution: the task stays claimed and its
-            # lease lapses, so another worker (or this one) replays it.
-            env.unheld.abandoned.add(task.fence.task_id)
-            log.exception(
-                "executing run %s failed; its lease will lapse",
-                task.run_id,
-                extra=task_fields(task),
-            )
-        finally:
-            self.observer.execution_finished(task, token, result, time.perf_counter() - began)
-            # Only this execution's entry: the task may have been handed
-            # back and claimed again already, by an execution still running.
-            self.running.end(task)
-            env.lost_tasks.discard(task.fence.task_id)
-            self._slot_freed.set()
+        """Execute ``task`` (engine/dispatch.py); then wake the other workers if its
+        queue's limit counts across workers: they may be waiting for this slot."""
+        result = await dispatch.execute(
+            task, spec, env, stopping=self.stop_requested, ended=self._ended
+        )
         if self.claims.is_limited(task.queue):
-            # Its queue's limit counts across workers: the others may be
-            # waiting for this slot; wake them now rather than at their poll.
             with contextlib.suppress(Exception, Disconnected):
                 await env.store.execute(self.statements.queues.wake(self.id))
         return result
+
+    def _ended(self, task: ClaimedTask) -> None:
+        """An execution ended: forget it and free its slot. Only this execution's
+        entry: its task may have been handed back and claimed again already."""
+        self.running.end(task)
+        self._slot_freed.set()
 
     def _thread_freed(self, stuck: int) -> None:
         """A stuck thread returned: its slot is free (runs on the loop)."""
@@ -428,58 +381,6 @@ class Worker:
             await store.execute(self.statements.workers.report_stuck(self.id, stuck))
             self._stuck_reported = stuck
 
-    def _beat(self) -> None:
-        """Tell the observers of a heartbeat (called on the wakeup thread)."""
-        rank, queue_ranks = self._heartbeat.rank, dict(self._heartbeat.queue_ranks)
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            self._loop.call_soon_threadsafe(self.observer.heartbeat)
-            self._loop.call_soon_threadsafe(self.observer.ranked, rank, queue_ranks)
-
-    def _place(self, payload: str) -> int | None:
-        """Where this worker stands in answering a notification (engine/wakeup.py):
-        by its rank among the workers of the task's queue. Another worker's call
-        (a slot freed in a queue limited across workers, steps more than it can
-        run) is checked by all within CONFIRM_SECONDS."""
-        if payload in self._queue_set:
-            return self._heartbeat.queue_ranks.get(payload, 0)
-        if payload.startswith(WAKE_PREFIX) and payload != self._own_wake:
-            return 1
-        return None
-
-    def _confirm(self, listener: Listener) -> bool:
-        """Whether work is left for this worker after a notification another answered
-        first (on the wakeup thread: one query, instead of a claim through the loop)."""
-        if self._free_slots() <= 0:
-            return False
-        woken = True
-        if self.claims.unlimited and not self.claims.throttled:
-            due = listener.execute(self.claims.due())
-            woken = due is not None and time.monotonic() + due < self._wait_until
-        self.wake_checks[woken] += 1
-        return woken
-
-    def _leases_lost(self, taken: dict[int, int], lost: set[int]) -> None:
-        """The tasks taken away, by id with the attempt they were executed under
-        (called on the wakeup thread): those executions stop at their next
-        ``ctx`` call (``lost`` is ExecutionEnv.lost_tasks)."""
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._report_lost, taken, lost)
-
-    def _report_lost(self, taken: dict[int, int], lost: set[int]) -> None:
-        for task_id, attempt in taken.items():
-            held = self.running.get(task_id)
-            if held is None or held.task.fence.attempt != attempt:
-                continue  # ended, or claimed again since: a new execution
-            lost.add(task_id)
-            log.warning(
-                "worker %s lost the lease on task %d (run %s)",
-                self.id,
-                task_id,
-                held.task.run_id,
-                extra=task_fields(held.task),
-            )
-            self.observer.lease_taken(held.task)
-
     async def _shutdown(self, store: AsyncStore, env: ExecutionEnv) -> None:
         """Let in-flight work finish within ``shutdown_seconds``; cancel and hand back the
         rest, so that no transaction of this worker is left open once it has stopped."""
@@ -492,12 +393,6 @@ class Worker:
                 seconds,
                 len(self.running),
             )
-            leftovers = await self.running.finish(seconds, self._stop_at_once)
-            # Handing the tasks back now lets other workers resume the runs at
-            # once instead of waiting for the leases to lapse.
-            if leftovers:
-                with contextlib.suppress(Exception, Disconnected):
-                    fences = sorted((h.task.fence for h in leftovers), key=lambda f: f.task_id)
-                    await store.release_tasks([Release(fence, "run_released") for fence in fences])
+            await self.running.finish(store, seconds, self._stop_at_once)
         left = 0.0 if self._stop_at_once.is_set() else deadline - time.monotonic()
         await parallel.settle(env, left)
