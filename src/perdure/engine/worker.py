@@ -17,7 +17,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from perdure.engine import dispatch, modes, parallel
 from perdure.engine.attendance import Attendance
@@ -270,16 +270,16 @@ class Worker:
                 log.warning("claim failed (%s); retrying in %.2f s", exc, backoff)
                 timeout = backoff
                 wakeup.event.clear()
-            if timeout == 0.0:
-                continue  # a full batch: claim again at once
-            if timeout == -1.0:
+            if timeout == "done":
                 return  # inline, and nothing left to do
-            await self._wait(wakeup.event, timeout)
+            if not isinstance(timeout, str):  # "again" after a full batch: no wait
+                await self._wait(wakeup.event, timeout)
 
     async def _claim_pass(
         self, store: AsyncStore, env: ExecutionEnv, wakeup: Wakeup
-    ) -> float | None:
-        """Claim once; how long to wait then (None: until woken; 0: no wait, -1: return)."""
+    ) -> float | Literal["again", "done"] | None:
+        """Claim once; how long to wait then (None: until woken), or to claim again at
+        once (a full batch), or that the loop is done (inline, nothing left)."""
         await env.unheld.recover(store, self.id, self.running)
         await self._report_stuck(store)
         await self.mode.before_claim(store)
@@ -295,7 +295,7 @@ class Worker:
         for task in claimed:
             self._start(task, env)
         if len(claimed) == want:
-            return 0.0
+            return "again"
         timeout = self._poll_seconds(wakeup)
         if claimed:
             # Let the executions just started reach their first await before
@@ -314,7 +314,7 @@ class Worker:
         # A run that finished since the claim may have left work its limit
         # held back: look again before leaving.
         idle = not self.running and not self._slot_freed.is_set()
-        return -1.0 if self.mode.finished(idle=idle, due=due) else timeout
+        return "done" if self.mode.finished(idle=idle, due=due) else timeout
 
     def _free_slots(self) -> int:
         """Slots for more runs: a stuck thread holds the slot of the step it ran
