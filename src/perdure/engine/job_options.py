@@ -1,8 +1,9 @@
 """The options of the worker's periodic jobs (engine/housekeeping.py), each checked when made.
 
 Each field is named after the option users set on ``app.worker(...)``
-(``WorkerOptions``, which makes these from its own), and a bad value is
-refused with ConfigurationError naming it.
+(``WorkerOptions``, which makes these from its own; only the status
+report's interval is not a user's), and a bad value is refused with
+ConfigurationError naming it.
 """
 
 from __future__ import annotations
