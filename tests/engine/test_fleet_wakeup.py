@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import pytest
 
@@ -64,10 +65,29 @@ def _claims(worker: BackgroundWorker) -> int:
     return worker.count("worker_idle")
 
 
+def _after_the_first_claimed(
+    monkeypatch: pytest.MonkeyPatch, worker: BackgroundWorker, first: BackgroundWorker
+) -> None:
+    """Hold ``worker``'s checks (on its wakeup thread) until ``first`` has started an
+    execution: the check a responsive first worker is ahead of, however loaded the
+    machine (the first's claim can otherwise take longer than the CONFIRM_SECONDS
+    after which the second looks, and the second then rightly takes the run)."""
+    started = first.count("execution_started")
+    due = worker.worker.claims.due
+
+    def due_once_claimed(queues: list[str] | None = None) -> Any:
+        wait_until(lambda: first.count("execution_started") > started, 20, what="w1's claim")
+        return due(queues)
+
+    monkeypatch.setattr(worker.worker.claims, "due", due_once_claimed)
+
+
 def test_only_the_queues_first_worker_claims_and_the_others_only_check(
-    app: perdure.App, fleet: dict[str, BackgroundWorker]
+    app: perdure.App, fleet: dict[str, BackgroundWorker], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, second, third = fleet.values()
+    for other in (second, third):
+        _after_the_first_claimed(monkeypatch, other, first)
     before = {wid: _claims(w) for wid, w in fleet.items()}
     checks = {wid: list(w.worker.wake_checks) for wid, w in fleet.items()}
     assert app.start("quick", 21).result(timeout=20) == 42

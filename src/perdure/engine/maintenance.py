@@ -7,6 +7,9 @@ by one worker at a time, the duty holder: the live worker with the smallest
 id, as each worker's row heartbeat tells it (``worker_beat``). If two
 workers hold them for a moment, ``FOR UPDATE SKIP LOCKED`` in ``task_rescue``
 and the schedules' row locks make them share the work instead of racing.
+The loops here are run as jobs (engine/housekeeping.py) by
+``services.Runner``, which starts and stops the duties' jobs as the duty
+moves.
 """
 
 from __future__ import annotations
@@ -15,9 +18,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from perdure.engine.control import Disconnected
 from perdure.store.listener import Listener
@@ -25,9 +27,6 @@ from perdure.store.statements import Statements
 from perdure.store.store import AsyncStore
 
 log = logging.getLogger("perdure.maintenance")
-
-#: Seconds between two checks of the duty flag by a worker without the duty.
-DUTY_CHECK_SECONDS = 1.0
 
 
 class Heartbeat:
@@ -130,20 +129,6 @@ def _snapshot(held: Callable[[], dict[int, int]]) -> dict[int, int]:
         except RuntimeError:
             continue
     return held()
-
-
-async def on_duty(duty: threading.Event, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Run ``run()`` while ``duty`` is set; cancel it when the duty moves to another worker."""
-    while True:
-        while not duty.is_set():
-            await asyncio.sleep(DUTY_CHECK_SECONDS)
-        task = asyncio.create_task(run())
-        try:
-            while duty.is_set() and not task.done():
-                await asyncio.sleep(DUTY_CHECK_SECONDS)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
 
 async def reaper_loop(

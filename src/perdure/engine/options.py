@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from perdure.engine import arguments
 from perdure.engine.arguments import validate_name
+from perdure.engine.job_options import ReaperOptions, RetentionOptions, StatusOptions, TickerOptions
 from perdure.errors import ConfigurationError
 
 #: Tasks due within this many seconds notify idle workers when written
@@ -124,22 +125,40 @@ class WorkerOptions:
                 )
             self.queues = [validate_name("queue", queue) for queue in self.queues]
         arguments.seconds("lease_seconds", self.lease_seconds, positive=True)
-        arguments.seconds("poll_seconds", self.poll_seconds, positive=True)
         arguments.seconds("idle_poll_seconds", self.idle_poll_seconds, positive=True)
         arguments.seconds("blocked_loop_seconds", self.blocked_loop_seconds, positive=True)
         arguments.seconds("shutdown_seconds", self.shutdown_seconds)
         arguments.seconds("connect_seconds", self.connect_seconds)
         arguments.optional_seconds("heartbeat_seconds", self.heartbeat_seconds, positive=True)
-        arguments.optional_seconds("reap_seconds", self.reap_seconds, positive=True)
         arguments.integer("claim_batch", self.claim_batch, minimum=1, maximum=10_000)
         arguments.optional_text("worker_id", self.worker_id, max_length=200)
         arguments.flag("exit_when_idle", self.exit_when_idle)
-        self.prune_after = arguments.optional_seconds(
-            "prune_after", self.prune_after, positive=True
+        # Each periodic job's options refuse a bad value of their own: made
+        # once here, so that a bad option is refused when the worker is made.
+        self.prune_after = self.retention.cutoff_seconds
+        _ = (self.reaper, self.ticker, self.status)
+
+    @property
+    def reaper(self) -> ReaperOptions:
+        """The reaper's options (engine/housekeeping.py)."""
+        return ReaperOptions(self.reap_seconds, self.lease_seconds)
+
+    @property
+    def ticker(self) -> TickerOptions:
+        """The schedule ticker's options."""
+        return TickerOptions(self.poll_seconds)
+
+    @property
+    def retention(self) -> RetentionOptions:
+        """Retention's options."""
+        return RetentionOptions(
+            self.prune_after, self.prune_archive, self.prune_batch, self.maintenance_seconds
         )
-        arguments.flag("prune_archive", self.prune_archive)
-        arguments.integer("prune_batch", self.prune_batch, minimum=1, maximum=100_000)
-        arguments.seconds("maintenance_seconds", self.maintenance_seconds, positive=True)
+
+    @property
+    def status(self) -> StatusOptions:
+        """The status report's options (not set by users: its defaults)."""
+        return StatusOptions()
 
     @property
     def heartbeat_interval(self) -> float:
@@ -154,4 +173,4 @@ class WorkerOptions:
     @property
     def reap_interval(self) -> float:
         """Half the lease unless set, at most 10 s."""
-        return self.reap_seconds or min(self.lease_seconds / 2, 10.0)
+        return self.reaper.interval

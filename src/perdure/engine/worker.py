@@ -14,48 +14,36 @@ import logging
 import math
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from perdure.engine import graph, maintenance, outcome, parallel, poison, retention, schedules
+from perdure.engine import dispatch, modes, parallel
+from perdure.engine.attendance import Attendance
 from perdure.engine.claiming import Claims
 from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
-from perdure.engine.handback import hand_back
+from perdure.engine.executions import Executions
 from perdure.engine.observer import (
     LoggingObserver,
     Observer,
     Observers,
-    task_fields,
 )
 from perdure.engine.options import NOTIFY_HORIZON_SECONDS, WorkerOptions
 from perdure.engine.serialization import DEFAULT_MAX_PAYLOAD_BYTES
-from perdure.engine.services import Loop, Service, Services
+from perdure.engine.services import Runner, Services
 from perdure.engine.threads import StepThreads
 from perdure.engine.wakeup import Wakeup
-from perdure.engine.watchdog import LoopWatch, StepsInFlight
+from perdure.engine.watchdog import StepsInFlight
 from perdure.errors import ConfigurationError
 from perdure.store import outage_log
-from perdure.store.listener import Listener
 from perdure.store.rows import ClaimedTask
 from perdure.store.statements import Statements
-from perdure.store.statements.queues import WAKE_PREFIX
 from perdure.store.store import AsyncStore
-from perdure.store.writes import Release
 
 log = logging.getLogger("perdure.worker")
-
-
-@dataclass
-class _Held:
-    task: ClaimedTask
-    job: asyncio.Task[str]
 
 
 class Worker:
@@ -97,8 +85,6 @@ class Worker:
             self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
         self.queues = sorted(self.options.queues or {s.queue for s in self.specs.values()})
-        self._queue_set = frozenset(self.queues)
-        self._own_wake = statements.queues.wake_payload(self.id)
         self.max_payload_bytes = max_payload_bytes
         self.before_start = before_start
         self._steps = StepsInFlight()
@@ -119,21 +105,33 @@ class Worker:
         self.store: AsyncStore | None = None
         self.stop_requested = asyncio.Event()
         self._stop_at_once = asyncio.Event()
-        self.running: dict[int, _Held] = {}
+        #: The executions in flight, by task id.
+        self.running = Executions()
+        #: How long it serves, and its periodic jobs (engine/modes.py).
+        self.mode = modes.mode(self.options, self.queues, self.observer)
+        #: The runners of those jobs while it serves (engine/services.py).
+        self.jobs: list[Runner] = []
         self._slot_freed = asyncio.Event()
-        #: When the claim loop's current wait ends by itself (monotonic; read
-        #: by the wakeup thread to tell whether work due then needs a wake).
-        self._wait_until = math.inf
-        #: Notifications another worker answered first, checked by this one:
-        #: [left alone, woken for] (engine/wakeup.py).
-        self.wake_checks = [0, 0]
-        #: Runs of this worker's queues waiting for a future time, and the next wake-up.
-        self.waiting = 0
-        self.next_wake: datetime | None = None
         #: The threads of plain ``def`` steps while the worker runs; see
         #: engine/threads.py for what a stuck thread costs.
         self.threads: StepThreads | None = None
         self._stuck_reported = 0
+        #: The wakeup thread's side of this worker (engine/attendance.py).
+        self.attendance = Attendance(
+            self.id,
+            self.queues,
+            statements,
+            self.claims,
+            self.running,
+            self.observer,
+            self._free_slots,
+        )
+
+    @property
+    def wake_checks(self) -> list[int]:
+        """Notifications another worker answered first, checked by this one:
+        [left alone, woken for] (engine/wakeup.py)."""
+        return self.attendance.wake_checks
 
     @property
     def stuck_threads(self) -> int:
@@ -179,49 +177,15 @@ class Worker:
         )
         outage_log.install()
         await store.open(timeout=opts.connect_seconds)
-        loop = self._loop = asyncio.get_running_loop()
-        threads = self.threads = StepThreads(
-            opts.concurrency * 2 + 4,
-            on_stuck=self.observer.thread_stuck,
-            on_freed=lambda stuck: loop.call_soon_threadsafe(self._thread_freed, stuck),
-        )
+        self._loop = asyncio.get_running_loop()
         committer = Committer(store)
-        env = ExecutionEnv(
-            store,
-            opts.lease_seconds,
-            threads,
-            self.max_payload_bytes,
-            specs=self.specs,
-            observer=self.observer,
-            committer=committer,
-            concurrency=opts.concurrency,
+        env = self._environment(store, committer)
+        wakeup = self.attendance.wakeup(
+            store.endpoints.session_url, f"{name}-listen", opts, self._steps, env.lost_tasks
         )
-        heartbeat = maintenance.Heartbeat(
-            self.statements,
-            self.id,
-            opts.lease_seconds,
-            opts.heartbeat_interval,
-            opts.idle_heartbeat_interval,
-            lambda: {t: held.task.fence.attempt for t, held in list(self.running.items())},
-            lambda taken: self._leases_lost(taken, env.lost_tasks),
-            self._beat,
-        )
-        watch = LoopWatch(
-            asyncio.get_running_loop(),
-            opts.blocked_loop_seconds,
-            self._steps.steps.get,
-            self.observer.loop_blocked,
-        )
-        self._heartbeat = heartbeat
-        wakeup = Wakeup(
-            store.endpoints.session_url,
-            self.statements.channel,
-            f"{name}-listen",
-            chores=[heartbeat, watch],
-            place=self._place,
-            confirm=self._confirm,
-        )
-        services = Services([wakeup, *self._loops(store, heartbeat.duty), committer])
+        duty = self.attendance.heartbeat.duty if self.attendance.heartbeat else None
+        self.jobs = [Runner(job, duty) for job in self.mode.jobs(store)]
+        services = Services([wakeup, *self.jobs, committer])
         try:
             await self._register(store)
             self.store = store
@@ -239,41 +203,24 @@ class Worker:
             await services.stop()
             await self._close(store, env, committer)
 
-    def _loops(self, store: AsyncStore, duty: threading.Event) -> list[Service]:
-        """The periodic loops beside the claim loop (fewer in inline mode).
-
-        The reaper and the schedule ticker run only while this worker holds
-        the fleet's duties (see ``perdure.engine.maintenance``).
-        """
-        opts = self.options
-        status = Loop(
-            "status",
-            lambda: maintenance.status_loop(store, self.queues, 60.0, self._report_waiting),
+    def _environment(self, store: AsyncStore, committer: Committer) -> ExecutionEnv:
+        """What executions share: the store, the step threads, the group commit."""
+        opts, loop = self.options, self._loop
+        threads = self.threads = StepThreads(
+            opts.concurrency * 2 + 4,
+            on_stuck=self.observer.thread_stuck,
+            on_freed=lambda stuck: loop.call_soon_threadsafe(self._thread_freed, stuck),
         )
-        reaper = Loop(
-            "reaper",
-            lambda: maintenance.on_duty(
-                duty,
-                lambda: maintenance.reaper_loop(
-                    store,
-                    opts.reap_interval,
-                    opts.lease_seconds * 2,
-                    self.observer.dead_lettered,
-                ),
-            ),
+        return ExecutionEnv(
+            store,
+            opts.lease_seconds,
+            threads,
+            self.max_payload_bytes,
+            specs=self.specs,
+            observer=self.observer,
+            committer=committer,
+            concurrency=opts.concurrency,
         )
-        loops: list[Service] = [status, reaper]
-        if not opts.exit_when_idle:
-            loops.append(
-                Loop(
-                    "ticker",
-                    lambda: maintenance.on_duty(
-                        duty, lambda: schedules.tick_loop(store, opts.poll_seconds)
-                    ),
-                )
-            )
-            loops.append(Loop("retention", lambda: self._maintenance(store)))
-        return loops
 
     async def _register(self, store: AsyncStore) -> None:
         """Run the ``before_start`` hook and register this worker in the workers table."""
@@ -306,55 +253,13 @@ class Worker:
         self.observer.worker_stopped(self)
 
     async def _claim_loop(self, store: AsyncStore, env: ExecutionEnv, wakeup: Wakeup) -> None:
-        opts = self.options
+        """Claim and start work until stopped (or, inline, until nothing is due)."""
         backoff = 0.0
         while not self.stop_requested.is_set():
             # Set again by any slot freed from here on: the wait below ends at once.
             self._slot_freed.clear()
-            free = self._free_slots()
-            timeout: float | None = None
             try:
-                await env.unheld.recover(store, self.id, self.running)
-                await self._report_stuck(store)
-                if opts.exit_when_idle:
-                    # Inline mode has no reaper schedule: revive lapsed
-                    # leases (a test's simulated crash) before each claim.
-                    _, dead = await store.execute(self.statements.tasks.rescue(limit=500))
-                    if dead:
-                        self.observer.dead_lettered(dead)
-                if free <= 0:
-                    # Every slot is taken (by runs, or by stuck threads): claim
-                    # nothing until one frees up.
-                    self.observer.worker_full(self.stuck_threads)
-                else:
-                    want = min(free, opts.claim_batch)
-                    wakeup.event.clear()
-                    claimed = await self.claims.claim(store, want)
-                    for task in claimed:
-                        self._start(task, env)
-                    if len(claimed) == want:
-                        continue
-                    timeout = self._poll_seconds(wakeup)
-                    if claimed:
-                        # Let the executions just started reach their first
-                        # await before this loop's next query: a woken run's
-                        # first step starts without waiting for it.
-                        await asyncio.sleep(0)
-                    self.observer.worker_idle(free - len(claimed))
-                    due = await self.claims.next_due(store)
-                    if due is not None:
-                        timeout = min(timeout, max(due, 0.0))
-                        if due <= 0:
-                            # Claimable work was left behind: another worker
-                            # was claiming it, or its queue got a global limit
-                            # since this worker last looked. Look again, under
-                            # the queue locks.
-                            self.claims.forget_limits()
-                    # A run that finished since the claim may have left
-                    # work its limit held back: look again before leaving.
-                    idle = not self.running and not self._slot_freed.is_set()
-                    if opts.exit_when_idle and idle and (due is None or due > 0):
-                        return
+                timeout = await self._claim_pass(store, env, wakeup)
                 backoff = 0.0
             except (Exception, Disconnected) as exc:
                 # The database went away or refused us: back off (bounded, so a
@@ -365,13 +270,56 @@ class Worker:
                 log.warning("claim failed (%s); retrying in %.2f s", exc, backoff)
                 timeout = backoff
                 wakeup.event.clear()
-            await self._wait(wakeup.event, timeout)
+            if timeout == "done":
+                return  # inline, and nothing left to do
+            if not isinstance(timeout, str):  # "again" after a full batch: no wait
+                await self._wait(wakeup.event, timeout)
+
+    async def _claim_pass(
+        self, store: AsyncStore, env: ExecutionEnv, wakeup: Wakeup
+    ) -> float | Literal["again", "done"] | None:
+        """Claim once; how long to wait then (None: until woken), or to claim again at
+        once (a full batch), or that the loop is done (inline, nothing left)."""
+        await env.unheld.recover(store, self.id, self.running)
+        await self._report_stuck(store)
+        await self.mode.before_claim(store)
+        free = self._free_slots()
+        if free <= 0:
+            # Every slot is taken (by runs, or by stuck threads): claim
+            # nothing until one frees up.
+            self.observer.worker_full(self.stuck_threads)
+            return None
+        want = min(free, self.options.claim_batch)
+        wakeup.event.clear()
+        claimed = await self.claims.claim(store, want)
+        for task in claimed:
+            self._start(task, env)
+        if len(claimed) == want:
+            return "again"
+        timeout = self._poll_seconds(wakeup)
+        if claimed:
+            # Let the executions just started reach their first await before
+            # this loop's next query: a woken run's first step starts without
+            # waiting for it.
+            await asyncio.sleep(0)
+        self.observer.worker_idle(free - len(claimed))
+        due = await self.claims.next_due(store)
+        if due is not None:
+            timeout = min(timeout, max(due, 0.0))
+            if due <= 0:
+                # Claimable work was left behind: another worker was claiming
+                # it, or its queue got a global limit since this worker last
+                # looked. Look again, under the queue locks.
+                self.claims.forget_limits()
+        # A run that finished since the claim may have left work its limit
+        # held back: look again before leaving.
+        idle = not self.running and not self._slot_freed.is_set()
+        return "done" if self.mode.finished(idle=idle, due=due) else timeout
 
     def _free_slots(self) -> int:
         """Slots for more runs: a stuck thread holds the slot of the step it ran
-        (engine/threads.py); inline mode, which stops once nothing is due, does
-        not wait for it."""
-        stuck = 0 if self.options.exit_when_idle else self.stuck_threads
+        (engine/threads.py), unless the mode does not wait for it."""
+        stuck = self.stuck_threads if self.mode.counts_stuck_threads else 0
         return self.options.concurrency - len(self.running) - stuck
 
     def _poll_seconds(self, wakeup: Wakeup) -> float:
@@ -388,7 +336,8 @@ class Worker:
         an execution that ended while the loop looked for due work must not
         leave it waiting for its poll.
         """
-        self._wait_until = math.inf if timeout is None else time.monotonic() + timeout
+        until = math.inf if timeout is None else time.monotonic() + timeout
+        self.attendance.wait_until = until
         waiters = [
             asyncio.create_task(e.wait()) for e in (wake, self._slot_freed, self.stop_requested)
         ]
@@ -401,72 +350,24 @@ class Worker:
     def _start(self, task: ClaimedTask, env: ExecutionEnv) -> None:
         spec = self.specs[(task.workflow, task.version)]
         job = asyncio.create_task(self._execute(task, spec, env), name=f"perdure-run-{task.run_id}")
-        self.running[task.fence.task_id] = _Held(task, job)
+        self.running.add(task, job)
 
     async def _execute(self, task: ClaimedTask, spec: WorkflowSpec[Any], env: ExecutionEnv) -> str:
-        result = "error"
-        began = time.perf_counter()
-        token = self.observer.execution_started(task)
-        try:
-            if (undecodable := poison.found(task)) is not None:
-                result = await poison.fail(task, undecodable, env)
-            elif getattr(spec, "kind", "function") == "graph":
-                result = await graph.execute(task, spec, env)
-            else:
-                result = await outcome.execute(task, spec, env)
-        except asyncio.CancelledError:
-            result = "cancelled"
-            raise
-        except Disconnected as exc:
-            result = "disconnected"
-            env.unheld.suspect = True
-            log.warning(
-                "run %s: lost the database mid-execution (%s)",
-                task.run_id,
-                exc,
-                extra=task_fields(task),
-            )
-            await hand_back(env.store, task, self.options.lease_seconds, self.stop_requested, exc)
-        except Exception:
-            # A database error mid-execution: the task stays claimed and its
-            # lease lapses, so another worker (or this one) replays it.
-            env.unheld.abandoned.add(task.fence.task_id)
-            log.exception(
-                "executing run %s failed; its lease will lapse",
-                task.run_id,
-                extra=task_fields(task),
-            )
-        finally:
-            self.observer.execution_finished(task, token, result, time.perf_counter() - began)
-            self.running.pop(task.fence.task_id, None)
-            env.lost_tasks.discard(task.fence.task_id)
-            self._slot_freed.set()
+        """Execute ``task`` (engine/dispatch.py); then wake the other workers if its
+        queue's limit counts across workers: they may be waiting for this slot."""
+        result = await dispatch.execute(
+            task, spec, env, stopping=self.stop_requested, ended=self._ended
+        )
         if self.claims.is_limited(task.queue):
-            # Its queue's limit counts across workers: the others may be
-            # waiting for this slot; wake them now rather than at their poll.
             with contextlib.suppress(Exception, Disconnected):
                 await env.store.execute(self.statements.queues.wake(self.id))
         return result
 
-    async def _maintenance(self, store: AsyncStore) -> None:
-        """History partitions ahead and, with ``prune_after``, retention, every interval."""
-        opts = self.options
-        await retention.maintenance_loop(
-            store,
-            interval=opts.maintenance_seconds,
-            prune_after=opts.prune_after,
-            archive=opts.prune_archive,
-            batch_size=opts.prune_batch,
-            report=self.observer.maintenance_pass,
-        )
-
-    def _report_waiting(self, waiting: int, next_wake: datetime | None) -> None:
-        """Log the number of waiting runs and the next wake-up when they change."""
-        if (waiting, next_wake) == (self.waiting, self.next_wake):
-            return
-        self.waiting, self.next_wake = waiting, next_wake
-        when = next_wake.astimezone().strftime("%Y-%m-%d %H:%M:%S") if next_wake else "-"
-        log.info("%d run(s) waiting in %s; next wake-up %s", waiting, ",".join(self.queues), when)
+    def _ended(self, task: ClaimedTask) -> None:
+        """An execution ended: forget it and free its slot. Only this execution's
+        entry: its task may have been handed back and claimed again already."""
+        self.running.end(task)
+        self._slot_freed.set()
 
     def _thread_freed(self, stuck: int) -> None:
         """A stuck thread returned: its slot is free (runs on the loop)."""
@@ -480,106 +381,18 @@ class Worker:
             await store.execute(self.statements.workers.report_stuck(self.id, stuck))
             self._stuck_reported = stuck
 
-    def _beat(self) -> None:
-        """Tell the observers of a heartbeat (called on the wakeup thread)."""
-        rank, queue_ranks = self._heartbeat.rank, dict(self._heartbeat.queue_ranks)
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            self._loop.call_soon_threadsafe(self.observer.heartbeat)
-            self._loop.call_soon_threadsafe(self.observer.ranked, rank, queue_ranks)
-
-    def _place(self, payload: str) -> int | None:
-        """Where this worker stands in answering a notification (engine/wakeup.py):
-        by its rank among the workers of the task's queue. Another worker's call
-        (a slot freed in a queue limited across workers, steps more than it can
-        run) is checked by all within CONFIRM_SECONDS."""
-        if payload in self._queue_set:
-            return self._heartbeat.queue_ranks.get(payload, 0)
-        if payload.startswith(WAKE_PREFIX) and payload != self._own_wake:
-            return 1
-        return None
-
-    def _confirm(self, listener: Listener) -> bool:
-        """Whether work is left for this worker after a notification another answered
-        first (on the wakeup thread: one query, instead of a claim through the loop)."""
-        if self._free_slots() <= 0:
-            return False
-        woken = True
-        if self.claims.unlimited and not self.claims.throttled:
-            due = listener.execute(self.claims.due())
-            woken = due is not None and time.monotonic() + due < self._wait_until
-        self.wake_checks[woken] += 1
-        return woken
-
-    def _leases_lost(self, taken: dict[int, int], lost: set[int]) -> None:
-        """The tasks taken away, by id with the attempt they were executed under
-        (called on the wakeup thread): those executions stop at their next
-        ``ctx`` call (``lost`` is ExecutionEnv.lost_tasks)."""
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._report_lost, taken, lost)
-
-    def _report_lost(self, taken: dict[int, int], lost: set[int]) -> None:
-        for task_id, attempt in taken.items():
-            held = self.running.get(task_id)
-            if held is None or held.task.fence.attempt != attempt:
-                continue  # ended, or claimed again since: a new execution
-            lost.add(task_id)
-            log.warning(
-                "worker %s lost the lease on task %d (run %s)",
-                self.id,
-                task_id,
-                held.task.run_id,
-                extra=task_fields(held.task),
-            )
-            self.observer.lease_taken(held.task)
-
     async def _shutdown(self, store: AsyncStore, env: ExecutionEnv) -> None:
         """Let in-flight work finish within ``shutdown_seconds``; cancel and hand back the
         rest, so that no transaction of this worker is left open once it has stopped."""
-        deadline = time.monotonic() + self.options.shutdown_seconds
+        seconds = self.options.shutdown_seconds
+        deadline = time.monotonic() + seconds
         if self.running:
-            await self._finish_running(store)
+            log.info(
+                "worker %s stopping: waiting up to %.0f s for %d run(s)",
+                self.id,
+                seconds,
+                len(self.running),
+            )
+            await self.running.finish(store, seconds, self._stop_at_once)
         left = 0.0 if self._stop_at_once.is_set() else deadline - time.monotonic()
         await parallel.settle(env, left)
-
-    async def _finish_running(self, store: AsyncStore) -> None:
-        """Wait up to ``shutdown_seconds`` for the executions in flight; cancel and hand
-        back the rest."""
-        jobs = [held.job for held in self.running.values()]
-        log.info(
-            "worker %s stopping: waiting up to %.0f s for %d run(s)",
-            self.id,
-            self.options.shutdown_seconds,
-            len(jobs),
-        )
-        pending = await self._wait_for(jobs, self.options.shutdown_seconds)
-        leftovers = [held for held in list(self.running.values()) if held.job in pending]
-        for held in leftovers:
-            held.job.cancel()
-        await asyncio.gather(*(h.job for h in leftovers), return_exceptions=True)
-        # Handing the tasks back now lets other workers resume the runs at
-        # once instead of waiting for the leases to lapse.
-        if leftovers:
-            with contextlib.suppress(Exception, Disconnected):
-                fences = sorted((h.task.fence for h in leftovers), key=lambda f: f.task_id)
-                await store.release_tasks([Release(fence, "run_released") for fence in fences])
-
-    async def _wait_for(
-        self, jobs: Sequence[asyncio.Task[str]], seconds: float
-    ) -> set[asyncio.Task[str]]:
-        """Wait up to ``seconds`` for ``jobs``, or until a stop at once; those still running."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        pending = set(jobs)
-        at_once = asyncio.ensure_future(self._stop_at_once.wait())
-        try:
-            while pending and not self._stop_at_once.is_set():
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                done, _ = await asyncio.wait(
-                    {*pending, at_once}, timeout=left, return_when=asyncio.FIRST_COMPLETED
-                )
-                pending -= done
-        finally:
-            at_once.cancel()
-        return pending
