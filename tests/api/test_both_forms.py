@@ -141,6 +141,7 @@ APP_CASES: dict[str, Case] = {
         _args("echo", [1, 2], keys=["m1", "m2"]),
         lambda w, r: [h.status() for h in r] == ["queued", "queued"],
     ),
+    "step_logs": (_args(done_id), lambda w, r: r == []),
     "steps": (_args(done_id), lambda w, r: r[0].name == "a"),
     "tick_schedules": (_args(), lambda w, r: r == []),
     "trigger_schedule": (_args("nightly"), lambda w, r: r.get().workflow == "echo"),

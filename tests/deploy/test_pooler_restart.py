@@ -73,8 +73,13 @@ def test_a_pooler_restart_under_load_loses_nothing_and_records_no_lapse(
         with BackgroundWorker(
             app, concurrency=8, poll_seconds=0.05, lease_seconds=LEASE, worker_id="pooled"
         ) as worker:
-            wait_until(lambda: worker.count("run_completed") >= 4, what="runs to complete")
-            assert worker.count("run_completed") < RUNS, "the load ended before the outage"
+
+            def completed() -> int:
+                finished = worker.recorder.args("run_finished")
+                return sum(1 for _, _, status, _ in finished if status == "completed")
+
+            wait_until(lambda: completed() >= 4, what="runs to complete")
+            assert completed() < RUNS, "the load ended before the outage"
             began = len(caplog.records)
             outage = time.monotonic()
             pooler.stop()
