@@ -114,7 +114,7 @@ async def step_logs(core: Core, ref: str, step: str | None = None) -> list[dict[
     run = await core.find(ref)
     if run.archived:
         return []
-    return await core.read(core.statements.step_logs.list(run.id, step))
+    return await core.read(core.statements.steplogs.list(run.id, step))
 
 
 async def history(core: Core, ref: str) -> list[HistoryEvent]:

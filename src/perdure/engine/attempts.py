@@ -115,7 +115,7 @@ async def _keep_logs(ex: Host, attempt: Attempt, status: str, logged: steplogs.C
     Best effort: the records are for reading, and a failure to write them
     changes nothing of the run (it is logged by the worker).
     """
-    stmt = ex.env.store.statements.step_logs.write(
+    stmt = ex.env.store.statements.steplogs.write(
         run_id=ex.task.run_id,
         position=attempt.position,
         attempt=attempt.number,

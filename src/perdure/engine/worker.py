@@ -26,6 +26,7 @@ from perdure.engine.commit import Committer
 from perdure.engine.control import Disconnected
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executions import Executions
+from perdure.engine.housekeeping import Status
 from perdure.engine.observer import (
     LoggingObserver,
     Observer,
@@ -126,6 +127,12 @@ class Worker:
             self.observer,
             self._free_slots,
         )
+
+    @property
+    def status(self) -> Status | None:
+        """The status job while serving: the runs waiting and the next wake-up, as last seen."""
+        found = [runner.job for runner in self.jobs if isinstance(runner.job, Status)]
+        return found[0] if found else None
 
     @property
     def wake_checks(self) -> list[int]:

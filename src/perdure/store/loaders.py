@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from itertools import accumulate
 from typing import Any
 
 import psycopg
@@ -156,10 +157,31 @@ def undecodable(exc: BaseException) -> Undecodable:
     return Undecodable(message[:200] or type(exc).__name__)
 
 
+#: Nesting deeper than this is refused before decoding, whatever the
+#: interpreter's recursion limit (a test harness or an application may raise
+#: it): perdure writes at most 200 levels, the SQL functions accept no more.
+MAX_NESTING = 500
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = [0] * 256
+_STEP[ord("[")] = _STEP[ord("{")] = 1
+_STEP[ord("]")] = _STEP[ord("}")] = -1
+
+
+def too_deep(data: bytes) -> bool:
+    """Whether JSON text ``data`` nests deeper than ``MAX_NESTING`` (strings aside)."""
+    if data.count(b"[") + data.count(b"{") <= MAX_NESTING:
+        return False  # the cheap common case: too few brackets to nest that deep
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0) > MAX_NESTING
+
+
 class _Lenient:
     """Mixin for psycopg's JSON loaders: a value json cannot decode becomes an Undecodable."""
 
     def load(self, data: Buffer) -> Any:
+        if too_deep(bytes(data)):
+            return Undecodable("nested too deeply to decode")
         try:
             return super().load(data)  # type: ignore[misc]
         except (ValueError, RecursionError) as exc:

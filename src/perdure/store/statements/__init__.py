@@ -61,7 +61,7 @@ class Statements:
         self.channel = build.channel
         self.runs = RunStatements(build)
         self.steps = StepStatements(build)
-        self.step_logs = StepLogStatements(build)
+        self.steplogs = StepLogStatements(build)
         self.tasks = TaskStatements(build)
         self.signals = SignalStatements(build)
         self.events = EventStatements(build)

@@ -6,7 +6,7 @@ from perdure.store.statement import Namespace, Row, Statement, all_rows
 
 
 class StepLogStatements(Namespace):
-    """The statements on step attempts' log records: ``statements.step_logs``."""
+    """The statements on step attempts' log records: ``statements.steplogs``."""
 
     def write(
         self,
