@@ -87,13 +87,11 @@ WITH input AS (
         started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at
     WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
       AND {schema}.steps.name = EXCLUDED.name
-    RETURNING run_id, position
-), written AS (
-    SELECT i.*, c.run_id
-    FROM checkpoint c JOIN lease l ON l.run_id = c.run_id
-    JOIN input i ON i.task_id = l.task_id AND i.position = c.position
+    RETURNING run_id, position, name, status, attempts, error, worker_id, started_at
 ), event AS (
     -- The entry's duration is the attempt's: from its start to this checkpoint.
+    -- From the written rows themselves: a join of the CTEs would be planned as
+    -- nested loops, quadratic in the batch.
     INSERT INTO {schema}.history (run_id, at, event, step_position, step_name, attempt, worker_id,
                                   detail, duration)
     -- The event of each status (perdure.store.writes.CHECKPOINT_EVENTS).
@@ -101,21 +99,28 @@ WITH input AS (
            CASE status WHEN 'completed' THEN 'step_completed' WHEN 'failed' THEN 'step_failed'
                        WHEN 'retrying' THEN 'step_retry_scheduled'
                        WHEN 'timed_out' THEN 'signal_timed_out' END,
-           position, name, step_attempts, worker_id, error,
+           position, name, attempts, worker_id, error,
            coalesce(%(now)s::timestamptz, clock_timestamp()) - started_at
-    FROM written
+    FROM checkpoint
+), published_input AS (
+    -- The rows that publish (rare: filtered before they meet the written rows,
+    -- through a membership test).
+    SELECT l.run_id, i.kind, i.event_key, i.stream_seq, i.stream_closed, i.output, i.position
+    FROM input i JOIN lease l ON l.task_id = i.task_id
+    WHERE i.kind IN ('event', 'stream')
+      AND (l.run_id, i.position) IN (SELECT run_id, position FROM checkpoint)
 ), published AS (
     -- ctx.set_event and ctx.write_stream publish in the checkpoint's statement,
     -- so a replay never publishes twice.
     INSERT INTO {schema}.events (run_id, key, value, position, updated_at)
     SELECT run_id, event_key, output, position, {now}
-    FROM written WHERE kind = 'event'
+    FROM published_input WHERE kind = 'event'
     ON CONFLICT (run_id, key) DO UPDATE
     SET value = EXCLUDED.value, position = EXCLUDED.position, updated_at = EXCLUDED.updated_at
 ), streamed AS (
     INSERT INTO {schema}.streams (run_id, key, seq, value, closed, created_at)
     SELECT run_id, event_key, stream_seq, output, stream_closed, {now}
-    FROM written WHERE kind = 'stream'
+    FROM published_input WHERE kind = 'stream'
 )
 -- Membership tests (hashed subplans) rather than joins of the CTEs: the
 -- planner cannot size a CTE's answer and would join them in nested loops.
