@@ -294,6 +294,29 @@ class DatabaseUnavailable(PerdureError, ConnectionError):
     """perdure could not reach the PostgreSQL server."""
 
 
+class DatabaseError(PerdureError):
+    """PostgreSQL refused a call's statement, and it was neither the database's fault
+    (``DatabaseUnavailable``) nor one of perdure's own checks.
+
+    ``sqlstate`` is the server's error code; the driver's exception is the
+    ``__cause__``. A caller's own connection in a failed transaction
+    (``conn=``) is the usual case.
+    """
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        self.sqlstate = sqlstate
+        super().__init__(message)
+
+
+class PermissionDenied(DatabaseError, PermissionError):
+    """The database role of the call lacks a privilege it needs (SQLSTATE 42501).
+
+    A client role needs ``perdure migrate --grant-client ROLE``, a read-only
+    one ``--grant-reader ROLE``, a worker's role ``--grant-to ROLE``: see
+    docs/security.md.
+    """
+
+
 class Cancelled(PerdureError):
     """The run was cancelled: raised into workflow code at its next ctx call.
 

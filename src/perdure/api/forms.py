@@ -33,6 +33,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 from perdure.api.core import Core, HasCore
 from perdure.api.presenting import presents
 from perdure.errors import BlockingCallInEventLoop, DatabaseUnavailable
+from perdure.store.connect import DriverError, refusal
 from perdure.store.store import reachable
 
 P = ParamSpec("P")
@@ -59,13 +60,19 @@ def refuse_under_loop(form: Callable[..., Any], iterator: bool = False) -> None:
     raise BlockingCallInEventLoop(f"{receiver}.{name}()", f"await {receiver}.{name}_async()")
 
 
-def client_faults() -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def client_faults() -> Iterator[None]:
     """The one boundary of every App call: a fault of the database (see
     ``perdure.store.connect.is_database_fault``) reaches the caller as
-    ``DatabaseUnavailable`` with the server's message, never
-    as a driver's class, whichever connection it came from (the App's pool, a
-    caller's connection, a call's own session)."""
-    return reachable(DatabaseUnavailable)
+    ``DatabaseUnavailable`` with the server's message, and any other refusal
+    of the server as ``DatabaseError`` (``PermissionDenied`` for a missing
+    privilege): never as a driver's class, whichever connection it came from
+    (the App's pool, a caller's connection, a call's own session)."""
+    try:
+        with reachable(DatabaseUnavailable):
+            yield
+    except DriverError as exc:
+        raise refusal(exc) from exc
 
 
 #: Whether a call's keyword arguments make it run off the portal.

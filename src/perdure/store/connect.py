@@ -28,7 +28,12 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
-from perdure.errors import ConfigurationError, DatabaseUnavailable
+from perdure.errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseUnavailable,
+    PermissionDenied,
+)
 from perdure.store.loaders import ADAPTERS
 
 #: The environment variable naming the direct (unpooled) URL.
@@ -233,6 +238,26 @@ def is_database_fault(exc: BaseException) -> bool:
     if state is None or state in _NOT_FAULTS:
         return False
     return state in _FAULT_STATES or state.startswith(_FAULT_CLASSES)
+
+
+#: The driver's base error class, for the App's boundary to catch without naming the driver.
+DriverError = psycopg.Error
+
+
+def refusal(exc: psycopg.Error) -> DatabaseError:
+    """The typed error a client gets for a driver error that is not a database fault:
+    ``PermissionDenied`` for a missing privilege, ``DatabaseError`` otherwise, each
+    with the server's words and its SQLSTATE."""
+    state = exc.sqlstate
+    words = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if state == "42501":
+        return PermissionDenied(
+            f"PermissionDenied: {words} (the role lacks a privilege this call needs: "
+            "grant it with perdure migrate --grant-client/--grant-reader/--grant-to, "
+            "see docs/security.md)",
+            state,
+        )
+    return DatabaseError(f"DatabaseError: {words} (SQLSTATE {state})", state)
 
 
 def fault_message(exc: BaseException) -> str:
