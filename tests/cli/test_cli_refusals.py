@@ -2,7 +2,8 @@
 
 A read command (``runs list``, ``runs show``, ``queues list``…) never creates or
 migrates a schema: a ``--schema`` naming none is an error on one line that
-lists the perdure schemas the database has. A malformed URL, from an option or
+lists the perdure schemas the database has. ``perdure dashboard`` and
+``perdure api`` create their schema only on a database that has none. A malformed URL, from an option or
 from the environment, is one ConfigurationError line, with no traceback.
 """
 
@@ -54,6 +55,9 @@ def misspelt(pg_url: str, schema: str) -> Callable[..., Result]:
         ("workflows", "list"),
         ("runs", "signal", "some-key", "approved"),
         ("runs", "cancel", "some-key"),
+        # Servers: refused before they bind (pytest-timeout ends a server that is not).
+        ("dashboard", "--port", "0"),
+        ("api", "--port", "0"),
     ],
     ids=lambda command: " ".join(command),
 )

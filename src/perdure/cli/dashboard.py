@@ -99,7 +99,7 @@ def dashboard(
     config = make_config(host, port, token, read_only)
     read_url = read_url or state.read_url
     schema = schema or state.schema
-    with App(database_url or state.url, schema=schema, direct_url=state.direct_url) as app:
+    with state.server(database_url, schema) as app:
         if read_url is None:
             serve(app, config, ready=lambda url: announce(app, config))
             return

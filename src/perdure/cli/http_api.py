@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perdure.api.app import App
 from perdure.cli.dashboard import dashboard_options, make_config
 from perdure.cli.render import safe_url
 from perdure.cli.state import checked_url
@@ -43,7 +42,7 @@ def http_api(
     sends as Authorization: Bearer.
     """
     config = make_config(host, port, token, read_only)
-    with App(database_url or state.url, schema=schema or state.schema) as app:
+    with state.server(database_url, schema) as app:
 
         def announce(url: str) -> None:
             click.echo(

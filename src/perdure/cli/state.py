@@ -55,6 +55,26 @@ class CliState:
         app.configure(url=self.url, schema=self.schema, direct_url=self.direct_url)
         return app
 
+    def server(self, url: str | None = None, schema: str | None = None) -> App:
+        """The App a server (``perdure dashboard``, ``perdure api``) runs on, on ``url``
+        and ``schema`` or the global ones.
+
+        It creates its schema on a database that has no perdure schema yet
+        (started first, on a fresh database), but refuses a ``--schema``
+        missing from a database that has others (a misspelt name) with the
+        schemas it has, instead of serving an empty new one.
+        """
+        from perdure.api.app import App
+        from perdure.store import migrate
+
+        app = App(url or self.url, schema=schema or self.schema, direct_url=self.direct_url)
+        try:
+            migrate.check_may_create(app.session_url, app.schema)
+        except BaseException:
+            app.close()
+            raise
+        return app
+
     def reader(self) -> App:
         """An App for read-only commands: on ``--read-url`` when given, else as ``app``."""
         if self.read_url is None:

@@ -261,6 +261,19 @@ def perdure_schemas(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
     return [str(row[0]) for row in found.fetchall()]
 
 
+def check_may_create(url: str, schema: str) -> None:
+    """Refuse to create ``schema`` when the database already has other perdure schemas
+    but not this one: a misspelt ``--schema`` (SchemaError listing those that exist).
+
+    A database with no perdure schema at all, or with this one, passes: a
+    server started first on a fresh database may create its schema.
+    """
+    with connect(url, autocommit=True) as conn:
+        found = perdure_schemas(conn)
+        if found and schema not in found:
+            raise missing_schema(conn, schema)
+
+
 def missing_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> SchemaError:
     """The error for ``schema`` holding no perdure tables, listing the schemas that do."""
     others = perdure_schemas(conn)
