@@ -22,7 +22,8 @@ from typing import Any, NoReturn, TypeVar
 from perdure import errors
 from perdure.engine import attempts, serialization, typed
 from perdure.engine.checkpoint import Attempt
-from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.control import LeaseLost, ReplayEnd, StaleHistory, Suspend
+from perdure.engine.cursor import ReplayCursor, recorded_failure
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.retry import RetryPolicy
@@ -45,10 +46,6 @@ T = TypeVar("T")
 
 #: A workflow definition whose body runs in an ``Execution``.
 Spec = WorkflowSpec["Execution"]
-
-
-class ReplayEnd(BaseException):
-    """A replay-only execution reached the end of the recorded history."""
 
 
 class StepTaskDone(BaseException):
@@ -87,17 +84,15 @@ class Execution:
     task: ClaimedTask
     spec: Spec
     env: ExecutionEnv
-    steps: dict[int, Step]
+    #: The recorded history, the position in it and the determinism guard.
+    cursor: ReplayCursor
     loop: asyncio.AbstractEventLoop
-    position: int = 0
     #: Set once a fenced write found another owner (or the heartbeat did).
     lease_lost: bool = False
     fatal: BaseException | None = None
     #: The run's status as of the last checkpoint: 'cancelled' or 'paused'
     #: stops the workflow at its next ctx call.
     run_status: str = "running"
-    #: Replay against recorded history only (check-replay): never run a step.
-    replay_only: bool = False
     #: Values written to each stream so far in this execution (replay included).
     stream_seq: dict[str, int] = field(default_factory=dict)
     #: Set when executing a step task: the position of its step.
@@ -110,8 +105,6 @@ class Execution:
     #: The failure a compensating run recorded, while its replay must run
     #: nothing new (engine.compensation); None otherwise.
     failure: dict[str, Any] | None = None
-    #: The position and name of the last step asked for.
-    requested: tuple[int, str] = (0, "")
     #: A completed step's checkpoint not written yet (see engine.deferred).
     deferred: DeferredCheckpoint = field(init=False)
 
@@ -122,6 +115,11 @@ class Execution:
 
     # Replay ------------------------------------------------------------------
 
+    @property
+    def replay_only(self) -> bool:
+        """Whether this execution replays recorded history only (check-replay: no store)."""
+        return self.env.db is None
+
     def check_alive(self) -> None:
         """Stop user code at its next ``ctx`` call once the task is lost or doomed."""
         if self.lease_lost or self.task.fence.task_id in self.env.lost_tasks:
@@ -130,6 +128,11 @@ class Execution:
             raise self.fatal
         if self.run_status == "cancelled":
             raise Cancelled(self.task.run_id)
+
+    def doom(self, error: BaseException) -> NoReturn:
+        """Stop the run for good with ``error``, even if the workflow catches it."""
+        self.fatal = error
+        raise error
 
     def lose_lease(self) -> NoReturn:
         """Another worker owns the task now: stop executing it (LeaseLost)."""
@@ -152,9 +155,9 @@ class Execution:
         """Stop where the history ends when only replaying (check-replay, a parallel step),
         or, in a compensating run, with its failure (nothing new runs)."""
         if self.replay_only or self.step_task_position is not None:
-            raise ReplayEnd(self.position)
+            raise ReplayEnd(self.cursor.position)
         if self.failure is not None:
-            position, name = self.requested
+            position, name = self.cursor.requested
             if self.failure.get("type") == "LeaseExpired":
                 raise errors.LeaseExpired(self.task.run_id, self.failure, position, name)
             raise errors.RunFailed(self.task.run_id, self.failure, "compensating")
@@ -182,39 +185,19 @@ class Execution:
     def advance(self, name: str, kind: str = "step") -> tuple[int, Step | None]:
         """Take the next position for step ``name``: its checkpoint, if any; the guard."""
         self.check_alive()
-        position = self.position
-        self.position += 1
-        self.requested = (position, name)
-        recorded = self.steps.get(position)
-        if recorded is not None and (recorded.name != name or recorded.kind != kind):
-            self.fatal = NonDeterminismError(
-                run_id=self.task.run_id,
-                workflow=self.spec.name,
-                version=self.spec.version,
-                position=position,
-                recorded=recorded.name,
-                requested=name,
-            )
-            raise self.fatal
-        return position, recorded
+        try:
+            return self.cursor.advance(name, kind)
+        except NonDeterminismError as guard:
+            self.doom(guard)
 
     def replayed(self, recorded: Step) -> Any:
         """A recorded final checkpoint's output, or its failure raised (StepFailed)."""
-        if recorded.status == StepStatus.COMPLETED:
-            return recorded.output
-        raise self.recorded_failure(recorded)
+        return self.cursor.replayed(recorded)
 
     @staticmethod
     def recorded_failure(recorded: Step) -> StepFailed:
         """The StepFailed a failed step's checkpoint records."""
-        error = recorded.error or {}
-        return StepFailed(
-            recorded.name,
-            str(error.get("type", "Error")),
-            str(error.get("message", "")),
-            recorded.attempts,
-            error.get("traceback"),
-        )
+        return recorded_failure(recorded)
 
     # Steps -------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from perdure.engine import parallel, poison, serialization, typed
 from perdure.engine.control import Suspend
+from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executor import Execution
 from perdure.engine.retry import RetryPolicy
@@ -202,7 +203,7 @@ async def _execute_step(
         task,
         spec,
         env,
-        rows,
+        ReplayCursor(task.run_id, spec.name, spec.version, rows),
         asyncio.get_running_loop(),
         step_task_position=position,
         on_step_task_final=decide,
@@ -288,7 +289,7 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
             ex.env.observer.signal_consumed(ex.task, step.signal)
             field = f"the payload of signal {step.signal!r}"
             return poison.check(ex.task.run_id, field, row["payload"])
-        recorded = ex.steps.get(position)
+        recorded = ex.cursor.at(position)
         if (
             recorded is not None
             and recorded.status == StepStatus.WAITING

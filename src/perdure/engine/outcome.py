@@ -13,13 +13,10 @@ import logging
 import traceback
 
 from perdure.engine import compensation, faults, parallel, serialization
+from perdure.engine.control import ReplayEnd
+from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
-from perdure.engine.executor import (
-    Execution,
-    ReplayEnd,
-    Spec,
-    StepTaskDone,
-)
+from perdure.engine.executor import Execution, Spec, StepTaskDone
 from perdure.engine.stops import STOPS, stopped
 from perdure.errors import (
     NonDeterminismError,
@@ -51,7 +48,7 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
         task,
         spec,
         env,
-        {s.position: s for s in steps},
+        ReplayCursor.of(task.run_id, spec.name, spec.version, steps),
         asyncio.get_running_loop(),
         step_task_position=task.step_position if task.kind == "step" else None,
         failure=await compensation.recorded_failure(env, task.run_id) if compensating else None,

@@ -46,6 +46,7 @@ from typing import Any, TypeVar, overload
 from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.cursor import ReplayCursor
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, StepTaskDone
@@ -137,16 +138,16 @@ async def gather(
         # Executing one parallel step: if it belongs to this gather, run it
         # alone. Only the steps before the gather and this step's own
         # checkpoint were read (step_list_claimed_now), so siblings are not looked at.
-        index = ex.step_task_position - ex.position
+        index = ex.step_task_position - ex.cursor.position
         if 0 <= index < len(calls):
             call = calls[index]
             _check(ex, call)
-            ex.position = ex.step_task_position
+            ex.cursor.jump(ex.step_task_position)
             position, recorded = ex.advance(call.name, "step")
             await _run_step_task(ex, call, position, recorded)
     for call in calls:
         _check(ex, call)
-    gather_start = ex.position
+    gather_start = ex.cursor.position
     reserved = [ex.advance(call.name, "step") for call in calls]
     marker_position, marker = ex.advance(f"gather:{len(calls)}", "gather")
     chosen = dict(reserved).get(int(marker.output["failed"])) if marker is not None else None
@@ -477,7 +478,8 @@ async def _run_claimed(
         steps=None,
     )
     position = claimed.position
-    sub = HeldExecution(task, ex.spec, ex.env, {}, ex.loop, step_task_position=position)
+    cursor = ReplayCursor(task.run_id, ex.spec.name, ex.spec.version)
+    sub = HeldExecution(task, ex.spec, ex.env, cursor, ex.loop, step_task_position=position)
     step: StepCall[Any] = StepCall(
         sub, call.name, call.fn, call.args, call.kwargs, call.retry, call.timeout
     )
