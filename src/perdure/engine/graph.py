@@ -34,6 +34,7 @@ from perdure.engine.executor import Execution
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.stops import STOPS, stopped
 from perdure.engine.waits import FOREVER_SECONDS
+from perdure.engine.writer import FencedWriter
 from perdure.errors import SignalTimeout, StepFailed
 from perdure.steps import StepContext
 from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep
@@ -198,15 +199,18 @@ async def _execute_step(
         if decided is not None:
             decided.append(scheduled)
 
-    made = Execution if held is None else parallel.HeldExecution
-    ex = made(
+    # In a batch, a completed step's checkpoint is held: the batch writes them together.
+    writer = FencedWriter(
+        env, task.fence, task.run_id, holds=held is not None, on_step_final=decide
+    )
+    ex = Execution(
         task,
         spec,
         env,
         ReplayCursor(task.run_id, spec.name, spec.version, rows),
         asyncio.get_running_loop(),
+        writer,
         step_task_position=position,
-        on_step_task_final=decide,
     )
     if position >= n:
         name, kind, fn = f"compensate:{step.name}", "compensation", step.compensate
@@ -248,8 +252,8 @@ async def _execute_step(
         return "branch_failed"
     except STOPS as stop:
         return await stopped(ex, stop)
-    if held is not None and isinstance(ex, parallel.HeldExecution):
-        completion = ex.completion(held[0])
+    if held is not None:
+        completion = parallel.held_completion(ex, held[0])
         if completion is not None:
             held[1].append(completion)
     return "branch_completed"

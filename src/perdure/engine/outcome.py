@@ -18,6 +18,7 @@ from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, Spec, StepTaskDone
 from perdure.engine.stops import STOPS, stopped
+from perdure.engine.writer import FencedWriter
 from perdure.errors import (
     NonDeterminismError,
     PermanentError,
@@ -50,6 +51,10 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
         env,
         ReplayCursor.of(task.run_id, spec.name, spec.version, steps),
         asyncio.get_running_loop(),
+        # Held back for group commit only on such a worker, and for a run's own task.
+        FencedWriter(
+            env, task.fence, task.run_id, holds=env.committer is not None and task.kind == "run"
+        ),
         step_task_position=task.step_position if task.kind == "step" else None,
         failure=await compensation.recorded_failure(env, task.run_id) if compensating else None,
     )

@@ -47,11 +47,11 @@ from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import LeaseLost, StaleHistory, Suspend
 from perdure.engine.cursor import ReplayCursor
-from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, StepTaskDone
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
+from perdure.engine.writer import FencedWriter
 from perdure.errors import ConfigurationError, StepFailed
 from perdure.steps import StepCall
 from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep
@@ -230,7 +230,7 @@ async def _fanout(
         if status == "cancelled":
             # Cancelled while this worker ran the steps: stop (the task is
             # settled like any cancelled run's), do not park.
-            ex.run_status = status
+            ex.note_status(status)
             ex.check_alive()
         parked = await execute_async(
             conn,
@@ -423,39 +423,17 @@ def keep_leases(env: ExecutionEnv, worker_id: str, task_ids: list[int]) -> async
     return kept
 
 
-class HeldExecution(Execution):
-    """A claimed parallel step run in the execution that parked its gather.
+def held_completion(ex: Execution, claimed: GatheredStep) -> GatheredCompletion | None:
+    """The completion ``ex`` held back for its batch, if its step completed unwritten.
 
-    Its completed checkpoint is held (not written) and its output noted, so
-    that the batch's completions are written together; a failure, a retry or
-    a snooze is written at once, as for any parallel step.
+    A step run in a batch (its writer ``holds``) keeps its completed checkpoint
+    so that the batch's completions are written together; a failure, a retry
+    or a snooze is written at once, as for any parallel step.
     """
-
-    output_json: str | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.deferred = DeferredCheckpoint(self.loop, self.record, True)
-
-    def completion(self, claimed: GatheredStep) -> GatheredCompletion | None:
-        """The completion held for the batch, if the step completed and was not written."""
-        held = self.deferred.take()
-        if held is None or self.output_json is None:
-            return None
-        return GatheredCompletion(claimed, held.attempts, self.output_json, held.started_at)
-
-    def checkpoint_record(
-        self,
-        attempt: Attempt,
-        status: str,
-        output_json: str | None,
-        error_json: str | None = None,
-        **publish: Any,
-    ) -> Checkpoint:
-        """Note a completed output, then build the record as any execution does."""
-        if status == "completed":
-            self.output_json = output_json
-        return super().checkpoint_record(attempt, status, output_json, error_json, **publish)
+    held = ex.deferred.take()
+    if held is None or held.output_json is None:
+        return None
+    return GatheredCompletion(claimed, held.attempts, held.output_json, held.started_at)
 
 
 async def _run_claimed(
@@ -479,7 +457,8 @@ async def _run_claimed(
     )
     position = claimed.position
     cursor = ReplayCursor(task.run_id, ex.spec.name, ex.spec.version)
-    sub = HeldExecution(task, ex.spec, ex.env, cursor, ex.loop, step_task_position=position)
+    writer = FencedWriter(ex.env, claimed.fence, task.run_id, holds=True)
+    sub = Execution(task, ex.spec, ex.env, cursor, ex.loop, writer, step_task_position=position)
     step: StepCall[Any] = StepCall(
         sub, call.name, call.fn, call.args, call.kwargs, call.retry, call.timeout
     )
@@ -489,7 +468,7 @@ async def _run_claimed(
         return "failed"
     except (Suspend, LeaseLost, StaleHistory):
         return None
-    return sub.completion(claimed)
+    return held_completion(sub, claimed)
 
 
 async def _run_step_task(

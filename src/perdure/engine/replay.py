@@ -22,6 +22,7 @@ from perdure.engine.control import LeaseLost, ReplayEnd, StaleHistory, Suspend
 from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, Spec
+from perdure.engine.writer import FencedWriter
 from perdure.errors import NonDeterminismError
 from perdure.store.rows import ClaimedTask, Fence
 from perdure.types import Step
@@ -65,13 +66,11 @@ async def replay_run(
     if getattr(spec, "kind", "function") == "graph":
         return _check_graph(spec, run_id, steps)
     cursor = ReplayCursor.of(run_id, spec.name, spec.version, steps)
-    execution = Execution(
-        _replaying(spec, run_id, input),
-        spec,
-        ExecutionEnv(None, lease_seconds=0.0, threads=threads),
-        cursor,
-        asyncio.get_running_loop(),
-    )
+    task = _replaying(spec, run_id, input)
+    env = ExecutionEnv(None, lease_seconds=0.0, threads=threads)
+    # The writer's store is None: any write ends the replay (ReplayEnd).
+    writer = FencedWriter(env, task.fence, run_id)
+    execution = Execution(task, spec, env, cursor, asyncio.get_running_loop(), writer)
     try:
         await spec.invoke(execution, input)
     except (ReplayEnd, Suspend, LeaseLost, StaleHistory, NonDeterminismError):
