@@ -20,7 +20,6 @@ in reverse topological order, each a durable, retried step. The run ends
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -35,9 +34,9 @@ from perdure.engine.retry import RetryPolicy
 from perdure.engine.stops import STOPS, stopped
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.engine.writer import FencedWriter
-from perdure.errors import SignalTimeout, StepFailed
+from perdure.errors import SignalTimeout, StepFailed, WorkflowDefinitionError
 from perdure.steps import StepContext
-from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep
+from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep, RunTask, StepTask
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
 
@@ -80,7 +79,7 @@ async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
     if task.finished:
         await store.execute(statements.tasks.settle(task.fence))
         return "settled"
-    if task.kind == "run":
+    if isinstance(task, RunTask):
         async with store.transaction() as conn:
             await execute_async(conn, statements.runs.lock(task.run_id))
             if not await execute_async(conn, statements.tasks.finish(task.fence)):
@@ -139,15 +138,7 @@ async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) ->
                 await asyncio.gather(
                     *(
                         _execute_step(
-                            dataclasses.replace(
-                                task,
-                                fence=g.fence,
-                                kind="step",
-                                step_position=g.position,
-                                step_name=g.name,
-                                gather_start=None,
-                                steps=(),
-                            ),
+                            StepTask.of(task, g, gather_start=None, steps=()),
                             spec,
                             env,
                             held=(g, held),
@@ -169,7 +160,7 @@ async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) ->
 
 
 async def _execute_step(
-    task: ClaimedTask,
+    task: StepTask,
     spec: GraphSpec,
     env: ExecutionEnv,
     held: tuple[GatheredStep, list[GatheredCompletion]] | None = None,
@@ -181,7 +172,6 @@ async def _execute_step(
     whether the decision after its checkpoint made steps ready; ``found`` holds
     the rows the batch read (at least this step's and its dependencies')."""
     position = task.step_position
-    assert position is not None
     n = len(spec.steps)
     step = spec.steps[position % n]
     if found is None:
@@ -212,8 +202,9 @@ async def _execute_step(
         writer,
         step_task_position=position,
     )
+    fn: Callable[..., Any]
     if position >= n:
-        name, kind, fn = f"compensate:{step.name}", "compensation", step.compensate
+        name, kind, fn = f"compensate:{step.name}", "compensation", _compensation(spec, step)
         value = typed.return_hint(step.fn).rebuild(
             rows[step.position].output, f"the output of step {step.name!r}"
         )
@@ -221,10 +212,10 @@ async def _execute_step(
         outputs = {p: r.output for p, r in rows.items() if r.status == StepStatus.COMPLETED}
         name, kind, fn = step.name, "step", step.fn
         value = spec.step_input(step, outputs, task.input)
-    assert fn is not None
 
     async def body() -> Any:
-        payload = await _open_gate(ex, step) if step.signal and kind == "step" else None
+        signal = step.signal if kind == "step" else None
+        payload = await _open_gate(ex, step, signal) if signal is not None else None
         ctx = StepContext(
             task.run_id,
             spec.name,
@@ -277,21 +268,34 @@ async def _finish_duplicate(task: ClaimedTask, spec: GraphSpec, env: ExecutionEn
     return "branch_completed"
 
 
-async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
-    """The payload of the signal that opens ``step``'s gate; park (Suspend) until it comes."""
-    assert step.signal is not None
+def _compensation(spec: GraphSpec, step: GraphStepSpec) -> Callable[..., Any]:
+    """``step``'s compensation; one that fails if the code no longer has one (a deploy
+    removed it while its task waited): the compensation fails, it is not skipped."""
+    if step.compensate is not None:
+        return step.compensate
+
+    def removed(ctx: StepContext, value: Any) -> None:
+        raise WorkflowDefinitionError(
+            f"graph {spec.name!r}: step {step.name!r} has no compensation in this code"
+        )
+
+    return removed
+
+
+async def _open_gate(ex: Execution, step: GraphStepSpec, signal: str) -> Any:
+    """The payload of ``signal``, which opens ``step``'s gate; park (Suspend) until it comes."""
     statements, position = ex.env.store.statements, step.position
     async with ex.env.store.transaction() as conn:
         await execute_async(conn, statements.runs.lock(ex.task.run_id))
         row = await execute_async(
             conn,
             statements.signals.take_gate(
-                ex.task.run_id, position=position, name=step.name, signal=step.signal
+                ex.task.run_id, position=position, name=step.name, signal=signal
             ),
         )
         if row["found"]:
-            ex.env.observer.signal_consumed(ex.task, step.signal)
-            field = f"the payload of signal {step.signal!r}"
+            ex.env.observer.signal_consumed(ex.task, signal)
+            field = f"the payload of signal {signal!r}"
             return poison.check(ex.task.run_id, field, row["payload"])
         recorded = ex.cursor.at(position)
         if (
@@ -300,20 +304,20 @@ async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
             and recorded.wake_at is not None
             and row["db_now"] >= recorded.wake_at
         ):
-            raise SignalTimeout(ex.task.run_id, step.signal, step.signal_timeout)
+            raise SignalTimeout(ex.task.run_id, signal, step.signal_timeout)
         parked = await execute_async(
             conn,
             statements.steps.gate_park(
                 ex.task.fence,
                 position=position,
                 name=step.name,
-                signal=step.signal,
+                signal=signal,
                 seconds=step.signal_timeout if step.signal_timeout is not None else FOREVER_SECONDS,
             ),
         )
     if not parked.leased:
         ex.lose_lease()
-    ex.env.observer.run_waiting(ex.task, step.name, {"signal": step.signal})
+    ex.env.observer.run_waiting(ex.task, step.name, {"signal": signal})
     raise Suspend()
 
 

@@ -25,7 +25,7 @@ from perdure.errors import (
     SerializationError,
     StepFailed,
 )
-from perdure.store.rows import ClaimedTask
+from perdure.store.rows import ClaimedTask, StepTask
 from perdure.store.writes import Checkpoint, Completion, Release
 
 log = logging.getLogger("perdure.executor")
@@ -55,14 +55,14 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
         FencedWriter(
             env, task.fence, task.run_id, holds=env.committer is not None and task.kind == "run"
         ),
-        step_task_position=task.step_position if task.kind == "step" else None,
+        step_task_position=task.step_position if isinstance(task, StepTask) else None,
         failure=await compensation.recorded_failure(env, task.run_id) if compensating else None,
     )
 
 
 async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
-    if task.kind == "step":
+    if isinstance(task, StepTask):
         return await execute_step_task(task, spec, env)
     execution = await _start(task, spec, env)
     if execution is None:
@@ -133,7 +133,7 @@ async def _complete(execution: Execution, text: str, last: Checkpoint | None) ->
     return "completed"
 
 
-async def execute_step_task(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
+async def execute_step_task(task: StepTask, spec: Spec, env: ExecutionEnv) -> str:
     """Execute the step a step task (a task of kind 'step') is for."""
     execution = await _start(task, spec, env)
     if execution is None:
@@ -149,10 +149,8 @@ async def execute_step_task(task: ClaimedTask, spec: Spec, env: ExecutionEnv) ->
             await env.store.execute(env.store.statements.tasks.settle(task.fence))
             return "settled"
     # The workflow returned or raised without reaching this step.
-    position, name = task.step_position, task.step_name
-    assert position is not None and name is not None
     try:
-        await parallel.finish_unreachable(execution, position, name)
+        await parallel.finish_unreachable(execution, task.step_position, task.step_name)
     except StepTaskDone:
         pass
     return "branch_unreachable"

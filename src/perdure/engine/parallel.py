@@ -36,7 +36,6 @@ StepFailed instances in place of failed parallel steps' results.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import json
 import logging
@@ -54,7 +53,7 @@ from perdure.engine.waits import FOREVER_SECONDS
 from perdure.engine.writer import FencedWriter
 from perdure.errors import ConfigurationError, StepFailed
 from perdure.steps import StepCall
-from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep
+from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep, StepTask
 from perdure.store.store import execute_async
 from perdure.store.writes import Checkpoint
 from perdure.types import Step, StepStatus
@@ -446,15 +445,7 @@ async def _run_claimed(
     if not 0 <= index < len(calls) or calls[index].name != claimed.name:
         return None  # not this gather's step: its lease lapses, the claim loop takes it
     call = calls[index]
-    task = dataclasses.replace(
-        ex.task,
-        fence=claimed.fence,
-        kind="step",
-        step_position=claimed.position,
-        step_name=claimed.name,
-        gather_start=gather_start,
-        steps=None,
-    )
+    task = StepTask.of(ex.task, claimed, gather_start=gather_start, steps=None)
     position = claimed.position
     cursor = ReplayCursor(task.run_id, ex.spec.name, ex.spec.version)
     writer = FencedWriter(ex.env, claimed.fence, task.run_id, holds=True)

@@ -24,7 +24,7 @@ from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, Spec
 from perdure.engine.writer import FencedWriter
 from perdure.errors import NonDeterminismError
-from perdure.store.rows import ClaimedTask, Fence
+from perdure.store.rows import Fence, RunTask
 from perdure.types import Step
 
 
@@ -118,12 +118,11 @@ def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _replaying(spec: Spec, run_id: str, input: Any) -> ClaimedTask:
+def _replaying(spec: Spec, run_id: str, input: Any) -> RunTask:
     """What the workflow's context reports of the run being replayed (no task is held)."""
-    return ClaimedTask(
+    return RunTask(
         fence=Fence(task_id=0, worker_id="check-replay", attempt=0),
         run_id=run_id,
-        kind="run",
         workflow=spec.name,
         version=spec.version,
         queue=spec.queue,
