@@ -100,63 +100,42 @@ async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
 async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> None:
     """Run the steps this task's decision made ready, here, a batch at a time.
 
-    The worker that scheduled them claims them (as a gather's steps are
-    claimed, see engine.parallel), runs a batch at once and writes the
-    batch's checkpoints and the decision of what runs next in one
+    The worker that scheduled them claims them (by the loop that runs a
+    gather's steps, engine.parallel.run_here), runs a batch at once and writes
+    the batch's checkpoints and the decision of what runs next in one
     transaction, instead of one each. Other workers claim the rest as usual.
     A database error ends it: the steps it claimed lapse and run again.
     """
-    store, statements, n = env.store, env.store.statements, len(spec.steps)
-    limit = parallel.batch_size(env, parallel.GATHER_BATCH)
-    try:
-        while True:
-            claimed = await env.unheld.claim_gathered(
-                store,
-                statements.steps.claim_gathered(
-                    task.run_id,
-                    task.fence.worker_id,
-                    gather_start=None,
-                    after=0,
-                    before=n,
-                    limit=limit,
-                    lease_seconds=env.lease_seconds,
-                ),
-            )
-            if not claimed:
-                return
-            # Each batch's decision may make more steps ready than one batch.
-            await parallel.share_the_rest(env, task, len(claimed), limit)
-            # The batch's own rows and those of their dependencies, read once.
-            wanted = [p for g in claimed for p in _reads(spec, g.position)]
-            listed = await store.execute(statements.steps.list_at(task.run_id, wanted))
-            found = {s.position: s for s in listed}
+    store, statements = env.store, env.store.statements
+
+    async def runner(claimed: list[GatheredStep]) -> parallel.RunClaimed:
+        # The batch's own rows and those of their dependencies, read once.
+        wanted = [p for g in claimed for p in _reads(spec, g.position)]
+        listed = await store.execute(statements.steps.list_at(task.run_id, wanted))
+        found = {s.position: s for s in listed}
+
+        async def run(g: GatheredStep) -> GatheredCompletion | None:
             held: list[GatheredCompletion] = []
-            leases = parallel.keep_leases(
-                env, task.fence.worker_id, [g.fence.task_id for g in claimed]
-            )
+            step_task = StepTask.of(task, g, gather_start=None, steps=())
             try:
-                await asyncio.gather(
-                    *(
-                        _execute_step(
-                            StepTask.of(task, g, gather_start=None, steps=()),
-                            spec,
-                            env,
-                            held=(g, held),
-                            found=found,
-                        )
-                        for g in claimed
-                    ),
-                    return_exceptions=True,
-                )
+                await _execute_step(step_task, spec, env, held=(g, held), found=found)
+            except Exception:
+                # One step's error does not keep the others' completions from
+                # the batch: its lease lapses and it runs again.
+                log.debug("run %s: graph step %s stopped", task.run_id, g.name, exc_info=True)
+            return held[0] if held else None
 
-                async def decide(conn: Any) -> None:
-                    await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+        return run
 
-                await parallel.complete_batch(env, task, held, then=decide)
-            finally:
-                leases.cancel()
-    except Exception:
-        log.warning("run %s: running its graph steps here stopped", task.run_id, exc_info=True)
+    async def decide(conn: Any) -> None:
+        await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+
+    limit = parallel.batch_size(env, parallel.GATHER_BATCH)
+    # Each batch's decision may make ready steps anywhere: each claims from the start.
+    local = parallel.LocalSteps(
+        None, 0, len(spec.steps), limit, runner, then=decide, moves_on=False
+    )
+    await parallel.run_here(env, task, local)
 
 
 async def _execute_step(
