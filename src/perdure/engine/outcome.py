@@ -35,10 +35,9 @@ _PERMANENT = (PermanentError, StepFailed, NonDeterminismError, SerializationErro
 
 async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution | None:
     """The execution of ``task``, or None when the run stopped while it was claimed."""
-    store, statements = env.store, env.store.statements
     if task.finished:
         # Cancelled, paused or finished while we claimed it: let go without running.
-        await store.execute(statements.tasks.settle(task.fence))
+        await _let_go(task, env)
         return None
     # The claim read the task's checkpoints in its own round trip
     # (step_list_claimed_now): for a parallel step, those before its gather
@@ -67,7 +66,6 @@ async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     execution = await _start(task, spec, env)
     if execution is None:
         return "settled"
-    store, statements, fence = env.store, env.store.statements, task.fence
     try:
         output = await spec.invoke(execution, task.input)
         if execution.fatal is not None:
@@ -80,7 +78,7 @@ async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
         if (stop_outcome := await _settle(execution)) is not None:
             return stop_outcome
         if execution.run_status == "cancelled":
-            await store.execute(statements.tasks.settle(fence))
+            await _let_go(task, env)
             return "cancelled"
         return await _handle_failure(task, spec, env, execution, exc)
     try:
@@ -100,6 +98,12 @@ async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     if last is None and (stop_outcome := await _settle(execution)) is not None:
         return stop_outcome
     return await _complete(execution, text, last)
+
+
+async def _let_go(task: ClaimedTask, env: ExecutionEnv) -> None:
+    """Settle ``task`` without running it further (its run stopped meanwhile)."""
+    store = env.store
+    await store.execute(store.statements.tasks.settle(task.fence))
 
 
 async def _settle(execution: Execution) -> str | None:
@@ -146,7 +150,7 @@ async def execute_step_task(task: StepTask, spec: Spec, env: ExecutionEnv) -> st
         return await stopped(execution, stop)
     except (Exception, ReplayEnd):
         if execution.run_status in ("cancelled", "completed", "failed"):
-            await env.store.execute(env.store.statements.tasks.settle(task.fence))
+            await _let_go(task, env)
             return "settled"
     # The workflow returned or raised without reaching this step.
     try:

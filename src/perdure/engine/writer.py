@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from perdure.engine.environment import ExecutionEnv
@@ -27,29 +28,26 @@ from perdure.store.writes import Checkpoint, Release
 OnStepFinal = Callable[[Any], Awaitable[None]]
 
 
+@dataclass(frozen=True)
 class FencedWriter:
-    """Writes fenced on one task's lease, for the execution of that task."""
+    """Writes fenced on one task's lease (``fence``, of run ``run_id``), for the
+    execution of that task, through ``env``'s store."""
 
-    def __init__(
-        self,
-        env: ExecutionEnv,
-        fence: Fence,
-        run_id: str,
-        *,
-        holds: bool = False,
-        on_step_final: OnStepFinal | None = None,
-    ) -> None:
-        """Write for the task ``fence`` of run ``run_id`` through ``env``'s store."""
-        self.env, self.fence, self.run_id = env, fence, run_id
-        self.holds, self.on_step_final = holds, on_step_final
+    env: ExecutionEnv
+    fence: Fence
+    run_id: str
+    #: A completed step's checkpoint may be held back (engine.deferred).
+    holds: bool = field(default=False, kw_only=True)
+    #: Called in the transaction of a step task's final checkpoint.
+    on_step_final: OnStepFinal | None = field(default=None, kw_only=True)
 
     async def record(self, checkpoint: Checkpoint, conn: Any = None) -> Fenced:
         """Commit ``checkpoint`` (on ``conn``, in its transaction, if given); the answer."""
+        if not checkpoint.ends_task and conn is None:
+            return await self.env.write(checkpoint)
         statements = self.env.store.statements
         if conn is not None:
             return await execute_async(conn, statements.steps.write(checkpoint))
-        if not checkpoint.ends_task:
-            return await self.env.write(checkpoint)
         # Under the run's row lock: sibling completions serialise, and the
         # last one sees every other one's commit when it decides to wake.
         async with self.env.store.transaction() as conn:
