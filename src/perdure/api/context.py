@@ -156,7 +156,7 @@ class _Base:
             arguments.label("rollback name", name)
         check_policy("retry", retry)
         label = str(name or getattr(fn, "__name__", None) or "rollback")
-        self._execution.rollbacks.append(Rollback(label, fn, args, kwargs, retry))
+        self._execution.on_rollback(Rollback(label, fn, args, kwargs, retry))
 
     def _wait(
         self, name: str, timeout: float | timedelta | None, kind: Any = None

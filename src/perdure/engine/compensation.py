@@ -61,7 +61,7 @@ async def run(execution: Execution, cause: Exception | None) -> str:
             env.lease_lost(task)
             return "abandoned"
     env.observer.run_compensating(task.run_id, len(execution.rollbacks))
-    execution.failure = None  # the compensations are the new work this run does
+    execution.compensate()
     failed: list[str] = []
     try:
         for rollback in reversed(execution.rollbacks):

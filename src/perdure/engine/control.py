@@ -13,6 +13,10 @@ class Suspend(BaseException):
     """The task was handed back (a retry backoff); stop executing this run now."""
 
 
+class ReplayEnd(BaseException):
+    """A replay-only execution reached the end of the recorded history (or new work)."""
+
+
 class LeaseLost(BaseException):
     """This worker lost its lease on the task: stop executing it without another write.
 

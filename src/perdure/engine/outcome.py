@@ -13,21 +13,19 @@ import logging
 import traceback
 
 from perdure.engine import compensation, faults, parallel, serialization
+from perdure.engine.control import ReplayEnd
+from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
-from perdure.engine.executor import (
-    Execution,
-    ReplayEnd,
-    Spec,
-    StepTaskDone,
-)
+from perdure.engine.executor import Execution, Spec, StepTaskDone
 from perdure.engine.stops import STOPS, stopped
+from perdure.engine.writer import FencedWriter
 from perdure.errors import (
     NonDeterminismError,
     PermanentError,
     SerializationError,
     StepFailed,
 )
-from perdure.store.rows import ClaimedTask
+from perdure.store.rows import ClaimedTask, StepTask
 from perdure.store.writes import Checkpoint, Completion, Release
 
 log = logging.getLogger("perdure.executor")
@@ -37,10 +35,9 @@ _PERMANENT = (PermanentError, StepFailed, NonDeterminismError, SerializationErro
 
 async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution | None:
     """The execution of ``task``, or None when the run stopped while it was claimed."""
-    store, statements = env.store, env.store.statements
     if task.finished:
         # Cancelled, paused or finished while we claimed it: let go without running.
-        await store.execute(statements.tasks.settle(task.fence))
+        await _let_go(task, env)
         return None
     # The claim read the task's checkpoints in its own round trip
     # (step_list_claimed_now): for a parallel step, those before its gather
@@ -51,21 +48,24 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
         task,
         spec,
         env,
-        {s.position: s for s in steps},
+        ReplayCursor.of(task.run_id, spec.name, spec.version, steps),
         asyncio.get_running_loop(),
-        step_task_position=task.step_position if task.kind == "step" else None,
+        # Held back for group commit only on such a worker, and for a run's own task.
+        FencedWriter(
+            env, task.fence, task.run_id, holds=env.committer is not None and task.kind == "run"
+        ),
+        step_task_position=task.step_position if isinstance(task, StepTask) else None,
         failure=await compensation.recorded_failure(env, task.run_id) if compensating else None,
     )
 
 
 async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
-    if task.kind == "step":
+    if isinstance(task, StepTask):
         return await execute_step_task(task, spec, env)
     execution = await _start(task, spec, env)
     if execution is None:
         return "settled"
-    store, statements, fence = env.store, env.store.statements, task.fence
     try:
         output = await spec.invoke(execution, task.input)
         if execution.fatal is not None:
@@ -78,7 +78,7 @@ async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
         if (stop_outcome := await _settle(execution)) is not None:
             return stop_outcome
         if execution.run_status == "cancelled":
-            await store.execute(statements.tasks.settle(fence))
+            await _let_go(task, env)
             return "cancelled"
         return await _handle_failure(task, spec, env, execution, exc)
     try:
@@ -98,6 +98,12 @@ async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
     if last is None and (stop_outcome := await _settle(execution)) is not None:
         return stop_outcome
     return await _complete(execution, text, last)
+
+
+async def _let_go(task: ClaimedTask, env: ExecutionEnv) -> None:
+    """Settle ``task`` without running it further (its run stopped meanwhile)."""
+    store = env.store
+    await store.execute(store.statements.tasks.settle(task.fence))
 
 
 async def _settle(execution: Execution) -> str | None:
@@ -131,7 +137,7 @@ async def _complete(execution: Execution, text: str, last: Checkpoint | None) ->
     return "completed"
 
 
-async def execute_step_task(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
+async def execute_step_task(task: StepTask, spec: Spec, env: ExecutionEnv) -> str:
     """Execute the step a step task (a task of kind 'step') is for."""
     execution = await _start(task, spec, env)
     if execution is None:
@@ -144,13 +150,11 @@ async def execute_step_task(task: ClaimedTask, spec: Spec, env: ExecutionEnv) ->
         return await stopped(execution, stop)
     except (Exception, ReplayEnd):
         if execution.run_status in ("cancelled", "completed", "failed"):
-            await env.store.execute(env.store.statements.tasks.settle(task.fence))
+            await _let_go(task, env)
             return "settled"
     # The workflow returned or raised without reaching this step.
-    position, name = task.step_position, task.step_name
-    assert position is not None and name is not None
     try:
-        await parallel.finish_unreachable(execution, position, name)
+        await parallel.finish_unreachable(execution, task.step_position, task.step_name)
     except StepTaskDone:
         pass
     return "branch_unreachable"

@@ -36,24 +36,25 @@ StepFailed instances in place of failed parallel steps' results.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import LeaseLost, StaleHistory, Suspend
-from perdure.engine.deferred import DeferredCheckpoint
+from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, StepTaskDone
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
+from perdure.engine.writer import FencedWriter
 from perdure.errors import ConfigurationError, StepFailed
 from perdure.steps import StepCall
-from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep
+from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep, StepTask
 from perdure.store.store import execute_async
 from perdure.store.writes import Checkpoint
 from perdure.types import Step, StepStatus
@@ -137,16 +138,16 @@ async def gather(
         # Executing one parallel step: if it belongs to this gather, run it
         # alone. Only the steps before the gather and this step's own
         # checkpoint were read (step_list_claimed_now), so siblings are not looked at.
-        index = ex.step_task_position - ex.position
+        index = ex.step_task_position - ex.cursor.position
         if 0 <= index < len(calls):
             call = calls[index]
             _check(ex, call)
-            ex.position = ex.step_task_position
+            ex.cursor.jump(ex.step_task_position)
             position, recorded = ex.advance(call.name, "step")
             await _run_step_task(ex, call, position, recorded)
     for call in calls:
         _check(ex, call)
-    gather_start = ex.position
+    gather_start = ex.cursor.position
     reserved = [ex.advance(call.name, "step") for call in calls]
     marker_position, marker = ex.advance(f"gather:{len(calls)}", "gather")
     chosen = dict(reserved).get(int(marker.output["failed"])) if marker is not None else None
@@ -178,7 +179,9 @@ async def gather(
         ]
     ex.end_of_history()
     await _fanout(ex, pending, gather_start, park=False)
-    failed = await _execute_here(ex, calls, gather_start, not return_exceptions)
+    failed = await run_here(
+        ex.env, ex.task, _gathered(ex, calls, gather_start, not return_exceptions)
+    )
     # Failed fast: due at once, to raise the failure; else when the last
     # step still running elsewhere completes.
     await _fanout(ex, pending, gather_start, park=True, seconds=0.0 if failed else FOREVER_SECONDS)
@@ -229,7 +232,7 @@ async def _fanout(
         if status == "cancelled":
             # Cancelled while this worker ran the steps: stop (the task is
             # settled like any cancelled run's), do not park.
-            ex.run_status = status
+            ex.note_status(status)
             ex.check_alive()
         parked = await execute_async(
             conn,
@@ -251,47 +254,74 @@ async def _fanout(
         ex.env.observer.steps_scheduled(ex.task, parked.spawned, len(pending))
 
 
-async def _execute_here(
-    ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, fail_fast: bool
-) -> bool:
-    """Claim and run the gather's parallel steps on this worker, a batch at a time;
-    whether one failed for good while ``fail_fast`` (then the rest of its batch
-    finishes in the background and no further batch is claimed).
+#: Runs one claimed step of a local batch: its completion, to write with the
+#: batch's; "failed" if it failed for good (written); None if it was written
+#: otherwise (retrying, snoozed, or with test faults installed) or its lease was lost.
+RunClaimed = Callable[[GatheredStep], Awaitable[GatheredCompletion | str | None]]
 
-    Stops when none is left to claim (the rest are done or claimed
-    elsewhere). A database error ends it quietly: the steps it claimed lapse
-    and are claimed again, as after a crash.
+
+@dataclass(frozen=True)
+class LocalSteps:
+    """Which of a run's steps this worker claims and runs itself, and how."""
+
+    #: The gather whose parallel steps these are; None for a graph's steps.
+    gather_start: int | None
+    #: The positions claimed: ``first`` up to ``before``.
+    first: int
+    before: int
+    #: How many steps one batch claims.
+    limit: int
+    #: Made once per batch, before its steps start (a graph reads their rows).
+    runner: Callable[[list[GatheredStep]], Awaitable[RunClaimed]]
+    #: Stop at the first step that fails for good (a gather without return_exceptions).
+    fail_fast: bool = False
+    #: Called in the transaction of each batch's completions (a graph decides
+    #: there what runs next).
+    then: Callable[[Any], Awaitable[None]] | None = None
+    #: Whether a gather's claims move on past each batch (a graph's decisions
+    #: make new steps ready anywhere: each batch claims from the start).
+    moves_on: bool = True
+
+
+async def run_here(env: ExecutionEnv, task: ClaimedTask, local: LocalSteps) -> bool:
+    """Claim ``local``'s steps of ``task``'s run on this worker and run them, a batch
+    at a time, each batch's completions written in one transaction; whether one
+    failed for good while ``local.fail_fast`` (then the rest of its batch finishes
+    in the background and no further batch is claimed).
+
+    One loop for a gather's parallel steps and a graph's ready steps. Stops
+    when none is left to claim (the rest are done or claimed elsewhere). A
+    database error ends it quietly: the steps it claimed lapse and are claimed
+    again, as after a crash.
     """
-    env, run_id = ex.env, ex.task.run_id
-    statements, worker_id = env.store.statements, ex.task.fence.worker_id
-    threaded = any(not inspect.iscoroutinefunction(calls[i].fn) for i in range(min(len(calls), 8)))
-    limit = batch_size(env, GATHER_BATCH_THREADS if threaded else GATHER_BATCH)
-    after = gather_start
+    statements, worker_id = env.store.statements, task.fence.worker_id
+    after = local.first
     try:
         while True:
             claimed = await env.unheld.claim_gathered(
                 env.store,
                 statements.steps.claim_gathered(
-                    run_id,
+                    task.run_id,
                     worker_id,
-                    gather_start=gather_start,
+                    gather_start=local.gather_start,
                     after=after,
-                    before=gather_start + len(calls),
-                    limit=limit,
+                    before=local.before,
+                    limit=local.limit,
                     lease_seconds=env.lease_seconds,
                 ),
             )
             if not claimed:
-                if after == gather_start:
+                if after == local.first:
                     return False
-                after = gather_start  # once more from the start: steps skipped while locked
+                after = local.first  # once more from the start: steps skipped while locked
                 continue
-            if after == gather_start:
-                await share_the_rest(env, ex.task, len(claimed), limit)
-            after = claimed[-1].position + 1
-            batch = _Batch(ex, claimed, lambda g: _run_claimed(ex, calls, gather_start, g))
+            if after == local.first:
+                await share_the_rest(env, task, len(claimed), local.limit)
+            if local.moves_on:
+                after = claimed[-1].position + 1
+            batch = _Batch(env, task, claimed, await local.runner(claimed), local.then)
             try:
-                failed = await batch.run(fail_fast)
+                failed = await batch.run(local.fail_fast)
             except BaseException:
                 # However the batch ends (a lost database included), its lease
                 # keeper stops: else the steps it claimed would never lapse.
@@ -309,27 +339,46 @@ async def _execute_here(
             if failed:
                 return True
     except Exception:
-        log.warning("run %s: executing its parallel steps here stopped", run_id, exc_info=True)
+        log.warning("run %s: running its steps here stopped", task.run_id, exc_info=True)
         return False
 
 
+def _gathered(
+    ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, fail_fast: bool
+) -> LocalSteps:
+    """A gather's parallel steps, run here by the execution that reached it."""
+    threaded = any(not inspect.iscoroutinefunction(calls[i].fn) for i in range(min(len(calls), 8)))
+
+    async def runner(claimed: list[GatheredStep]) -> RunClaimed:
+        return lambda g: _run_claimed(ex, calls, gather_start, g)
+
+    return LocalSteps(
+        gather_start,
+        gather_start,
+        gather_start + len(calls),
+        batch_size(ex.env, GATHER_BATCH_THREADS if threaded else GATHER_BATCH),
+        runner,
+        fail_fast=fail_fast,
+    )
+
+
 class _Batch:
-    """One batch of claimed parallel steps running at once, with their leases kept."""
+    """One batch of claimed steps running at once, with their leases kept."""
 
     def __init__(
         self,
-        ex: Execution,
+        env: ExecutionEnv,
+        task: ClaimedTask,
         claimed: list[GatheredStep],
-        run: Callable[[GatheredStep], Awaitable[GatheredCompletion | str | None]],
+        run: RunClaimed,
+        then: Callable[[Any], Awaitable[None]] | None = None,
     ) -> None:
         """Start ``run`` for each claimed step, and the task that extends their leases."""
-        self.ex = ex
+        self.env, self.task, self.then = env, task, then
         self.running: set[asyncio.Future[GatheredCompletion | str | None]] = {
             asyncio.ensure_future(run(g)) for g in claimed
         }
-        self.leases = keep_leases(
-            ex.env, ex.task.fence.worker_id, [g.fence.task_id for g in claimed]
-        )
+        self.leases = keep_leases(env, task.fence.worker_id, [g.fence.task_id for g in claimed])
 
     async def run(self, fail_fast: bool) -> bool:
         """Wait for the steps and write the completions of those done; whether one
@@ -345,7 +394,7 @@ class _Batch:
                 if isinstance(outcome, GatheredCompletion):
                     completed.append(outcome)
                 failed = failed or (outcome == "failed" and fail_fast)
-        await complete_batch(self.ex.env, self.ex.task, completed)
+        await complete_batch(self.env, self.task, completed, self.then)
         return failed
 
     async def finish(self) -> None:
@@ -358,7 +407,7 @@ class _Batch:
             raise
         except Exception:
             log.warning(
-                "run %s: finishing its parallel steps stopped", self.ex.task.run_id, exc_info=True
+                "run %s: finishing its parallel steps stopped", self.task.run_id, exc_info=True
             )
         finally:
             self.leases.cancel()
@@ -422,39 +471,17 @@ def keep_leases(env: ExecutionEnv, worker_id: str, task_ids: list[int]) -> async
     return kept
 
 
-class HeldExecution(Execution):
-    """A claimed parallel step run in the execution that parked its gather.
+def held_completion(ex: Execution, claimed: GatheredStep) -> GatheredCompletion | None:
+    """The completion ``ex`` held back for its batch, if its step completed unwritten.
 
-    Its completed checkpoint is held (not written) and its output noted, so
-    that the batch's completions are written together; a failure, a retry or
-    a snooze is written at once, as for any parallel step.
+    A step run in a batch (its writer ``holds``) keeps its completed checkpoint
+    so that the batch's completions are written together; a failure, a retry
+    or a snooze is written at once, as for any parallel step.
     """
-
-    output_json: str | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.deferred = DeferredCheckpoint(self.loop, self.record, True)
-
-    def completion(self, claimed: GatheredStep) -> GatheredCompletion | None:
-        """The completion held for the batch, if the step completed and was not written."""
-        held = self.deferred.take()
-        if held is None or self.output_json is None:
-            return None
-        return GatheredCompletion(claimed, held.attempts, self.output_json, held.started_at)
-
-    def checkpoint_record(
-        self,
-        attempt: Attempt,
-        status: str,
-        output_json: str | None,
-        error_json: str | None = None,
-        **publish: Any,
-    ) -> Checkpoint:
-        """Note a completed output, then build the record as any execution does."""
-        if status == "completed":
-            self.output_json = output_json
-        return super().checkpoint_record(attempt, status, output_json, error_json, **publish)
+    held = ex.deferred.take()
+    if held is None or held.output_json is None:
+        return None
+    return GatheredCompletion(claimed, held.attempts, held.output_json, held.started_at)
 
 
 async def _run_claimed(
@@ -467,17 +494,11 @@ async def _run_claimed(
     if not 0 <= index < len(calls) or calls[index].name != claimed.name:
         return None  # not this gather's step: its lease lapses, the claim loop takes it
     call = calls[index]
-    task = dataclasses.replace(
-        ex.task,
-        fence=claimed.fence,
-        kind="step",
-        step_position=claimed.position,
-        step_name=claimed.name,
-        gather_start=gather_start,
-        steps=None,
-    )
+    task = StepTask.of(ex.task, claimed, gather_start=gather_start, steps=None)
     position = claimed.position
-    sub = HeldExecution(task, ex.spec, ex.env, {}, ex.loop, step_task_position=position)
+    cursor = ReplayCursor(task.run_id, ex.spec.name, ex.spec.version)
+    writer = FencedWriter(ex.env, claimed.fence, task.run_id, holds=True)
+    sub = Execution(task, ex.spec, ex.env, cursor, ex.loop, writer, step_task_position=position)
     step: StepCall[Any] = StepCall(
         sub, call.name, call.fn, call.args, call.kwargs, call.retry, call.timeout
     )
@@ -487,7 +508,7 @@ async def _run_claimed(
         return "failed"
     except (Suspend, LeaseLost, StaleHistory):
         return None
-    return sub.completion(claimed)
+    return held_completion(sub, claimed)
 
 
 async def _run_step_task(

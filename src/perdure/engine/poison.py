@@ -46,8 +46,7 @@ def refuse(ex: Execution, field: str, value: Any) -> Any:
     """``value``, or the run stops for good (UndecodablePayload, which the
     workflow cannot catch away) when the store could not decode it."""
     if isinstance(value, Undecodable):
-        ex.fatal = UndecodablePayload(ex.task.run_id, field, value.reason)
-        raise ex.fatal
+        ex.doom(UndecodablePayload(ex.task.run_id, field, value.reason))
     return value
 
 
