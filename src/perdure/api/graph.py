@@ -83,7 +83,7 @@ class Graph:
     retry: RetryPolicy = field(default=DEFAULT_WORKFLOW_RETRY)
     kind: str = "graph"
     #: Lease lapses a task of this graph's runs survives before the reaper
-    #: dead-letters it (stored with the definition; every worker applies it).
+    #: reaps it for good (stored with the definition; every worker applies it).
     max_lapses: int = DEFAULT_MAX_LAPSES
     _steps: dict[str, GraphStep] = field(default_factory=dict)
     _by_fn: dict[int, str] = field(default_factory=dict)

@@ -57,7 +57,7 @@ class ReplayCursor:
         return position, recorded
 
     def jump(self, position: int) -> None:
-        """Move to ``position`` (a parallel step's task goes straight to its own step)."""
+        """Move to ``position`` (a step task goes straight to its own step)."""
         self.position = position
 
     def at(self, position: int) -> Step | None:

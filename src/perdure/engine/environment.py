@@ -67,11 +67,11 @@ class ExecutionEnv:
     #: Group commit of the worker's checkpoints (None: each is written alone).
     committer: Committer | None = None
     #: Tasks the worker executes at once: an execution that runs a batch of
-    #: parallel steps in its one slot runs at most this many at a time.
+    #: step tasks in its one slot runs at most this many at a time.
     concurrency: int = 64
-    #: Batches of parallel steps still running after the execution that
+    #: Batches of step tasks still running after the execution that
     #: claimed them moved on (a gather that failed fast); the worker waits
-    #: for them, then cancels them, before it stops (engine.parallel.settle).
+    #: for them, then cancels them, before it stops (engine.parallel.wind_down).
     background: set[asyncio.Task[None]] = field(default_factory=set)
     #: The tasks this worker holds beside its claim loop's, and the recovery of
     #: claims whose answer was lost (engine.unheld).

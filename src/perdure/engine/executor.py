@@ -22,7 +22,7 @@ from typing import Any, NoReturn, TypeVar
 from perdure import errors
 from perdure.engine import attempts, serialization, typed
 from perdure.engine.checkpoint import Attempt
-from perdure.engine.control import LeaseLost, ReplayEnd, StaleHistory, Suspend
+from perdure.engine.control import ReplayEnd, StaleHistory, Suspend, Unwind
 from perdure.engine.cursor import ReplayCursor, recorded_failure
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
@@ -148,10 +148,10 @@ class Execution:
         raise error
 
     def lose_lease(self) -> NoReturn:
-        """Another worker owns the task now: stop executing it (LeaseLost)."""
+        """Another worker owns the task now: stop executing it (the lease is lost)."""
         self.lease_lost = True
         fence = self.task.fence
-        raise LeaseLost(errors.LeaseLost(fence.task_id, fence.worker_id, fence.attempt))
+        raise Unwind(errors.LeaseLost(fence.task_id, fence.worker_id, fence.attempt))
 
     def fenced(self, result: Fenced, stale: str = "") -> Fenced:
         """Check a fenced write's answer: stop on a lost lease or, when ``stale`` says
@@ -165,7 +165,7 @@ class Execution:
         return result
 
     def end_of_history(self) -> None:
-        """Stop where the history ends when only replaying (check-replay, a parallel step),
+        """Stop where the history ends when only replaying (check-replay, a step task),
         or, in a compensating run, with its failure (nothing new runs)."""
         if self.replay_only or self.step_task_position is not None:
             raise ReplayEnd(self.cursor.position)
@@ -177,7 +177,7 @@ class Execution:
 
     async def gate(self) -> None:
         """Run before every ctx call: stop if lost or cancelled, park if paused."""
-        await self.deferred.settle()
+        await self.deferred.flush_now()
         self.check_alive()
         if self.run_status == "paused":
             await self.release(0.0, event="run_paused_at_step", paused=True)
@@ -186,7 +186,7 @@ class Execution:
         self, delay: float, *, event: str, detail_json: str | None = None, paused: bool = False
     ) -> NoReturn:
         """Hand the task back, due after ``delay`` s, and stop executing (Suspend)."""
-        await self.deferred.settle()
+        await self.deferred.flush_now()
         release = Release(
             self.task.fence, event, delay_seconds=delay, detail_json=detail_json, paused=paused
         )
@@ -391,7 +391,7 @@ class Execution:
     ) -> Checkpoint:
         """``attempt``'s outcome with ``status`` as the record of its fenced write.
 
-        A parallel step's final checkpoint also ends its task and may wake the
+        A step task's final checkpoint also ends its task and may wake the
         run (at once on a failure: gathers fail fast); any other extends the
         task's lease.
         """
@@ -417,7 +417,7 @@ class Execution:
         **publish: Any,
     ) -> None:
         """Write a checkpoint (on ``conn``, in its transaction, if given); stop if not ours."""
-        await self.deferred.settle()
+        await self.deferred.flush_now()
         checkpoint = self.checkpoint_record(attempt, status, output_json, error_json, **publish)
         await self.record(checkpoint, conn)
 

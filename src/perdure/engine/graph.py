@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from perdure.engine import parallel, poison, serialization, typed
-from perdure.engine.control import Suspend
+from perdure.engine.control import Outcome, Suspend
 from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executor import Execution
@@ -36,7 +36,7 @@ from perdure.engine.waits import FOREVER_SECONDS
 from perdure.engine.writer import FencedWriter
 from perdure.errors import SignalTimeout, StepFailed, WorkflowDefinitionError
 from perdure.steps import StepContext
-from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep, RunTask, StepTask
+from perdure.store.rows import ClaimedStepTask, ClaimedTask, RunTask, StepTask, StepTaskCompletion
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
 
@@ -73,25 +73,25 @@ class GraphSpec(WorkflowSpec[Any], Protocol):
         """The steps no other step depends on: their outputs are the run's output."""
 
 
-async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
+async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> Outcome:
     """Execute a task of a graph run: its first task, a step, or a compensation."""
     store, statements = env.store, env.store.statements
     if task.finished:
         await store.execute(statements.tasks.settle(task.fence))
-        return "settled"
+        return Outcome.SETTLED
     if isinstance(task, RunTask):
         async with store.transaction() as conn:
             await execute_async(conn, statements.runs.lock(task.run_id))
             if not await execute_async(conn, statements.tasks.finish(task.fence)):
                 env.lease_lost(task)
-                return "abandoned"
+                return Outcome.LEASE_LOST
             scheduled = await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
         if scheduled:
             await _run_batches(task, spec, env)
-        return "scheduled"
+        return Outcome.SCHEDULED
     decided: list[bool] = []
     outcome = await _execute_step(task, spec, env, decided=decided)
-    if outcome == "branch_completed" and any(decided):
+    if outcome == Outcome.STEP_TASK_COMPLETED and any(decided):
         # This completion made steps ready: run them here.
         await _run_batches(task, spec, env)
     return outcome
@@ -108,14 +108,14 @@ async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) ->
     """
     store, statements = env.store, env.store.statements
 
-    async def runner(claimed: list[GatheredStep]) -> parallel.RunClaimed:
+    async def runner(claimed: list[ClaimedStepTask]) -> parallel.RunClaimed:
         # The batch's own rows and those of their dependencies, read once.
         wanted = [p for g in claimed for p in _reads(spec, g.position)]
         listed = await store.execute(statements.steps.list_at(task.run_id, wanted))
         found = {s.position: s for s in listed}
 
-        async def run(g: GatheredStep) -> GatheredCompletion | None:
-            held: list[GatheredCompletion] = []
+        async def run(g: ClaimedStepTask) -> StepTaskCompletion | None:
+            held: list[StepTaskCompletion] = []
             step_task = StepTask.of(task, g, gather_start=None, steps=())
             try:
                 await _execute_step(step_task, spec, env, held=(g, held), found=found)
@@ -142,10 +142,10 @@ async def _execute_step(
     task: StepTask,
     spec: GraphSpec,
     env: ExecutionEnv,
-    held: tuple[GatheredStep, list[GatheredCompletion]] | None = None,
+    held: tuple[ClaimedStepTask, list[StepTaskCompletion]] | None = None,
     decided: list[bool] | None = None,
     found: dict[int, Step] | None = None,
-) -> str:
+) -> Outcome:
     """Execute one graph step (or compensation). With ``held``, its completion is
     appended to the batch's list instead of being written; ``decided`` is told
     whether the decision after its checkpoint made steps ready; ``found`` holds
@@ -219,14 +219,14 @@ async def _execute_step(
             returns=typed.return_hint(fn),
         )
     except StepFailed:
-        return "branch_failed"
+        return Outcome.STEP_TASK_FAILED
     except STOPS as stop:
         return await stopped(ex, stop)
     if held is not None:
         completion = parallel.held_completion(ex, held[0])
         if completion is not None:
             held[1].append(completion)
-    return "branch_completed"
+    return Outcome.STEP_TASK_COMPLETED
 
 
 def _reads(spec: GraphSpec, position: int) -> tuple[int, ...]:
@@ -236,15 +236,15 @@ def _reads(spec: GraphSpec, position: int) -> tuple[int, ...]:
     return (position, step.position, *step.depends_on)
 
 
-async def _finish_duplicate(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> str:
+async def _finish_duplicate(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> Outcome:
     """A second task for a step already recorded: end it, and decide what comes next."""
     statements = env.store.statements
     async with env.store.transaction() as conn:
         await execute_async(conn, statements.runs.lock(task.run_id))
         if not await execute_async(conn, statements.tasks.finish(task.fence)):
-            return "abandoned"
+            return Outcome.LEASE_LOST
         await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
-    return "branch_completed"
+    return Outcome.STEP_TASK_COMPLETED
 
 
 def _compensation(spec: GraphSpec, step: GraphStepSpec) -> Callable[..., Any]:

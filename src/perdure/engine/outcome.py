@@ -3,7 +3,7 @@
 A task of kind 'run' replays the workflow and runs it to its next stop: it
 completes, fails (after its compensations, if it registered any), retries
 later, waits, or is handed back. A task of kind 'step' replays the workflow
-only up to the gather that holds its parallel step, and executes that step.
+only up to the gather that holds its step task, and executes that step.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import traceback
 
 from perdure.engine import compensation, faults, parallel, serialization
-from perdure.engine.control import ReplayEnd
+from perdure.engine.control import Outcome, ReplayEnd
 from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, Spec, StepTaskDone
@@ -40,7 +40,7 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
         await _let_go(task, env)
         return None
     # The claim read the task's checkpoints in its own round trip
-    # (step_list_claimed_now): for a parallel step, those before its gather
+    # (step_list_claimed_now): for a step task, those before its gather
     # and its own.
     steps = task.steps or ()
     compensating = task.kind == "run" and task.run_status == "compensating"
@@ -59,13 +59,13 @@ async def _start(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Execution 
     )
 
 
-async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
+async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Outcome:
     """Execute ``task`` to its next stop; return what happened (for logs and tests)."""
     if isinstance(task, StepTask):
         return await execute_step_task(task, spec, env)
     execution = await _start(task, spec, env)
     if execution is None:
-        return "settled"
+        return Outcome.SETTLED
     try:
         output = await spec.invoke(execution, task.input)
         if execution.fatal is not None:
@@ -75,11 +75,11 @@ async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
         await execution.deferred.drop()
         return await stopped(execution, stop)
     except Exception as exc:
-        if (stop_outcome := await _settle(execution)) is not None:
+        if (stop_outcome := await _flush_held(execution)) is not None:
             return stop_outcome
         if execution.run_status == "cancelled":
             await _let_go(task, env)
-            return "cancelled"
+            return Outcome.CANCELLED
         return await _handle_failure(task, spec, env, execution, exc)
     try:
         text, decoded = serialization.roundtrip(
@@ -87,15 +87,15 @@ async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> str:
         )
         spec.rebuild_result(decoded)  # refuse a result that does not fit its declared type
     except SerializationError as exc:
-        return await _settle(execution) or await _fail(task, env, exc)
+        return await _flush_held(execution) or await _fail(task, env, exc)
     if task.run_status == "compensating":
         # The run failed for good before a crash; its replay did not fail
         # again, but its compensations must still finish.
-        return await _settle(execution) or await compensation.run(execution, None)
+        return await _flush_held(execution) or await compensation.run(execution, None)
     # The last step's checkpoint, if it is still waiting, commits with the
     # completion; one already on its way is waited for first.
     last = execution.deferred.take()
-    if last is None and (stop_outcome := await _settle(execution)) is not None:
+    if last is None and (stop_outcome := await _flush_held(execution)) is not None:
         return stop_outcome
     return await _complete(execution, text, last)
 
@@ -106,16 +106,16 @@ async def _let_go(task: ClaimedTask, env: ExecutionEnv) -> None:
     await store.execute(store.statements.tasks.settle(task.fence))
 
 
-async def _settle(execution: Execution) -> str | None:
+async def _flush_held(execution: Execution) -> Outcome | None:
     """Write the deferred checkpoint; what the execution became if that stopped it."""
     try:
-        await execution.deferred.settle()
+        await execution.deferred.flush_now()
     except STOPS as stop:
         return await stopped(execution, stop)
     return None
 
 
-async def _complete(execution: Execution, text: str, last: Checkpoint | None) -> str:
+async def _complete(execution: Execution, text: str, last: Checkpoint | None) -> Outcome:
     """Finish the run with its output (and its last step's checkpoint, when given)."""
     task, env = execution.task, execution.env
     try:
@@ -132,32 +132,32 @@ async def _complete(execution: Execution, text: str, last: Checkpoint | None) ->
         except STOPS as stop:
             return await stopped(execution, stop)
     if not result.changed:
-        return "cancelled"
+        return Outcome.CANCELLED
     env.run_finished(task.run_id, task.workflow, "completed")
-    return "completed"
+    return Outcome.COMPLETED
 
 
-async def execute_step_task(task: StepTask, spec: Spec, env: ExecutionEnv) -> str:
+async def execute_step_task(task: StepTask, spec: Spec, env: ExecutionEnv) -> Outcome:
     """Execute the step a step task (a task of kind 'step') is for."""
     execution = await _start(task, spec, env)
     if execution is None:
-        return "settled"
+        return Outcome.SETTLED
     try:
         await spec.invoke(execution, task.input)
     except StepTaskDone:
-        return "branch_completed"
+        return Outcome.STEP_TASK_COMPLETED
     except STOPS as stop:
         return await stopped(execution, stop)
     except (Exception, ReplayEnd):
         if execution.run_status in ("cancelled", "completed", "failed"):
             await _let_go(task, env)
-            return "settled"
+            return Outcome.SETTLED
     # The workflow returned or raised without reaching this step.
     try:
         await parallel.finish_unreachable(execution, task.step_position, task.step_name)
     except StepTaskDone:
         pass
-    return "branch_unreachable"
+    return Outcome.STEP_TASK_UNREACHABLE
 
 
 async def _handle_failure(
@@ -166,7 +166,7 @@ async def _handle_failure(
     env: ExecutionEnv,
     execution: Execution,
     exc: Exception,
-) -> str:
+) -> Outcome:
     cause: Exception = exc
     if isinstance(execution.fatal, Exception):
         cause = execution.fatal
@@ -189,16 +189,16 @@ async def _handle_failure(
     (released,) = await env.store.release_tasks(
         [Release(task.fence, "run_retry_scheduled", delay, failed=True, detail_json=detail)]
     )
-    return "retrying" if released else "abandoned"
+    return Outcome.RETRYING if released else Outcome.LEASE_LOST
 
 
-async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> str:
+async def _fail(task: ClaimedTask, env: ExecutionEnv, exc: BaseException) -> Outcome:
     _, text = compensation.failure_json(exc)
     result = await env.store.execute(env.store.statements.runs.fail(task.fence, text))
     if not result.leased:
         env.lease_lost(task)
-        return "abandoned"
+        return Outcome.LEASE_LOST
     if not result.changed:
-        return "cancelled"
+        return Outcome.CANCELLED
     env.run_finished(task.run_id, task.workflow, "failed", exc)
-    return "failed"
+    return Outcome.FAILED

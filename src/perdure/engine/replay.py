@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from perdure.engine.control import LeaseLost, ReplayEnd, StaleHistory, Suspend
+from perdure.engine.control import ReplayEnd, StaleHistory, Suspend, Unwind
 from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, Spec
@@ -73,7 +73,7 @@ async def replay_run(
     execution = Execution(task, spec, env, cursor, asyncio.get_running_loop(), writer)
     try:
         await spec.invoke(execution, input)
-    except (ReplayEnd, Suspend, LeaseLost, StaleHistory, NonDeterminismError):
+    except (ReplayEnd, Suspend, Unwind, StaleHistory, NonDeterminismError):
         pass
     except Exception as exc:
         # A recorded history that ends in a failure the code raises again is

@@ -149,7 +149,7 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
 
 
 def _taken(ex: Execution, taken: Fenced, name: str) -> bool:
-    """Whether signal_take consumed a signal; stop (LeaseLost) if the task is not ours."""
+    """Whether signal_take consumed a signal; stop (lease lost) if the task is not ours."""
     if not taken.leased:
         ex.lose_lease()
     if taken.written:

@@ -52,7 +52,7 @@ class FencedWriter:
         # last one sees every other one's commit when it decides to wake.
         async with self.env.store.transaction() as conn:
             await execute_async(conn, statements.runs.lock(self.run_id))
-            result = await execute_async(conn, statements.steps.complete_parallel(checkpoint))
+            result = await execute_async(conn, statements.steps.finish_step_task(checkpoint))
             if result.leased and self.on_step_final is not None:
                 await self.on_step_final(conn)
         return result

@@ -54,7 +54,7 @@ class Fenced:
     run_status: str | None = None
     #: When a parked run wakes (a wait), or None.
     wake_at: datetime | None = None
-    #: Parallel step tasks a gather created.
+    #: Step tasks a gather created.
     spawned: int = 0
     #: The payload of the signal a wait took (``written``: one was taken).
     payload: Any = None
@@ -131,20 +131,20 @@ class RunTask(_Claimed):
 
 @dataclass(frozen=True)
 class StepTask(_Claimed):
-    """The task of one step (kind 'step'): a gather's parallel step, or a graph's step."""
+    """The task of one step (kind 'step'): a gather's step task, or a graph's step."""
 
     kind: ClassVar[str] = "step"
     #: The step's position and name.
     step_position: int = field(kw_only=True)
     step_name: str = field(kw_only=True)
-    #: For a gather's parallel step: the position of its gather's first step.
+    #: For a gather's step task: the position of its gather's first step.
     gather_start: int | None = field(default=None, kw_only=True)
 
     @classmethod
     def of(
         cls,
         task: _Claimed,
-        claimed: GatheredStep,
+        claimed: ClaimedStepTask,
         *,
         gather_start: int | None,
         steps: Sequence[Step] | None,
@@ -166,8 +166,8 @@ ClaimedTask = RunTask | StepTask
 
 
 @dataclass(frozen=True, slots=True)
-class GatheredStep:
-    """A parallel step of a gather claimed by the worker that parked the run there."""
+class ClaimedStepTask:
+    """A step task of a gather claimed by the worker that parked the run there."""
 
     fence: Fence
     position: int
@@ -176,10 +176,10 @@ class GatheredStep:
     attempts: int
 
     @staticmethod
-    def decode(found: list[Row]) -> list[GatheredStep]:
+    def decode(found: list[Row]) -> list[ClaimedStepTask]:
         """One per claimed row, in position order."""
         claimed = [
-            GatheredStep(
+            ClaimedStepTask(
                 Fence(int(r["task_id"]), str(r["worker_id"]), int(r["attempt"])),
                 int(r["step_position"]),
                 str(r["step_name"]),
@@ -191,10 +191,10 @@ class GatheredStep:
 
 
 @dataclass(frozen=True, slots=True)
-class GatheredCompletion:
-    """A claimed parallel step that completed: what its checkpoint records."""
+class StepTaskCompletion:
+    """A claimed step task that completed: what its checkpoint records."""
 
-    step: GatheredStep
+    step: ClaimedStepTask
     attempts: int
     output_json: str
     started_at: datetime
