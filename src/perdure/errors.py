@@ -122,12 +122,14 @@ class LeaseLost(PerdureError):
         self.attempt = attempt
         super().__init__(
             f"worker {worker_id} lost its lease on task {task_id} (attempt {attempt}); "
-            "another worker owns it now, so this worker abandons it"
+            "another worker owns it now, so this worker stops executing it"
         )
 
 
 class LeaseExpired(PerdureError):
-    """The run was dead-lettered: its lease lapsed ``max_lapses`` times.
+    """The run was reaped for good: its lease lapsed ``max_lapses`` times.
+
+    (The name stays: it is the error type stored on runs reaped for good.)
 
     Its workers died or stalled while running it, as many times as its
     workflow allows. The run is replayed from its checkpoints without
@@ -142,7 +144,7 @@ class LeaseExpired(PerdureError):
         self.error = error
         self.position = position
         self.step = step
-        message = error.get("message", "its lease expired too many times")
+        message = error.get("message", "its lease lapsed too many times")
         super().__init__(
             f"run {run_id}: {message}; stopped before {step!r} at position {position}, "
             "which does not run again: the run compensates instead"

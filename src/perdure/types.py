@@ -54,7 +54,7 @@ FINAL_STATUSES = frozenset(
 
 class StepStatus(enum.StrEnum):
     """A step checkpoint's state: final (completed, failed, skipped, cancelled, timed out)
-    or not yet (pending: queued as a parallel step; retrying: between attempts;
+    or not yet (pending: queued as a step task; retrying: between attempts;
     waiting: at a durable wait)."""
 
     PENDING = "pending"
@@ -65,7 +65,7 @@ class StepStatus(enum.StrEnum):
     TIMED_OUT = "timed_out"
     #: A graph step whose condition (or a dependency's) said no.
     SKIPPED = "skipped"
-    #: A parallel step dropped before it started, because its run failed.
+    #: A step task dropped before it started, because its run failed.
     CANCELLED = "cancelled"
 
 

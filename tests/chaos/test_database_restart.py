@@ -127,7 +127,7 @@ def test_a_worker_survives_a_server_restart(own_server: OwnServer, app: perdure.
         # The reaper works again: the dead worker's run is finished by the survivor.
         assert orphan.result(timeout=60)["slow"] == survivor.pid
         log = survivor.output()
-        assert "reaper revived" in log
+        assert "reaper reaped" in log
 
         assert survivor.proc.poll() is None, "the worker process exited"
         attempts = len(RECONNECT_LINE.findall(log))

@@ -47,7 +47,7 @@ def test_an_attempt_a_sigkill_ended_shows_on_its_step_with_how_it_ended(
     assert lane is not None
     lost = re.findall(r'data-kind="lost"><title>(.*?)</title>', lane.group(1))
     assert len(lost) == 1, lane.group(1)
-    assert "lease expired" in lost[0] and f"worker {victim_id(app, victim.pid)}" in lost[0]
+    assert "lease lapsed" in lost[0] and f"worker {victim_id(app, victim.pid)}" in lost[0]
     assert "step, 1 lost" in lane.group(1)
     # The other steps' lanes show no lost attempt: the crash was in "slow".
     for name in ("first", "record", "last"):

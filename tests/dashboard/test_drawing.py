@@ -179,9 +179,9 @@ def test_timeline_names_how_each_lost_attempt_ended() -> None:
     assert not [s for s in first.segments if s.kind == "lost"]
     lost = [s for s in slow.segments if s.kind == "lost"]
     assert [(s.start, s.width) for s in lost] == [(10.0, 20.0), (35.0, 15.0)]
-    assert lost[0].title == "attempt 1 ended: worker lost: its lease expired · worker a"
+    assert lost[0].title == "attempt 1 ended: worker lost: its lease lapsed · worker a"
     assert lost[1].title == "attempt 2 ended: handed back by its worker (shutdown) · worker b"
     assert slow.detail == "step, 2 lost"
     # Without the worker recorded lost, the expiry reads as such.
     again = timeline.build(run, steps, history, at(30)).lanes[2]
-    assert "lease expired: its worker stopped renewing it" in again.segments[0].title
+    assert "lease lapsed: its worker stopped renewing it" in again.segments[0].title

@@ -29,7 +29,7 @@ def lapse(app: perdure.App, db: psycopg.Connection[Any], times: int) -> None:
         )
         assert execute_sync(db, claim)
         db.execute("UPDATE tasks SET lease_expires_at = now() - interval '1 second'")
-        execute_sync(db, app.statements.tasks.rescue(limit=100))
+        execute_sync(db, app.statements.tasks.reap(limit=100))
 
 
 def test_each_workflow_dead_letters_at_its_own_max_lapses(
@@ -54,7 +54,7 @@ def test_each_workflow_dead_letters_at_its_own_max_lapses(
     handed = app.get_run(weak.id)
     assert handed.status == perdure.RunStatus.COMPENSATING
     assert handed.error is not None and handed.error["type"] == "LeaseExpired"
-    assert "expired 2 times" in handed.error["message"]
+    assert "lapsed 2 times" in handed.error["message"]
     assert app.get_run(strong.id).status == perdure.RunStatus.QUEUED
     lapse(app, db, 3)
     # The compensating execution died twice more: the run fails without them.
@@ -68,7 +68,7 @@ def test_each_workflow_dead_letters_at_its_own_max_lapses(
     ended = app.get_run(strong.id)
     assert ended.status == perdure.RunStatus.FAILED
     assert ended.error is not None and ended.error["type"] == "LeaseExpired"
-    assert "expired 5 times" in ended.error["message"]
+    assert "lapsed 5 times" in ended.error["message"]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1001, 2.5, True])
@@ -190,7 +190,7 @@ def test_a_step_that_kills_its_worker_every_time_is_dead_lettered_and_the_run_co
     run = order.app.get_run(order.run_id)
     assert run.status == perdure.RunStatus.COMPENSATED
     assert run.error is not None and run.error["type"] == "LeaseExpired"
-    assert "expired 3 times" in run.error["message"]
+    assert "lapsed 3 times" in run.error["message"]
     assert order.ran == {"reserve": 1, "charge": 1, "ship": 3, "undo:charge": 1, "undo:reserve": 1}
     assert order.undone == ["charge", "reserve"], "compensations run newest first"
     steps = [(s.name, s.status) for s in order.app.steps(order.run_id)]
@@ -249,10 +249,10 @@ def test_a_compensating_execution_that_dies_max_lapses_times_fails_the_run_and_s
     run = order.app.get_run(order.run_id)
     assert run.status == perdure.RunStatus.FAILED
     assert run.error is not None and run.error["type"] == "LeaseExpired"
-    assert "expired 2 times while it ran its compensations" in run.error["message"]
+    assert "lapsed 2 times while it ran its compensations" in run.error["message"]
     assert "did not run" in run.error["message"]
     assert run.error["failure"]["type"] == "LeaseExpired"
-    assert "expired 2 times" in run.error["failure"]["message"]
+    assert "lapsed 2 times" in run.error["failure"]["message"]
     # Each phase died max_lapses times, and then it stopped: no loop.
     assert order.ran == {"reserve": 1, "charge": 1, "ship": 2, "undo:charge": 2}
     assert order.undone == ["charge", "charge"]

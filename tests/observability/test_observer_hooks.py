@@ -80,3 +80,18 @@ def test_compensations_and_a_simulated_crash_are_heard(app: perdure.App) -> None
 
 def _refuse() -> None:
     raise perdure.PermanentError("declined")
+
+
+def test_an_observer_of_the_deprecated_dead_lettered_hook_still_hears_the_reaper() -> None:
+    heard: list[tuple[str, int]] = []
+
+    class Old(Observer):
+        def dead_lettered(self, count: int) -> None:
+            heard.append(("old", count))
+
+    class New(Observer):
+        def reaped_for_good(self, count: int) -> None:
+            heard.append(("new", count))
+
+    Observers([Old(), New()]).reaped_for_good(3)
+    assert heard == [("old", 3), ("new", 3)]

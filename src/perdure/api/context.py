@@ -129,8 +129,8 @@ class _Base:
         """Describe step ``name`` without running it, for ``gather``.
 
         In an ``async def`` workflow ``ctx.step(...)`` does the same; in a plain
-        ``def`` workflow ``ctx.step`` runs at once, so parallel steps are
-        written ``ctx.gather(ctx.branch("a", f), ctx.branch("b", g))``.
+        ``def`` workflow ``ctx.step`` runs at once, so steps run in parallel (each
+        its own step task) are written ``ctx.gather(ctx.branch("a", f), ctx.branch("b", g))``.
         """
         return self._call(name, fn, args, kwargs, retry, timeout)
 
@@ -156,7 +156,7 @@ class _Base:
             arguments.label("rollback name", name)
         check_policy("retry", retry)
         label = str(name or getattr(fn, "__name__", None) or "rollback")
-        self._execution.rollbacks.append(Rollback(label, fn, args, kwargs, retry))
+        self._execution.on_rollback(Rollback(label, fn, args, kwargs, retry))
 
     def _wait(
         self, name: str, timeout: float | timedelta | None, kind: Any = None
@@ -392,12 +392,12 @@ class Context(_Base):
         timeout: float | None = None,
         return_exceptions: bool = False,
     ) -> list[Any]:
-        """Run ``fn(item)`` for every item as parallel steps ``name[0]``, ``name[1]``, ...
+        """Run ``fn(item)`` for every item as step tasks ``name[0]``, ``name[1]``, ...
 
         The same as [`gather`][perdure.Context.gather] over one step per item, keyed by index.
         """
         calls = self._map_calls(name, fn, items, retry, timeout)
-        # MappedSteps builds a step only when read: a parallel step's task
+        # MappedSteps builds a step only when read: a step task
         # replaying the map reads its own, not all n.
         return await self._gather(calls, return_exceptions)
 

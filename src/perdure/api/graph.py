@@ -83,7 +83,7 @@ class Graph:
     retry: RetryPolicy = field(default=DEFAULT_WORKFLOW_RETRY)
     kind: str = "graph"
     #: Lease lapses a task of this graph's runs survives before the reaper
-    #: dead-letters it (stored with the definition; every worker applies it).
+    #: reaps it for good (stored with the definition; every worker applies it).
     max_lapses: int = DEFAULT_MAX_LAPSES
     _steps: dict[str, GraphStep] = field(default_factory=dict)
     _by_fn: dict[int, str] = field(default_factory=dict)
@@ -208,8 +208,12 @@ class Graph:
         Raises WorkflowDefinitionError naming the problem. Called before the
         graph's first run or worker; call it yourself to fail at import time.
         """
+        self._validated()
+
+    def _validated(self) -> list[GraphStep]:
+        """The steps in topological order, checked and positioned the first time."""
         if self._ordered is not None:
-            return
+            return self._ordered
         if not self._steps:
             raise WorkflowDefinitionError(f"graph {self.name!r} has no steps")
         order = list(self._steps)
@@ -246,15 +250,14 @@ class Graph:
         for step in ordered:
             step.depends_on = tuple(self._steps[d].position for d in step.after)
         self._ordered = ordered
+        return ordered
 
     # What the engine reads -------------------------------------------------------
 
     @property
     def steps(self) -> list[GraphStep]:
         """The steps in topological order (position order)."""
-        self.validate()
-        assert self._ordered is not None
-        return self._ordered
+        return self._validated()
 
     def step_input(self, step: Any, outputs: dict[int, Any], run_input: Any) -> Any:
         """What ``step`` receives: the run input, its one dependency's output, or a dict.

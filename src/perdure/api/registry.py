@@ -28,7 +28,7 @@ def validate_identity(kind: str, name: object, version: object, queue: object) -
         )
 
 
-#: Lease lapses a task survives before the reaper dead-letters it with its run.
+#: Lease lapses a task survives before the reaper reaps it for good, with its run.
 DEFAULT_MAX_LAPSES = 5
 
 
@@ -55,7 +55,7 @@ class WorkflowDef:
     retry: RetryPolicy = field(default=DEFAULT_WORKFLOW_RETRY)
     kind: str = "function"
     #: Lease lapses a task of this workflow's runs survives before the reaper
-    #: dead-letters it (stored with the definition; every worker applies it).
+    #: reaps it for good (stored with the definition; every worker applies it).
     max_lapses: int = DEFAULT_MAX_LAPSES
 
     def __post_init__(self) -> None:

@@ -134,7 +134,6 @@ async def _upsert(
             next_tick=_cron.next_tick(definition.cron, now),
         )
     )
-    assert info is not None  # the upsert returns the row, changed or not
     return info
 
 

@@ -236,7 +236,7 @@ def worker(
 
 
 def exit_now_if_steps_are_stuck() -> None:
-    """Exit at once if abandoned step threads would keep the process alive.
+    """Exit at once if stuck step threads would keep the process alive.
 
     A plain ``def`` step cannot be interrupted from outside its thread. When a
     shutdown hands such a run back to the queue, its thread may still be
@@ -252,7 +252,7 @@ def exit_now_if_steps_are_stuck() -> None:
     stuck = [t for t in threading.enumerate() if t.name.startswith("perdure-step") and t.is_alive()]
     if stuck:
         logging.getLogger("perdure.worker").warning(
-            "%d abandoned step thread(s) still running; exiting without waiting for them",
+            "%d stuck step thread(s) still running; exiting without waiting for them",
             len(stuck),
         )
         logging.shutdown()

@@ -7,7 +7,8 @@ the earlier ones: each ``step_retry_scheduled`` event ends a failed attempt,
 and the next claim of the run (or of the step's task) starts the next one.
 
 Attempts no step row records are drawn too: those a crash or a lost lease
-ended (``lease_expired``) and those a worker handed back (``run_released``).
+ended (``lease_expired``, the stored name of a lapse) and those a worker
+handed back (``run_released``).
 Each is drawn on the step that was in flight, from the worker's last recorded
 moment to the event, titled with how it ended.
 """
@@ -167,8 +168,8 @@ def _ending(event: HistoryEvent, lost_workers: frozenset[str]) -> str:
         why = detail.get("reason")
         return f"handed back by its worker{f' ({why})' if why else ''}"
     if event.worker_id is not None and event.worker_id in lost_workers:
-        return "worker lost: its lease expired"
-    return "lease expired: its worker stopped renewing it (crashed or stalled)"
+        return "worker lost: its lease lapsed"
+    return "lease lapsed: its worker stopped renewing it (crashed or stalled)"
 
 
 def _with_lost(lane: Lane, lost: list[Lost], scale: _Scale) -> Lane:

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, Protocol
 
 from perdure.engine import faults, serialization, steplogs
 from perdure.engine.checkpoint import Attempt
-from perdure.engine.control import Disconnected, LeaseLost, StaleHistory, Suspend
+from perdure.engine.control import Disconnected, StaleHistory, Suspend, Unwind
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.observer import StepAttempt
@@ -73,7 +73,7 @@ async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body)
             faults.hit("before_step", attempt.name)
             with steplogs.capture() as logged:
                 text, decoded = await body(attempt)
-        except (Suspend, LeaseLost, StaleHistory, asyncio.CancelledError):
+        except (Suspend, Unwind, StaleHistory, asyncio.CancelledError):
             raise
         except Snooze as snooze:
             seconds = time.perf_counter() - began

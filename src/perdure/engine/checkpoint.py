@@ -35,7 +35,7 @@ class Attempt:
     ) -> Checkpoint:
         """This attempt's outcome with ``status`` as the checkpoint record fenced on
         ``fence``: the lease it extends, what it publishes, whether it ends its task
-        (a parallel step's final checkpoint, which wakes the run at once on a failure)."""
+        (a step task's final checkpoint, which wakes the run at once on a failure)."""
         return Checkpoint(
             fence,
             self.position,

@@ -120,26 +120,26 @@ class Committer:
             # The worker is stopping: whether this transaction committed is
             # unknown, as after a lost connection.
             for _, future in batch:
-                _settle(future, exc=Disconnected("the worker stopped during a commit"))
+                _resolve(future, exc=Disconnected("the worker stopped during a commit"))
             raise
         except (Exception, Disconnected) as exc:
             if len(batch) == 1 or lost_connection(exc):
                 for _, future in batch:
-                    _settle(future, exc=exc)
+                    _resolve(future, exc=exc)
                 return
             log.info(
                 "a shared commit of %d units failed (%s); committing each alone", len(batch), exc
             )
             for unit, future in batch:
                 try:
-                    _settle(future, (await _write(self.store, [unit]))[0])
+                    _resolve(future, (await _write(self.store, [unit]))[0])
                 except (Exception, Disconnected) as alone:
-                    _settle(future, exc=alone)
+                    _resolve(future, exc=alone)
             return
         self.transactions += 1
         self.units += len(batch)
         for (_, future), result in zip(batch, results, strict=True):
-            _settle(future, result)
+            _resolve(future, result)
 
 
 def lost_connection(exc: BaseException) -> bool:
@@ -163,7 +163,7 @@ async def _write(store: AsyncStore, units: list[Unit]) -> list[Fenced]:
     return [next(answers) if isinstance(unit, Checkpoint) else next(by_kind) for unit in units]
 
 
-def _settle(
+def _resolve(
     future: asyncio.Future[Fenced],
     result: Fenced | None = None,
     exc: BaseException | None = None,

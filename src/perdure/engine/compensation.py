@@ -1,14 +1,14 @@
 """Compensation: a run that failed for good undoes its completed steps, newest first.
 
 A run compensates however it failed: a step's failure, its body's, or its
-own task dead-lettered by the reaper (its lease lapsed ``max_lapses`` times,
-task_rescue). A compensating run's error is recorded before its
+own task reaped for good by the reaper (its lease lapsed ``max_lapses`` times,
+task_reap). A compensating run's error is recorded before its
 compensations run, and its task may be claimed again (after a crash, or,
-when it was dead-lettered, to compensate at all). That execution replays the
+when it was reaped for good, to compensate at all). That execution replays the
 workflow from its checkpoints to register the compensations again, but runs
 nothing new: at the first step (gather, wait, child) without a final
-checkpoint it raises the recorded failure (``LeaseExpired`` for a dead
-letter; Execution.end_of_history), so what killed the workers is not run
+checkpoint it raises the recorded failure (``LeaseExpired`` for a task
+reaped for good; Execution.end_of_history), so what killed the workers is not run
 again, and the failure path below runs the compensations.
 """
 
@@ -18,6 +18,7 @@ import traceback
 from typing import Any
 
 from perdure.engine import serialization
+from perdure.engine.control import Outcome
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution
 from perdure.engine.stops import STOPS, stopped
@@ -43,7 +44,7 @@ async def recorded_failure(env: ExecutionEnv, run_id: str) -> dict[str, Any]:
     return dict(run.error or {}) if run is not None else {}
 
 
-async def run(execution: Execution, cause: Exception | None) -> str:
+async def run(execution: Execution, cause: Exception | None) -> Outcome:
     """Run the registered compensations, newest first, each a durable step; end the run.
 
     The run turns 'compensating' first (its error kept if it already was).
@@ -59,9 +60,9 @@ async def run(execution: Execution, cause: Exception | None) -> str:
         _, text = failure_json(cause)
         if not (await store.execute(statements.runs.compensating(task.fence, text))).leased:
             env.lease_lost(task)
-            return "abandoned"
+            return Outcome.LEASE_LOST
     env.observer.run_compensating(task.run_id, len(execution.rollbacks))
-    execution.failure = None  # the compensations are the new work this run does
+    execution.compensate()
     failed: list[str] = []
     try:
         for rollback in reversed(execution.rollbacks):
@@ -80,14 +81,14 @@ async def run(execution: Execution, cause: Exception | None) -> str:
         return await stopped(execution, stop)
     except Cancelled:
         await store.execute(statements.tasks.settle(task.fence))
-        return "cancelled"
+        return Outcome.CANCELLED
     status = "compensation_failed" if failed else "compensated" if execution.rollbacks else "failed"
     error_json = serialization.error_json({"compensations_failed": failed}) if failed else None
     result = await store.execute(statements.runs.fail(task.fence, error_json, status))
     if not result.leased:
         env.lease_lost(task)
-        return "abandoned"
+        return Outcome.LEASE_LOST
     if not result.changed:
-        return "cancelled"
+        return Outcome.CANCELLED
     env.run_finished(task.run_id, task.workflow, status, cause)
-    return status
+    return Outcome(status)

@@ -1,24 +1,72 @@
-"""Engine control flow that user code must not swallow.
+"""Engine control flow that user code must not swallow, and how an execution ends.
 
-These derive from ``BaseException``: a workflow's ``except Exception:`` around
-a ``ctx`` call cannot catch them, so the engine always regains control.
+The stops derive from ``BaseException``: a workflow's ``except Exception:``
+around a ``ctx`` call cannot catch them, so the engine always regains control.
+``Outcome`` names what one execution of a claimed task ended as.
 """
 
 from __future__ import annotations
 
+import enum
+
 from perdure import errors
+
+
+class Outcome(enum.StrEnum):
+    """What one execution of a claimed task ended as (the ``outcome`` of the
+    observer's ``execution_finished``, of ``perdure_task_duration_seconds`` and of
+    the ``perdure.run`` span). A ``str``: each member equals its value."""
+
+    #: The run finished with its output.
+    COMPLETED = "completed"
+    #: The run failed (no compensation registered).
+    FAILED = "failed"
+    #: The run failed and its compensations ran.
+    COMPENSATED = "compensated"
+    #: The run failed and a compensation failed too.
+    COMPENSATION_FAILED = "compensation_failed"
+    #: The run's body raised and will be retried.
+    RETRYING = "retrying"
+    #: Handed back: a wait, a sleep, a step retry's backoff, a fan-out.
+    SUSPENDED = "suspended"
+    #: A step task checkpointed its step.
+    STEP_TASK_COMPLETED = "step_task_completed"
+    #: A graph's step task failed its step.
+    STEP_TASK_FAILED = "step_task_failed"
+    #: The workflow ended without reaching the step task's step.
+    STEP_TASK_UNREACHABLE = "step_task_unreachable"
+    #: A graph run's first task scheduled its first steps.
+    SCHEDULED = "scheduled"
+    #: The run stopped (cancelled, paused, ended) while its task was claimed: let go.
+    SETTLED = "settled"
+    #: The run was cancelled.
+    CANCELLED = "cancelled"
+    #: A fenced write found another owner: this worker stopped without another write.
+    LEASE_LOST = "lease_lost"
+    #: Handed back at once, to be replayed again from fresher history.
+    RELEASED = "released"
+    #: The database went away mid-execution; the task was handed back.
+    DISCONNECTED = "disconnected"
+    #: A test's simulated crash: the lease lapses.
+    CRASHED = "crashed"
+    #: A database error mid-execution: the lease lapses.
+    ERROR = "error"
 
 
 class Suspend(BaseException):
     """The task was handed back (a retry backoff); stop executing this run now."""
 
 
-class LeaseLost(BaseException):
-    """This worker lost its lease on the task: stop executing it without another write.
+class ReplayEnd(BaseException):
+    """A replay-only execution reached the end of the recorded history (or new work)."""
 
-    The control-flow form of [`perdure.errors.LeaseLost`][perdure.errors.LeaseLost] (which it
-    carries as ``error``): a ``BaseException``, so that a workflow's
-    ``except Exception:`` cannot swallow it.
+
+class Unwind(BaseException):
+    """Stop executing the task without another write, carrying why as ``error``
+    (a [`perdure.errors.LeaseLost`][perdure.errors.LeaseLost]: the lease is lost).
+
+    A ``BaseException`` that carries the one lease-lost error through user code,
+    so that a workflow's ``except Exception:`` cannot swallow it.
     """
 
     def __init__(self, error: errors.LeaseLost) -> None:

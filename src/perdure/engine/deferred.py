@@ -10,7 +10,7 @@ completion cost one round trip and one commit together.
 Only the workflow's own synchronous code runs between a step's return and its
 checkpoint. A crash in that window is a crash before the checkpoint: the step
 runs again on replay, as the at-least-once contract of steps allows. Every
-other write of the execution (a release, a wait, another checkpoint) settles
+other write of the execution (a release, a wait, another checkpoint) flushes
 the held one first, so checkpoints commit in step order.
 """
 
@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from perdure.engine import faults
-from perdure.engine.control import Disconnected, LeaseLost, StaleHistory
+from perdure.engine.control import Disconnected, StaleHistory, Unwind
 from perdure.store.writes import Checkpoint
 
 Record = Callable[[Checkpoint], Awaitable[None]]
@@ -67,7 +67,7 @@ class DeferredCheckpoint:
             await self.record(pending)
             faults.hit("after_checkpoint", pending.name)
 
-    async def settle(self) -> None:
+    async def flush_now(self) -> None:
         """Write the held checkpoint now, if there is one, and wait until it committed."""
         task = self.flushing
         if task is not None:
@@ -91,5 +91,5 @@ class DeferredCheckpoint:
         self.pending = None
         task, self.flushing = self.flushing, None
         if task is not None:
-            with contextlib.suppress(Exception, LeaseLost, StaleHistory, Disconnected):
+            with contextlib.suppress(Exception, Unwind, StaleHistory, Disconnected):
                 await task

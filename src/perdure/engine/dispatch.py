@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perdure.engine import graph, outcome, poison
-from perdure.engine.control import Disconnected
+from perdure.engine.control import Disconnected, Outcome
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.handback import hand_back
 from perdure.engine.observer import task_fields
@@ -33,10 +33,10 @@ async def execute(
     *,
     stopping: asyncio.Event,
     ended: Callable[[ClaimedTask], None],
-) -> str:
+) -> Outcome:
     """Execute ``task`` once; how it ended (``ended(task)`` is called first, whatever
     happened; ``stopping``: the worker's stop request, which cuts a hand-back short)."""
-    result = "error"
+    result: Outcome = Outcome.ERROR
     began = time.perf_counter()
     token = env.observer.execution_started(task)
     try:
@@ -47,10 +47,10 @@ async def execute(
         else:
             result = await outcome.execute(task, spec, env)
     except asyncio.CancelledError:
-        result = "cancelled"
+        result = Outcome.CANCELLED
         raise
     except Disconnected as exc:
-        result = "disconnected"
+        result = Outcome.DISCONNECTED
         env.unheld.suspect = True
         log.warning(
             "run %s: lost the database mid-execution (%s)",
@@ -62,7 +62,7 @@ async def execute(
     except Exception:
         # A database error mid-execution: the task stays claimed and its
         # lease lapses, so another worker (or this one) replays it.
-        env.unheld.abandoned.add(task.fence.task_id)
+        env.unheld.left_to_lapse.add(task.fence.task_id)
         log.exception(
             "executing run %s failed; its lease will lapse",
             task.run_id,

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from perdure.engine import serialization
 from perdure.engine.commit import Committer
+from perdure.engine.control import ReplayEnd
 from perdure.engine.observer import Observer
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.unheld import Unheld
@@ -45,9 +46,13 @@ class WorkflowSpec(Protocol[E]):
 
 @dataclass
 class ExecutionEnv:
-    """What every execution on one worker shares."""
+    """What every execution on one worker shares.
 
-    store: AsyncStore
+    A replay against recorded history alone (``perdure check-replay``) has no
+    store (``db`` None): any I/O it would do ends the replay (ReplayEnd).
+    """
+
+    db: AsyncStore | None
     lease_seconds: float
     threads: Executor
     max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES
@@ -62,15 +67,22 @@ class ExecutionEnv:
     #: Group commit of the worker's checkpoints (None: each is written alone).
     committer: Committer | None = None
     #: Tasks the worker executes at once: an execution that runs a batch of
-    #: parallel steps in its one slot runs at most this many at a time.
+    #: step tasks in its one slot runs at most this many at a time.
     concurrency: int = 64
-    #: Batches of parallel steps still running after the execution that
+    #: Batches of step tasks still running after the execution that
     #: claimed them moved on (a gather that failed fast); the worker waits
-    #: for them, then cancels them, before it stops (engine.parallel.settle).
+    #: for them, then cancels them, before it stops (engine.parallel.wind_down).
     background: set[asyncio.Task[None]] = field(default_factory=set)
     #: The tasks this worker holds beside its claim loop's, and the recovery of
     #: claims whose answer was lost (engine.unheld).
     unheld: Unheld = field(default_factory=Unheld)
+
+    @property
+    def store(self) -> AsyncStore:
+        """The worker's store; a replay with none ends where I/O would begin (ReplayEnd)."""
+        if self.db is None:
+            raise ReplayEnd("a replay reads and writes nothing")
+        return self.db
 
     async def write(self, unit: Checkpoint | Completion) -> Fenced:
         """Commit one checkpoint or completion (fenced on its task), in a transaction

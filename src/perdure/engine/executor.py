@@ -22,10 +22,12 @@ from typing import Any, NoReturn, TypeVar
 from perdure import errors
 from perdure.engine import attempts, serialization, typed
 from perdure.engine.checkpoint import Attempt
-from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.control import ReplayEnd, StaleHistory, Suspend, Unwind
+from perdure.engine.cursor import ReplayCursor, recorded_failure
 from perdure.engine.deferred import DeferredCheckpoint
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.retry import RetryPolicy
+from perdure.engine.writer import FencedWriter
 from perdure.errors import (
     Cancelled,
     NonDeterminismError,
@@ -34,8 +36,6 @@ from perdure.errors import (
 )
 from perdure.steps import Snooze
 from perdure.store.rows import ClaimedTask, Fenced
-from perdure.store.statement import Statement
-from perdure.store.store import execute_async, execute_sync
 from perdure.store.writes import Checkpoint, Release
 from perdure.types import Step, StepStatus
 
@@ -45,10 +45,6 @@ T = TypeVar("T")
 
 #: A workflow definition whose body runs in an ``Execution``.
 Spec = WorkflowSpec["Execution"]
-
-
-class ReplayEnd(BaseException):
-    """A replay-only execution reached the end of the recorded history."""
 
 
 class StepTaskDone(BaseException):
@@ -72,7 +68,7 @@ class _Output:
 
     what: str
     rebuild: Callable[[Any], Any]
-    checkpoint: Callable[[str], Statement[Fenced]]
+    checkpoint: Callable[[str], Checkpoint]
 
     def encode(self, result: Any, max_bytes: int) -> tuple[str, Any]:
         """The output's JSON text and the value the workflow receives (its declared type)."""
@@ -87,40 +83,38 @@ class Execution:
     task: ClaimedTask
     spec: Spec
     env: ExecutionEnv
-    steps: dict[int, Step]
+    #: The recorded history, the position in it and the determinism guard.
+    cursor: ReplayCursor
     loop: asyncio.AbstractEventLoop
-    position: int = 0
+    #: Every fenced write of this execution goes through it (engine.writer).
+    writer: FencedWriter
     #: Set once a fenced write found another owner (or the heartbeat did).
     lease_lost: bool = False
     fatal: BaseException | None = None
     #: The run's status as of the last checkpoint: 'cancelled' or 'paused'
     #: stops the workflow at its next ctx call.
     run_status: str = "running"
-    #: Replay against recorded history only (check-replay): never run a step.
-    replay_only: bool = False
     #: Values written to each stream so far in this execution (replay included).
     stream_seq: dict[str, int] = field(default_factory=dict)
     #: Set when executing a step task: the position of its step.
     step_task_position: int | None = None
     #: Compensations registered so far, in registration order.
     rollbacks: list[Rollback] = field(default_factory=list)
-    #: Called in the transaction of a step task's final checkpoint, under the
-    #: run's row lock: a graph decides there what runs next.
-    on_step_task_final: Callable[[Any], Awaitable[None]] | None = None
     #: The failure a compensating run recorded, while its replay must run
     #: nothing new (engine.compensation); None otherwise.
     failure: dict[str, Any] | None = None
-    #: The position and name of the last step asked for.
-    requested: tuple[int, str] = (0, "")
     #: A completed step's checkpoint not written yet (see engine.deferred).
     deferred: DeferredCheckpoint = field(init=False)
 
     def __post_init__(self) -> None:
-        # Only on a worker with group commit, and for a run's own task.
-        enabled = self.env.committer is not None and self.step_task_position is None
-        self.deferred = DeferredCheckpoint(self.loop, self.record, enabled)
+        self.deferred = DeferredCheckpoint(self.loop, self.record, self.writer.holds)
 
     # Replay ------------------------------------------------------------------
+
+    @property
+    def replay_only(self) -> bool:
+        """Whether this execution replays recorded history only (check-replay: no store)."""
+        return self.env.db is None
 
     def check_alive(self) -> None:
         """Stop user code at its next ``ctx`` call once the task is lost or doomed."""
@@ -131,17 +125,39 @@ class Execution:
         if self.run_status == "cancelled":
             raise Cancelled(self.task.run_id)
 
+    def note_status(self, run_status: str) -> None:
+        """The run's status as last read (a 'cancelled' one stops it at its next ctx call)."""
+        self.run_status = run_status
+
+    def next_stream_seq(self, key: str) -> int:
+        """The sequence number of the next value written to stream ``key``."""
+        self.stream_seq[key] = self.stream_seq.get(key, 0) + 1
+        return self.stream_seq[key]
+
+    def on_rollback(self, rollback: Rollback) -> None:
+        """Register a compensation, to run if the run fails for good."""
+        self.rollbacks.append(rollback)
+
+    def compensate(self) -> None:
+        """The compensations are the new work this run does now: let them run."""
+        self.failure = None
+
+    def doom(self, error: BaseException) -> NoReturn:
+        """Stop the run for good with ``error``, even if the workflow catches it."""
+        self.fatal = error
+        raise error
+
     def lose_lease(self) -> NoReturn:
-        """Another worker owns the task now: stop executing it (LeaseLost)."""
+        """Another worker owns the task now: stop executing it (the lease is lost)."""
         self.lease_lost = True
         fence = self.task.fence
-        raise LeaseLost(errors.LeaseLost(fence.task_id, fence.worker_id, fence.attempt))
+        raise Unwind(errors.LeaseLost(fence.task_id, fence.worker_id, fence.attempt))
 
     def fenced(self, result: Fenced, stale: str = "") -> Fenced:
         """Check a fenced write's answer: stop on a lost lease or, when ``stale`` says
         what was already there, on stale history; note the run's status."""
         if result.run_status:
-            self.run_status = result.run_status
+            self.note_status(result.run_status)
         if not result.leased:
             self.lose_lease()
         if stale and not result.written:
@@ -149,19 +165,19 @@ class Execution:
         return result
 
     def end_of_history(self) -> None:
-        """Stop where the history ends when only replaying (check-replay, a parallel step),
+        """Stop where the history ends when only replaying (check-replay, a step task),
         or, in a compensating run, with its failure (nothing new runs)."""
         if self.replay_only or self.step_task_position is not None:
-            raise ReplayEnd(self.position)
+            raise ReplayEnd(self.cursor.position)
         if self.failure is not None:
-            position, name = self.requested
+            position, name = self.cursor.requested
             if self.failure.get("type") == "LeaseExpired":
                 raise errors.LeaseExpired(self.task.run_id, self.failure, position, name)
             raise errors.RunFailed(self.task.run_id, self.failure, "compensating")
 
     async def gate(self) -> None:
         """Run before every ctx call: stop if lost or cancelled, park if paused."""
-        await self.deferred.settle()
+        await self.deferred.flush_now()
         self.check_alive()
         if self.run_status == "paused":
             await self.release(0.0, event="run_paused_at_step", paused=True)
@@ -170,51 +186,30 @@ class Execution:
         self, delay: float, *, event: str, detail_json: str | None = None, paused: bool = False
     ) -> NoReturn:
         """Hand the task back, due after ``delay`` s, and stop executing (Suspend)."""
-        await self.deferred.settle()
+        await self.deferred.flush_now()
         release = Release(
             self.task.fence, event, delay_seconds=delay, detail_json=detail_json, paused=paused
         )
-        (released,) = await self.env.store.release_tasks([release])
-        if not released:
+        if not await self.writer.release(release):
             self.lose_lease()
         raise Suspend()
 
     def advance(self, name: str, kind: str = "step") -> tuple[int, Step | None]:
         """Take the next position for step ``name``: its checkpoint, if any; the guard."""
         self.check_alive()
-        position = self.position
-        self.position += 1
-        self.requested = (position, name)
-        recorded = self.steps.get(position)
-        if recorded is not None and (recorded.name != name or recorded.kind != kind):
-            self.fatal = NonDeterminismError(
-                run_id=self.task.run_id,
-                workflow=self.spec.name,
-                version=self.spec.version,
-                position=position,
-                recorded=recorded.name,
-                requested=name,
-            )
-            raise self.fatal
-        return position, recorded
+        try:
+            return self.cursor.advance(name, kind)
+        except NonDeterminismError as guard:
+            self.doom(guard)
 
     def replayed(self, recorded: Step) -> Any:
         """A recorded final checkpoint's output, or its failure raised (StepFailed)."""
-        if recorded.status == StepStatus.COMPLETED:
-            return recorded.output
-        raise self.recorded_failure(recorded)
+        return self.cursor.replayed(recorded)
 
     @staticmethod
     def recorded_failure(recorded: Step) -> StepFailed:
         """The StepFailed a failed step's checkpoint records."""
-        error = recorded.error or {}
-        return StepFailed(
-            recorded.name,
-            str(error.get("type", "Error")),
-            str(error.get("message", "")),
-            recorded.attempts,
-            error.get("traceback"),
-        )
+        return recorded_failure(recorded)
 
     # Steps -------------------------------------------------------------------
 
@@ -304,10 +299,8 @@ class Execution:
         rebuild = functools.partial(typed.return_hint(fn).rebuild, what=what)
 
         async def body(attempt: Attempt) -> tuple[str | None, Any]:
-            steps = self.env.store.statements.steps
-
-            def checkpoint(text: str) -> Statement[Fenced]:
-                return steps.write(self.checkpoint_record(attempt, "completed", text))
+            def checkpoint(text: str) -> Checkpoint:
+                return self.checkpoint_record(attempt, "completed", text)
 
             output = _Output(what, rebuild, checkpoint)
             if inspect.iscoroutinefunction(fn):
@@ -328,14 +321,13 @@ class Execution:
         kwargs: dict[str, Any],
         output: _Output,
     ) -> Any:
-        statements = self.env.store.statements
-        async with self.env.store.transaction() as conn:
-            if not await execute_async(conn, statements.tasks.lock_fenced(self.task.fence)):
+        async with self.writer.transaction() as (conn, ours):
+            if not ours:
                 self.lose_lease()
             result = await fn(conn, *args, **kwargs)
             text, decoded = output.encode(result, self.env.max_payload_bytes)
             # Raising here rolls the transaction back with its checkpoint.
-            result = self.fenced(await execute_async(conn, output.checkpoint(text)))
+            result = self.fenced(await self.writer.record(output.checkpoint(text), conn))
             if not result.written:
                 # A final checkpoint is already there: this execution stops as
                 # if its lease were lost (rolling the step back), and lets the
@@ -350,15 +342,13 @@ class Execution:
         kwargs: dict[str, Any],
         output: _Output,
     ) -> Any:
-        statements = self.env.store.statements
-        pool = self.env.get_sync_pool()
-        with self.env.store.reachable(), pool.connection() as conn, conn.transaction():
-            if not execute_sync(conn, statements.tasks.lock_fenced(self.task.fence)):
+        with self.writer.transaction_sync() as (conn, ours):
+            if not ours:
                 self.lose_lease()
             result = fn(conn, *args, **kwargs)
             text, decoded = output.encode(result, self.env.max_payload_bytes)
             # Raising here rolls the transaction back with its checkpoint.
-            result = self.fenced(execute_sync(conn, output.checkpoint(text)))
+            result = self.fenced(self.writer.record_sync(output.checkpoint(text), conn))
             if not result.written:
                 # A final checkpoint is already there: this execution stops as
                 # if its lease were lost (rolling the step back), and lets the
@@ -401,7 +391,7 @@ class Execution:
     ) -> Checkpoint:
         """``attempt``'s outcome with ``status`` as the record of its fenced write.
 
-        A parallel step's final checkpoint also ends its task and may wake the
+        A step task's final checkpoint also ends its task and may wake the
         run (at once on a failure: gathers fail fast); any other extends the
         task's lease.
         """
@@ -427,26 +417,14 @@ class Execution:
         **publish: Any,
     ) -> None:
         """Write a checkpoint (on ``conn``, in its transaction, if given); stop if not ours."""
-        await self.deferred.settle()
+        await self.deferred.flush_now()
         checkpoint = self.checkpoint_record(attempt, status, output_json, error_json, **publish)
         await self.record(checkpoint, conn)
 
     async def record(self, checkpoint: Checkpoint, conn: Any = None) -> None:
         """Commit ``checkpoint`` (on ``conn``, in its transaction, if given); stop if
         the lease is lost or the history was stale."""
-        statements = self.env.store.statements
-        if conn is not None:
-            result = await execute_async(conn, statements.steps.write(checkpoint))
-        elif checkpoint.ends_task:
-            # Under the run's row lock: sibling completions serialise, and the
-            # last one sees every other one's commit when it decides to wake.
-            async with self.env.store.transaction() as conn:
-                await execute_async(conn, statements.runs.lock(self.task.run_id))
-                result = await execute_async(conn, statements.steps.complete_parallel(checkpoint))
-                if result.leased and self.on_step_task_final is not None:
-                    await self.on_step_task_final(conn)
-        else:
-            result = await self.env.write(checkpoint)
+        result = await self.writer.record(checkpoint, conn)
         # Not written with the lease ours: the history this replay started
         # from was stale; the task is handed back and replayed from the real one.
         self.fenced(result, f"position {checkpoint.position} was already checkpointed")

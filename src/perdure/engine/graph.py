@@ -20,22 +20,23 @@ in reverse topological order, each a durable, retried step. The run ends
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from perdure.engine import parallel, poison, serialization, typed
-from perdure.engine.control import Suspend
+from perdure.engine.control import Outcome, Suspend
+from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executor import Execution
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.stops import STOPS, stopped
 from perdure.engine.waits import FOREVER_SECONDS
-from perdure.errors import SignalTimeout, StepFailed
+from perdure.engine.writer import FencedWriter
+from perdure.errors import SignalTimeout, StepFailed, WorkflowDefinitionError
 from perdure.steps import StepContext
-from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep
+from perdure.store.rows import ClaimedStepTask, ClaimedTask, RunTask, StepTask, StepTaskCompletion
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
 
@@ -72,25 +73,25 @@ class GraphSpec(WorkflowSpec[Any], Protocol):
         """The steps no other step depends on: their outputs are the run's output."""
 
 
-async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
+async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> Outcome:
     """Execute a task of a graph run: its first task, a step, or a compensation."""
     store, statements = env.store, env.store.statements
     if task.finished:
         await store.execute(statements.tasks.settle(task.fence))
-        return "settled"
-    if task.kind == "run":
+        return Outcome.SETTLED
+    if isinstance(task, RunTask):
         async with store.transaction() as conn:
             await execute_async(conn, statements.runs.lock(task.run_id))
             if not await execute_async(conn, statements.tasks.finish(task.fence)):
                 env.lease_lost(task)
-                return "abandoned"
+                return Outcome.LEASE_LOST
             scheduled = await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
         if scheduled:
             await _run_batches(task, spec, env)
-        return "scheduled"
+        return Outcome.SCHEDULED
     decided: list[bool] = []
     outcome = await _execute_step(task, spec, env, decided=decided)
-    if outcome == "branch_completed" and any(decided):
+    if outcome == Outcome.STEP_TASK_COMPLETED and any(decided):
         # This completion made steps ready: run them here.
         await _run_batches(task, spec, env)
     return outcome
@@ -99,87 +100,57 @@ async def execute(task: ClaimedTask, spec: Any, env: ExecutionEnv) -> str:
 async def _run_batches(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> None:
     """Run the steps this task's decision made ready, here, a batch at a time.
 
-    The worker that scheduled them claims them (as a gather's steps are
-    claimed, see engine.parallel), runs a batch at once and writes the
-    batch's checkpoints and the decision of what runs next in one
+    The worker that scheduled them claims them (by the loop that runs a
+    gather's steps, engine.parallel.run_here), runs a batch at once and writes
+    the batch's checkpoints and the decision of what runs next in one
     transaction, instead of one each. Other workers claim the rest as usual.
     A database error ends it: the steps it claimed lapse and run again.
     """
-    store, statements, n = env.store, env.store.statements, len(spec.steps)
-    limit = parallel.batch_size(env, parallel.GATHER_BATCH)
-    try:
-        while True:
-            claimed = await env.unheld.claim_gathered(
-                store,
-                statements.steps.claim_gathered(
-                    task.run_id,
-                    task.fence.worker_id,
-                    gather_start=None,
-                    after=0,
-                    before=n,
-                    limit=limit,
-                    lease_seconds=env.lease_seconds,
-                ),
-            )
-            if not claimed:
-                return
-            # Each batch's decision may make more steps ready than one batch.
-            await parallel.share_the_rest(env, task, len(claimed), limit)
-            # The batch's own rows and those of their dependencies, read once.
-            wanted = [p for g in claimed for p in _reads(spec, g.position)]
-            listed = await store.execute(statements.steps.list_at(task.run_id, wanted))
-            found = {s.position: s for s in listed}
-            held: list[GatheredCompletion] = []
-            leases = parallel.keep_leases(
-                env, task.fence.worker_id, [g.fence.task_id for g in claimed]
-            )
+    store, statements = env.store, env.store.statements
+
+    async def runner(claimed: list[ClaimedStepTask]) -> parallel.RunClaimed:
+        # The batch's own rows and those of their dependencies, read once.
+        wanted = [p for g in claimed for p in _reads(spec, g.position)]
+        listed = await store.execute(statements.steps.list_at(task.run_id, wanted))
+        found = {s.position: s for s in listed}
+
+        async def run(g: ClaimedStepTask) -> StepTaskCompletion | None:
+            held: list[StepTaskCompletion] = []
+            step_task = StepTask.of(task, g, gather_start=None, steps=())
             try:
-                await asyncio.gather(
-                    *(
-                        _execute_step(
-                            dataclasses.replace(
-                                task,
-                                fence=g.fence,
-                                kind="step",
-                                step_position=g.position,
-                                step_name=g.name,
-                                gather_start=None,
-                                steps=(),
-                            ),
-                            spec,
-                            env,
-                            held=(g, held),
-                            found=found,
-                        )
-                        for g in claimed
-                    ),
-                    return_exceptions=True,
-                )
+                await _execute_step(step_task, spec, env, held=(g, held), found=found)
+            except Exception:
+                # One step's error does not keep the others' completions from
+                # the batch: its lease lapses and it runs again.
+                log.debug("run %s: graph step %s stopped", task.run_id, g.name, exc_info=True)
+            return held[0] if held else None
 
-                async def decide(conn: Any) -> None:
-                    await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+        return run
 
-                await parallel.complete_batch(env, task, held, then=decide)
-            finally:
-                leases.cancel()
-    except Exception:
-        log.warning("run %s: running its graph steps here stopped", task.run_id, exc_info=True)
+    async def decide(conn: Any) -> None:
+        await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
+
+    limit = parallel.batch_size(env, parallel.GATHER_BATCH)
+    # Each batch's decision may make ready steps anywhere: each claims from the start.
+    local = parallel.LocalSteps(
+        None, 0, len(spec.steps), limit, runner, then=decide, moves_on=False
+    )
+    await parallel.run_here(env, task, local)
 
 
 async def _execute_step(
-    task: ClaimedTask,
+    task: StepTask,
     spec: GraphSpec,
     env: ExecutionEnv,
-    held: tuple[GatheredStep, list[GatheredCompletion]] | None = None,
+    held: tuple[ClaimedStepTask, list[StepTaskCompletion]] | None = None,
     decided: list[bool] | None = None,
     found: dict[int, Step] | None = None,
-) -> str:
+) -> Outcome:
     """Execute one graph step (or compensation). With ``held``, its completion is
     appended to the batch's list instead of being written; ``decided`` is told
     whether the decision after its checkpoint made steps ready; ``found`` holds
     the rows the batch read (at least this step's and its dependencies')."""
     position = task.step_position
-    assert position is not None
     n = len(spec.steps)
     step = spec.steps[position % n]
     if found is None:
@@ -197,18 +168,22 @@ async def _execute_step(
         if decided is not None:
             decided.append(scheduled)
 
-    made = Execution if held is None else parallel.HeldExecution
-    ex = made(
+    # In a batch, a completed step's checkpoint is held: the batch writes them together.
+    writer = FencedWriter(
+        env, task.fence, task.run_id, holds=held is not None, on_step_final=decide
+    )
+    ex = Execution(
         task,
         spec,
         env,
-        rows,
+        ReplayCursor(task.run_id, spec.name, spec.version, rows),
         asyncio.get_running_loop(),
+        writer,
         step_task_position=position,
-        on_step_task_final=decide,
     )
+    fn: Callable[..., Any]
     if position >= n:
-        name, kind, fn = f"compensate:{step.name}", "compensation", step.compensate
+        name, kind, fn = f"compensate:{step.name}", "compensation", _compensation(spec, step)
         value = typed.return_hint(step.fn).rebuild(
             rows[step.position].output, f"the output of step {step.name!r}"
         )
@@ -216,10 +191,10 @@ async def _execute_step(
         outputs = {p: r.output for p, r in rows.items() if r.status == StepStatus.COMPLETED}
         name, kind, fn = step.name, "step", step.fn
         value = spec.step_input(step, outputs, task.input)
-    assert fn is not None
 
     async def body() -> Any:
-        payload = await _open_gate(ex, step) if step.signal and kind == "step" else None
+        signal = step.signal if kind == "step" else None
+        payload = await _open_gate(ex, step, signal) if signal is not None else None
         ctx = StepContext(
             task.run_id,
             spec.name,
@@ -244,14 +219,14 @@ async def _execute_step(
             returns=typed.return_hint(fn),
         )
     except StepFailed:
-        return "branch_failed"
+        return Outcome.STEP_TASK_FAILED
     except STOPS as stop:
         return await stopped(ex, stop)
-    if held is not None and isinstance(ex, parallel.HeldExecution):
-        completion = ex.completion(held[0])
+    if held is not None:
+        completion = parallel.held_completion(ex, held[0])
         if completion is not None:
             held[1].append(completion)
-    return "branch_completed"
+    return Outcome.STEP_TASK_COMPLETED
 
 
 def _reads(spec: GraphSpec, position: int) -> tuple[int, ...]:
@@ -261,54 +236,67 @@ def _reads(spec: GraphSpec, position: int) -> tuple[int, ...]:
     return (position, step.position, *step.depends_on)
 
 
-async def _finish_duplicate(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> str:
+async def _finish_duplicate(task: ClaimedTask, spec: GraphSpec, env: ExecutionEnv) -> Outcome:
     """A second task for a step already recorded: end it, and decide what comes next."""
     statements = env.store.statements
     async with env.store.transaction() as conn:
         await execute_async(conn, statements.runs.lock(task.run_id))
         if not await execute_async(conn, statements.tasks.finish(task.fence)):
-            return "abandoned"
+            return Outcome.LEASE_LOST
         await advance(conn, env, spec, task.run_id, task.input, task.fence.task_id)
-    return "branch_completed"
+    return Outcome.STEP_TASK_COMPLETED
 
 
-async def _open_gate(ex: Execution, step: GraphStepSpec) -> Any:
-    """The payload of the signal that opens ``step``'s gate; park (Suspend) until it comes."""
-    assert step.signal is not None
+def _compensation(spec: GraphSpec, step: GraphStepSpec) -> Callable[..., Any]:
+    """``step``'s compensation; one that fails if the code no longer has one (a deploy
+    removed it while its task waited): the compensation fails, it is not skipped."""
+    if step.compensate is not None:
+        return step.compensate
+
+    def removed(ctx: StepContext, value: Any) -> None:
+        raise WorkflowDefinitionError(
+            f"graph {spec.name!r}: step {step.name!r} has no compensation in this code"
+        )
+
+    return removed
+
+
+async def _open_gate(ex: Execution, step: GraphStepSpec, signal: str) -> Any:
+    """The payload of ``signal``, which opens ``step``'s gate; park (Suspend) until it comes."""
     statements, position = ex.env.store.statements, step.position
     async with ex.env.store.transaction() as conn:
         await execute_async(conn, statements.runs.lock(ex.task.run_id))
         row = await execute_async(
             conn,
             statements.signals.take_gate(
-                ex.task.run_id, position=position, name=step.name, signal=step.signal
+                ex.task.run_id, position=position, name=step.name, signal=signal
             ),
         )
         if row["found"]:
-            ex.env.observer.signal_consumed(ex.task, step.signal)
-            field = f"the payload of signal {step.signal!r}"
+            ex.env.observer.signal_consumed(ex.task, signal)
+            field = f"the payload of signal {signal!r}"
             return poison.check(ex.task.run_id, field, row["payload"])
-        recorded = ex.steps.get(position)
+        recorded = ex.cursor.at(position)
         if (
             recorded is not None
             and recorded.status == StepStatus.WAITING
             and recorded.wake_at is not None
             and row["db_now"] >= recorded.wake_at
         ):
-            raise SignalTimeout(ex.task.run_id, step.signal, step.signal_timeout)
+            raise SignalTimeout(ex.task.run_id, signal, step.signal_timeout)
         parked = await execute_async(
             conn,
             statements.steps.gate_park(
                 ex.task.fence,
                 position=position,
                 name=step.name,
-                signal=step.signal,
+                signal=signal,
                 seconds=step.signal_timeout if step.signal_timeout is not None else FOREVER_SECONDS,
             ),
         )
     if not parked.leased:
         ex.lose_lease()
-    ex.env.observer.run_waiting(ex.task, step.name, {"signal": step.signal})
+    ex.env.observer.run_waiting(ex.task, step.name, {"signal": signal})
     raise Suspend()
 
 

@@ -25,21 +25,21 @@ log = logging.getLogger("perdure.worker")
 
 
 class Reaper:
-    """The duty holder's reaper: lapsed leases, deadlines, silent workers."""
+    """The duty holder's reaper: reaps lapsed leases, enforces deadlines, marks silent workers."""
 
     name = "reaper"
     on_duty = True
 
     def __init__(
-        self, store: AsyncStore, options: ReaperOptions, on_dead: Callable[[int], None]
+        self, store: AsyncStore, options: ReaperOptions, for_good: Callable[[int], None]
     ) -> None:
-        """Reap in ``store``; ``on_dead`` is told how many tasks each pass dead-lettered."""
-        self.store, self.options, self.on_dead = store, options, on_dead
+        """Reap in ``store``; ``for_good`` is told how many tasks each pass reaped for good."""
+        self.store, self.options, self.for_good = store, options, for_good
 
     async def run(self) -> None:
         """Reap every interval until cancelled."""
         opts = self.options
-        await maintenance.reaper_loop(self.store, opts.interval, opts.stale_seconds, self.on_dead)
+        await maintenance.reaper_loop(self.store, opts.interval, opts.stale_seconds, self.for_good)
 
 
 class Ticker:

@@ -2,10 +2,10 @@
 
 Every worker beats (its row, and the leases of the tasks it executes) from
 its wakeup thread, so that a blocked event loop does not cost its leases. The
-fleet's duties (the reaper for expired leases, the schedule ticker) are taken
+fleet's duties (the reaper for lapsed leases, the schedule ticker) are taken
 by one worker at a time, the duty holder: the live worker with the smallest
 id, as each worker's row heartbeat tells it (``worker_beat``). If two
-workers hold them for a moment, ``FOR UPDATE SKIP LOCKED`` in ``task_rescue``
+workers hold them for a moment, ``FOR UPDATE SKIP LOCKED`` in ``task_reap``
 and the schedules' row locks make them share the work instead of racing.
 The loops here are run as jobs (engine/housekeeping.py) by
 ``services.Runner``, which starts and stops the duties' jobs as the duty
@@ -84,7 +84,7 @@ class Heartbeat:
         self._was_busy = bool(held)
         if now < self._next:
             return
-        # The first beats come quickly: the rank settles while a fleet starts.
+        # The first beats come quickly: each worker's rank is known soon after a fleet starts.
         wait = self.interval if held else self.idle_interval
         self._next = now + (wait if self._beats >= 3 else min(wait, 1.0))
         self._beats += 1
@@ -135,32 +135,38 @@ async def reaper_loop(
     store: AsyncStore,
     interval: float,
     stale_seconds: float,
-    on_dead: Callable[[int], None] = lambda count: None,
+    reaped_for_good: Callable[[int], None] = lambda count: None,
 ) -> None:
-    """Every ``interval`` s: revive expired leases, enforce deadlines, mark silent workers.
+    """Every ``interval`` s: reap lapsed leases, enforce deadlines, mark silent workers.
 
-    One transaction a pass. ``on_dead`` is told how many tasks each pass dead-lettered.
+    One transaction a pass. ``reaped_for_good`` is told how many tasks each pass reaped for good.
     """
     statements = store.statements
     while True:
         await asyncio.sleep(interval)
         try:
-            ((rescued, expired, _),) = await store.execute_batch(
+            ((reaped, past_deadline, _),) = await store.execute_batch(
                 [
                     [
-                        statements.tasks.rescue(limit=500),
+                        statements.tasks.reap(limit=500),
                         statements.runs.expire(),
                         statements.workers.mark_lost(stale_seconds),
                     ]
                 ]
             )
-            revived, dead = rescued
-            if revived or dead:
-                log.info("reaper revived %d task(s), dead-lettered %d", revived, dead)
-            if dead:
-                on_dead(dead)
-            if expired:
-                log.info("cancelled %d run(s) past their deadline", expired)
+            requeued, for_good = reaped
+            if requeued or for_good:
+                log.info(
+                    "reaper reaped %d task(s) whose lease lapsed: %d claimable again, "
+                    "%d for good (max_lapses)",
+                    requeued + for_good,
+                    requeued,
+                    for_good,
+                )
+            if for_good:
+                reaped_for_good(for_good)
+            if past_deadline:
+                log.info("cancelled %d run(s) past their deadline", past_deadline)
         except (Exception, Disconnected) as exc:
             log.warning("reaper failed: %s", exc)
 

@@ -4,7 +4,7 @@
 the schedule ticker and retention run beside the claim loop, which serves
 until a stop is requested. ``Inline`` is the mode of
 ``perdure.testing.drain`` and ``App.run_until_complete``
-(``exit_when_idle``): the same claim loop, but it revives lapsed leases
+(``exit_when_idle``): the same claim loop, but it reaps lapsed leases
 before each claim (a test's simulated crash is not left to the reaper's
 schedule), does not count stuck threads as taken slots, and returns once
 nothing runs and nothing is due; no ticker and no retention.
@@ -46,7 +46,7 @@ class Serving:
         """The jobs of every mode: the status report and the reaper."""
         return [
             Status(store, self.queues, self.options.status),
-            Reaper(store, self.options.reaper, self.observer.dead_lettered),
+            Reaper(store, self.options.reaper, self.observer.reaped_for_good),
         ]
 
     async def before_claim(self, store: AsyncStore) -> None:
@@ -68,10 +68,10 @@ class Inline(Serving):
         return self._essential(store)
 
     async def before_claim(self, store: AsyncStore) -> None:
-        """Revive lapsed leases (a test's simulated crash) before each claim."""
-        _, dead = await store.execute(store.statements.tasks.rescue(limit=500))
-        if dead:
-            self.observer.dead_lettered(dead)
+        """Reap lapsed leases (a test's simulated crash) before each claim."""
+        _, for_good = await store.execute(store.statements.tasks.reap(limit=500))
+        if for_good:
+            self.observer.reaped_for_good(for_good)
 
     def finished(self, *, idle: bool, due: float | None) -> bool:
         """Once nothing runs and nothing is due now."""

@@ -25,6 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from perdure.engine.control import Outcome
 from perdure.errors import LeaseLost
 from perdure.store.rows import ClaimedTask
 from perdure.store.store import AsyncStore
@@ -123,13 +124,14 @@ class Observer:
         return None
 
     def execution_finished(
-        self, task: ClaimedTask, token: Any, outcome: str, seconds: float
+        self, task: ClaimedTask, token: Any, outcome: Outcome, seconds: float
     ) -> None:
         """The execution of ``task`` ended after ``seconds`` with ``outcome``.
 
-        The outcome is what the execution did: ``completed``, ``failed``,
-        ``retrying``, ``suspended`` (a wait or a backoff), ``abandoned`` (the
-        lease was lost), ``branch_completed``, ``error`` (a database error) ...
+        The outcome is what the execution did, an ``Outcome``
+        (engine/control.py; a ``str``): ``completed``, ``failed``, ``retrying``,
+        ``suspended`` (a wait or a backoff), ``lease_lost``,
+        ``step_task_completed``, ``error`` (a database error) ...
         """
 
     def step_started(self, step: StepAttempt) -> Any:
@@ -159,8 +161,13 @@ class Observer:
     def lease_lost(self, task: ClaimedTask) -> None:
         """Another worker owns ``task`` now; this one stops executing it."""
 
+    def reaped_for_good(self, count: int) -> None:
+        """This worker's reaper reaped ``count`` tasks for good: their lease lapsed
+        ``max_lapses`` times. By default it calls the deprecated ``dead_lettered``."""
+        self.dead_lettered(count)
+
     def dead_lettered(self, count: int) -> None:
-        """This worker's reaper failed ``count`` tasks whose lease lapsed too often."""
+        """Deprecated name of ``reaped_for_good``, still called by it: override that."""
 
     def loop_blocked(self, run_id: str | None, step: str | None, seconds: float) -> None:
         """A step (or workflow code) held the event loop ``seconds`` without yielding."""
@@ -294,7 +301,7 @@ class Observers(Observer):
         return self._all("execution_started", task)
 
     def execution_finished(
-        self, task: ClaimedTask, token: Any, outcome: str, seconds: float
+        self, task: ClaimedTask, token: Any, outcome: Outcome, seconds: float
     ) -> None:
         """Tell each observer, innermost first."""
         self._closing("execution_finished", task, token, outcome, seconds)
@@ -329,9 +336,13 @@ class Observers(Observer):
         """Tell each observer."""
         self._all("lease_lost", task)
 
-    def dead_lettered(self, count: int) -> None:
+    def reaped_for_good(self, count: int) -> None:
         """Tell each observer."""
-        self._all("dead_lettered", count)
+        self._all("reaped_for_good", count)
+
+    def dead_lettered(self, count: int) -> None:
+        """Deprecated name of ``reaped_for_good``: tell each observer through it."""
+        self.reaped_for_good(count)
 
     def loop_blocked(self, run_id: str | None, step: str | None, seconds: float) -> None:
         """Tell each observer."""
@@ -420,7 +431,7 @@ class LoggingObserver(Observer):
         return token
 
     def execution_finished(
-        self, task: ClaimedTask, token: Any, outcome: str, seconds: float
+        self, task: ClaimedTask, token: Any, outcome: Outcome, seconds: float
     ) -> None:
         """Log the outcome at DEBUG; restore the fields."""
         if run_log.isEnabledFor(logging.DEBUG):

@@ -1,20 +1,20 @@
-"""Parallel steps in a function workflow: ``ctx.gather`` and ``ctx.map``.
+"""Step tasks in a function workflow: ``ctx.gather`` and ``ctx.map``.
 
-A gather takes one position per parallel step plus one for its outcome marker. The
-first time the run reaches it, every parallel step without a checkpoint becomes a
-'pending' step row with a task of kind 'step', and the run's own task parks
-without holding a slot. Any worker may claim a parallel step's task: it replays the
+A gather takes one position per step plus one for its outcome marker. The
+first time the run reaches it, every one of its steps without a checkpoint becomes a
+'pending' step row with its own task, a step task, and the run's own task parks
+without holding a slot. Any worker may claim a step task: it replays the
 workflow up to the gather (every earlier step is memoized), executes that one
-parallel step, and writes its checkpoint, deletes its task and, when it was the last
-parallel step (or it failed: gathers fail fast), wakes the run, in one transaction.
+step task, and writes its checkpoint, deletes its task and, when it was the last
+step task (or it failed: gathers fail fast), wakes the run, in one transaction.
 The run's task then replays the gather from the checkpoints and moves on.
 
-The worker whose run reaches a gather does not leave the parallel steps to
+The worker whose run reaches a gather does not leave the step tasks to
 the claim loops alone: it holds the workflow's steps in memory, so before it
 parks the run it claims them itself (the run's task still claimed, in its one
-slot), in batches in position order (step_claim_gathered), runs each batch at
+slot), in batches in position order (step_task_claim), runs each batch at
 once and writes the batch's completions in one statement
-(step_complete_gathered), without replaying the workflow for each step. Then
+(step_task_complete), without replaying the workflow for each step. Then
 it parks the run as above; the run is due at once when nothing is left. Every
 claimed step is a task leased like any other: other workers claim the ones it
 has not reached (SKIP LOCKED) once a head start has passed (see
@@ -25,44 +25,45 @@ fails, retries or snoozes is recorded by the same path as any parallel
 step's. So a map over n items costs O(1) per item, not a replay each.
 
 Fail-fast policy: without ``return_exceptions``, the gather raises the first
-failed parallel step's StepFailed (in argument order among the parallel steps that had
-failed when the run woke) as soon as one fails; parallel steps still running
+failed step task's StepFailed (in argument order among the step tasks that had
+failed when the run woke) as soon as one fails; step tasks still running
 finish and are recorded, and are dropped if the run ends first. The choice is
 recorded in the marker, so every replay raises the same error. With
-``return_exceptions=True`` the gather waits for every parallel step and returns
-StepFailed instances in place of failed parallel steps' results.
+``return_exceptions=True`` the gather waits for every step task and returns
+StepFailed instances in place of failed step tasks' results.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
-from perdure.engine.control import LeaseLost, StaleHistory, Suspend
-from perdure.engine.deferred import DeferredCheckpoint
+from perdure.engine.control import StaleHistory, Suspend, Unwind
+from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, StepTaskDone
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
+from perdure.engine.writer import FencedWriter
 from perdure.errors import ConfigurationError, StepFailed
 from perdure.steps import StepCall
-from perdure.store.rows import ClaimedTask, GatheredCompletion, GatheredStep
+from perdure.store.rows import ClaimedStepTask, ClaimedTask, StepTask, StepTaskCompletion
 from perdure.store.store import execute_async
 from perdure.store.writes import Checkpoint
 from perdure.types import Step, StepStatus
 
 log = logging.getLogger("perdure.parallel")
 T = TypeVar("T")
-#: How many of a gather's parallel steps the parking worker claims and runs at once.
+#: How many of a gather's step tasks the parking worker claims and runs at once.
 GATHER_BATCH = 128
-#: How long the worker that reached a gather has its parallel steps to
+#: How long the worker that reached a gather has its step tasks to
 #: itself before claim loops (other workers', its own) take them too: about
 #: the time it needs to run them alone when they are quick (HEAD_START_RATE
 #: a second), at least HEAD_START_SECONDS, at most HEAD_START_MAX_SECONDS.
@@ -129,24 +130,24 @@ def _check(ex: Execution, call: object) -> None:
 async def gather(
     ex: Execution, calls: Sequence[StepCall[Any]], *, return_exceptions: bool = False
 ) -> list[Any]:
-    """Run ``calls`` as parallel steps; their results in order (see the module doc)."""
+    """Run ``calls`` as step tasks; their results in order (see the module doc)."""
     await ex.gate()
     if not calls:
         return []
     if ex.step_task_position is not None:
-        # Executing one parallel step: if it belongs to this gather, run it
+        # Executing one step task: if it belongs to this gather, run it
         # alone. Only the steps before the gather and this step's own
         # checkpoint were read (step_list_claimed_now), so siblings are not looked at.
-        index = ex.step_task_position - ex.position
+        index = ex.step_task_position - ex.cursor.position
         if 0 <= index < len(calls):
             call = calls[index]
             _check(ex, call)
-            ex.position = ex.step_task_position
+            ex.cursor.jump(ex.step_task_position)
             position, recorded = ex.advance(call.name, "step")
             await _run_step_task(ex, call, position, recorded)
     for call in calls:
         _check(ex, call)
-    gather_start = ex.position
+    gather_start = ex.cursor.position
     reserved = [ex.advance(call.name, "step") for call in calls]
     marker_position, marker = ex.advance(f"gather:{len(calls)}", "gather")
     chosen = dict(reserved).get(int(marker.output["failed"])) if marker is not None else None
@@ -178,7 +179,9 @@ async def gather(
         ]
     ex.end_of_history()
     await _fanout(ex, pending, gather_start, park=False)
-    failed = await _execute_here(ex, calls, gather_start, not return_exceptions)
+    failed = await run_here(
+        ex.env, ex.task, _step_task_runner(ex, calls, gather_start, not return_exceptions)
+    )
     # Failed fast: due at once, to raise the failure; else when the last
     # step still running elsewhere completes.
     await _fanout(ex, pending, gather_start, park=True, seconds=0.0 if failed else FOREVER_SECONDS)
@@ -186,7 +189,7 @@ async def gather(
 
 
 def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
-    """A parallel step's result: its output (rebuilt as its declared type) or its failure."""
+    """A step task's result: its output (rebuilt as its declared type) or its failure."""
     if recorded.status == StepStatus.COMPLETED:
         return typed.return_hint(call.fn).rebuild(recorded.output, f"the output of {call.name!r}")
     return ex.recorded_failure(recorded)
@@ -218,18 +221,18 @@ async def _fanout(
     park: bool,
     seconds: float = FOREVER_SECONDS,
 ) -> None:
-    """Spawn the pending parallel steps (those without a task yet) and, if ``park``,
+    """Spawn the step tasks of the pending steps (those without a task yet) and, if ``park``,
     park the run until they are done."""
     statements = ex.env.store.statements
     waiting_for = {"steps": len(pending), "first": pending[0][1]}
     async with ex.env.store.transaction() as conn:
-        # The run's row lock orders this park against the parallel steps'
-        # completions: a parallel step finishing after it sees the parked task.
+        # The run's row lock orders this park against the step tasks'
+        # completions: a step task finishing after it sees the parked task.
         status = await execute_async(conn, statements.runs.lock(ex.task.run_id))
         if status == "cancelled":
             # Cancelled while this worker ran the steps: stop (the task is
             # settled like any cancelled run's), do not park.
-            ex.run_status = status
+            ex.note_status(status)
             ex.check_alive()
         parked = await execute_async(
             conn,
@@ -251,47 +254,74 @@ async def _fanout(
         ex.env.observer.steps_scheduled(ex.task, parked.spawned, len(pending))
 
 
-async def _execute_here(
-    ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, fail_fast: bool
-) -> bool:
-    """Claim and run the gather's parallel steps on this worker, a batch at a time;
-    whether one failed for good while ``fail_fast`` (then the rest of its batch
-    finishes in the background and no further batch is claimed).
+#: Runs one claimed step of a local batch: its completion, to write with the
+#: batch's; "failed" if it failed for good (written); None if it was written
+#: otherwise (retrying, snoozed, or with test faults installed) or its lease was lost.
+RunClaimed = Callable[[ClaimedStepTask], Awaitable[StepTaskCompletion | str | None]]
 
-    Stops when none is left to claim (the rest are done or claimed
-    elsewhere). A database error ends it quietly: the steps it claimed lapse
-    and are claimed again, as after a crash.
+
+@dataclass(frozen=True)
+class LocalSteps:
+    """Which of a run's steps this worker claims and runs itself, and how."""
+
+    #: The gather whose step tasks these are; None for a graph's steps.
+    gather_start: int | None
+    #: The positions claimed: ``first`` up to ``before``.
+    first: int
+    before: int
+    #: How many steps one batch claims.
+    limit: int
+    #: Made once per batch, before its steps start (a graph reads their rows).
+    runner: Callable[[list[ClaimedStepTask]], Awaitable[RunClaimed]]
+    #: Stop at the first step that fails for good (a gather without return_exceptions).
+    fail_fast: bool = False
+    #: Called in the transaction of each batch's completions (a graph decides
+    #: there what runs next).
+    then: Callable[[Any], Awaitable[None]] | None = None
+    #: Whether a gather's claims move on past each batch (a graph's decisions
+    #: make new steps ready anywhere: each batch claims from the start).
+    moves_on: bool = True
+
+
+async def run_here(env: ExecutionEnv, task: ClaimedTask, local: LocalSteps) -> bool:
+    """Claim ``local``'s steps of ``task``'s run on this worker and run them, a batch
+    at a time, each batch's completions written in one transaction; whether one
+    failed for good while ``local.fail_fast`` (then the rest of its batch finishes
+    in the background and no further batch is claimed).
+
+    One loop for a gather's step tasks and a graph's ready steps. Stops
+    when none is left to claim (the rest are done or claimed elsewhere). A
+    database error ends it quietly: the steps it claimed lapse and are claimed
+    again, as after a crash.
     """
-    env, run_id = ex.env, ex.task.run_id
-    statements, worker_id = env.store.statements, ex.task.fence.worker_id
-    threaded = any(not inspect.iscoroutinefunction(calls[i].fn) for i in range(min(len(calls), 8)))
-    limit = batch_size(env, GATHER_BATCH_THREADS if threaded else GATHER_BATCH)
-    after = gather_start
+    statements, worker_id = env.store.statements, task.fence.worker_id
+    after = local.first
     try:
         while True:
-            claimed = await env.unheld.claim_gathered(
+            claimed = await env.unheld.claim_step_tasks(
                 env.store,
-                statements.steps.claim_gathered(
-                    run_id,
+                statements.steps.claim_step_tasks(
+                    task.run_id,
                     worker_id,
-                    gather_start=gather_start,
+                    gather_start=local.gather_start,
                     after=after,
-                    before=gather_start + len(calls),
-                    limit=limit,
+                    before=local.before,
+                    limit=local.limit,
                     lease_seconds=env.lease_seconds,
                 ),
             )
             if not claimed:
-                if after == gather_start:
+                if after == local.first:
                     return False
-                after = gather_start  # once more from the start: steps skipped while locked
+                after = local.first  # once more from the start: steps skipped while locked
                 continue
-            if after == gather_start:
-                await share_the_rest(env, ex.task, len(claimed), limit)
-            after = claimed[-1].position + 1
-            batch = _Batch(ex, claimed, lambda g: _run_claimed(ex, calls, gather_start, g))
+            if after == local.first:
+                await share_the_rest(env, task, len(claimed), local.limit)
+            if local.moves_on:
+                after = claimed[-1].position + 1
+            batch = _Batch(env, task, claimed, await local.runner(claimed), local.then)
             try:
-                failed = await batch.run(fail_fast)
+                failed = await batch.run(local.fail_fast)
             except BaseException:
                 # However the batch ends (a lost database included), its lease
                 # keeper stops: else the steps it claimed would never lapse.
@@ -299,7 +329,7 @@ async def _execute_here(
                 raise
             if batch.running:
                 # Failed fast: the run goes on now; the rest of the batch
-                # finishes and is recorded, as parallel steps still running
+                # finishes and is recorded, as step tasks still running
                 # do. The worker waits for it (then cancels it) when it stops.
                 rest = asyncio.create_task(batch.finish())
                 env.background.add(rest)
@@ -309,32 +339,51 @@ async def _execute_here(
             if failed:
                 return True
     except Exception:
-        log.warning("run %s: executing its parallel steps here stopped", run_id, exc_info=True)
+        log.warning("run %s: running its steps here stopped", task.run_id, exc_info=True)
         return False
 
 
+def _step_task_runner(
+    ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, fail_fast: bool
+) -> LocalSteps:
+    """A gather's step tasks, run here by the execution that reached it."""
+    threaded = any(not inspect.iscoroutinefunction(calls[i].fn) for i in range(min(len(calls), 8)))
+
+    async def runner(claimed: list[ClaimedStepTask]) -> RunClaimed:
+        return lambda g: _run_claimed(ex, calls, gather_start, g)
+
+    return LocalSteps(
+        gather_start,
+        gather_start,
+        gather_start + len(calls),
+        batch_size(ex.env, GATHER_BATCH_THREADS if threaded else GATHER_BATCH),
+        runner,
+        fail_fast=fail_fast,
+    )
+
+
 class _Batch:
-    """One batch of claimed parallel steps running at once, with their leases kept."""
+    """One batch of claimed steps running at once, with their leases kept."""
 
     def __init__(
         self,
-        ex: Execution,
-        claimed: list[GatheredStep],
-        run: Callable[[GatheredStep], Awaitable[GatheredCompletion | str | None]],
+        env: ExecutionEnv,
+        task: ClaimedTask,
+        claimed: list[ClaimedStepTask],
+        run: RunClaimed,
+        then: Callable[[Any], Awaitable[None]] | None = None,
     ) -> None:
         """Start ``run`` for each claimed step, and the task that extends their leases."""
-        self.ex = ex
-        self.running: set[asyncio.Future[GatheredCompletion | str | None]] = {
+        self.env, self.task, self.then = env, task, then
+        self.running: set[asyncio.Future[StepTaskCompletion | str | None]] = {
             asyncio.ensure_future(run(g)) for g in claimed
         }
-        self.leases = keep_leases(
-            ex.env, ex.task.fence.worker_id, [g.fence.task_id for g in claimed]
-        )
+        self.leases = keep_leases(env, task.fence.worker_id, [g.fence.task_id for g in claimed])
 
     async def run(self, fail_fast: bool) -> bool:
         """Wait for the steps and write the completions of those done; whether one
         failed for good while ``fail_fast`` (then the others may still be running)."""
-        completed: list[GatheredCompletion] = []
+        completed: list[StepTaskCompletion] = []
         failed = False
         while self.running and not failed:
             done, self.running = await asyncio.wait(
@@ -342,10 +391,10 @@ class _Batch:
             )
             for job in done:
                 outcome = job.result()
-                if isinstance(outcome, GatheredCompletion):
+                if isinstance(outcome, StepTaskCompletion):
                     completed.append(outcome)
                 failed = failed or (outcome == "failed" and fail_fast)
-        await complete_batch(self.ex.env, self.ex.task, completed)
+        await complete_batch(self.env, self.task, completed, self.then)
         return failed
 
     async def finish(self) -> None:
@@ -357,9 +406,7 @@ class _Batch:
             await self.cancel()
             raise
         except Exception:
-            log.warning(
-                "run %s: finishing its parallel steps stopped", self.ex.task.run_id, exc_info=True
-            )
+            log.warning("run %s: finishing its step tasks stopped", self.task.run_id, exc_info=True)
         finally:
             self.leases.cancel()
 
@@ -372,7 +419,7 @@ class _Batch:
         await asyncio.gather(*self.running, self.leases, return_exceptions=True)
 
 
-async def settle(env: ExecutionEnv, seconds: float) -> None:
+async def wind_down(env: ExecutionEnv, seconds: float) -> None:
     """Let the batches still running in the background finish for up to
     ``seconds``, then cancel the rest and wait until they have stopped, so
     that none is left holding a transaction when the worker stops."""
@@ -387,7 +434,7 @@ async def settle(env: ExecutionEnv, seconds: float) -> None:
 async def complete_batch(
     env: ExecutionEnv,
     task: ClaimedTask,
-    completed: list[GatheredCompletion],
+    completed: list[StepTaskCompletion],
     then: Callable[[Any], Awaitable[None]] | None = None,
 ) -> None:
     """Write a batch's completions in one statement, under the run's row lock, and
@@ -398,7 +445,7 @@ async def complete_batch(
     async with env.store.transaction() as conn:
         await execute_async(conn, statements.runs.lock(run_id))
         await execute_async(
-            conn, statements.steps.complete_gathered(run_id, task.fence.worker_id, completed)
+            conn, statements.steps.complete_step_tasks(run_id, task.fence.worker_id, completed)
         )
         if then is not None:
             await then(conn)
@@ -422,62 +469,34 @@ def keep_leases(env: ExecutionEnv, worker_id: str, task_ids: list[int]) -> async
     return kept
 
 
-class HeldExecution(Execution):
-    """A claimed parallel step run in the execution that parked its gather.
+def held_completion(ex: Execution, claimed: ClaimedStepTask) -> StepTaskCompletion | None:
+    """The completion ``ex`` held back for its batch, if its step completed unwritten.
 
-    Its completed checkpoint is held (not written) and its output noted, so
-    that the batch's completions are written together; a failure, a retry or
-    a snooze is written at once, as for any parallel step.
+    A step run in a batch (its writer ``holds``) keeps its completed checkpoint
+    so that the batch's completions are written together; a failure, a retry
+    or a snooze is written at once, as for any step task.
     """
-
-    output_json: str | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.deferred = DeferredCheckpoint(self.loop, self.record, True)
-
-    def completion(self, claimed: GatheredStep) -> GatheredCompletion | None:
-        """The completion held for the batch, if the step completed and was not written."""
-        held = self.deferred.take()
-        if held is None or self.output_json is None:
-            return None
-        return GatheredCompletion(claimed, held.attempts, self.output_json, held.started_at)
-
-    def checkpoint_record(
-        self,
-        attempt: Attempt,
-        status: str,
-        output_json: str | None,
-        error_json: str | None = None,
-        **publish: Any,
-    ) -> Checkpoint:
-        """Note a completed output, then build the record as any execution does."""
-        if status == "completed":
-            self.output_json = output_json
-        return super().checkpoint_record(attempt, status, output_json, error_json, **publish)
+    held = ex.deferred.take()
+    if held is None or held.output_json is None:
+        return None
+    return StepTaskCompletion(claimed, held.attempts, held.output_json, held.started_at)
 
 
 async def _run_claimed(
-    ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, claimed: GatheredStep
-) -> GatheredCompletion | str | None:
-    """Run one claimed parallel step; its completion to write, "failed" if it failed
+    ex: Execution, calls: Sequence[StepCall[Any]], gather_start: int, claimed: ClaimedStepTask
+) -> StepTaskCompletion | str | None:
+    """Run one claimed step task; its completion to write, "failed" if it failed
     for good (written), or None if it was written otherwise (retrying, snoozed,
     or with test faults installed) or its lease was lost."""
     index = claimed.position - gather_start
     if not 0 <= index < len(calls) or calls[index].name != claimed.name:
         return None  # not this gather's step: its lease lapses, the claim loop takes it
     call = calls[index]
-    task = dataclasses.replace(
-        ex.task,
-        fence=claimed.fence,
-        kind="step",
-        step_position=claimed.position,
-        step_name=claimed.name,
-        gather_start=gather_start,
-        steps=None,
-    )
+    task = StepTask.of(ex.task, claimed, gather_start=gather_start, steps=None)
     position = claimed.position
-    sub = HeldExecution(task, ex.spec, ex.env, {}, ex.loop, step_task_position=position)
+    cursor = ReplayCursor(task.run_id, ex.spec.name, ex.spec.version)
+    writer = FencedWriter(ex.env, claimed.fence, task.run_id, holds=True)
+    sub = Execution(task, ex.spec, ex.env, cursor, ex.loop, writer, step_task_position=position)
     step: StepCall[Any] = StepCall(
         sub, call.name, call.fn, call.args, call.kwargs, call.retry, call.timeout
     )
@@ -485,29 +504,29 @@ async def _run_claimed(
         await step.run((claimed.position, None))
     except StepFailed:
         return "failed"
-    except (Suspend, LeaseLost, StaleHistory):
+    except (Suspend, Unwind, StaleHistory):
         return None
-    return sub.completion(claimed)
+    return held_completion(sub, claimed)
 
 
 async def _run_step_task(
     ex: Execution, call: StepCall[Any], position: int, recorded: Step | None
 ) -> None:
-    """Execute the parallel step this task is for, then stop the workflow (StepTaskDone)."""
+    """Execute the step task this task is for, then stop the workflow (StepTaskDone)."""
     if recorded is not None and recorded.status in _FINAL:
         # Already recorded (a duplicate task): end the task, wake the run if last.
         await finish_unreachable(ex, position, call.name, recorded=recorded)
     try:
         await call.run((position, recorded))
     except StepFailed:
-        pass  # recorded as the parallel step's failure; the run decides what it means
+        pass  # recorded as the step task's failure; the run decides what it means
     raise StepTaskDone()
 
 
 async def finish_unreachable(
     ex: Execution, position: int, name: str, *, recorded: Step | None = None
 ) -> None:
-    """End a parallel step's task without running it; fail the step if it has no record.
+    """End a step task without running it; fail the step if it has no record.
 
     Used when the workflow, replayed for this task, does not reach the step
     (its code changed), and for a duplicate task of a step recorded already.
@@ -520,7 +539,7 @@ async def finish_unreachable(
         error = json.dumps(
             {
                 "type": "NonDeterminismError",
-                "message": f"replaying run {ex.task.run_id} did not reach parallel step "
+                "message": f"replaying run {ex.task.run_id} did not reach step task "
                 f"{name!r} at position {position}: the workflow's code no longer asks for it",
             }
         )
@@ -540,7 +559,7 @@ async def finish_unreachable(
             ends_task=True,
             wake=True,
         )
-        result = await execute_async(conn, statements.steps.complete_parallel(checkpoint))
+        result = await execute_async(conn, statements.steps.finish_step_task(checkpoint))
     if not result.leased:
         ex.lose_lease()
     raise StepTaskDone()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from perdure.engine import compensation
+from perdure.engine.control import Outcome
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution
 from perdure.errors import UndecodablePayload
@@ -46,24 +47,23 @@ def refuse(ex: Execution, field: str, value: Any) -> Any:
     """``value``, or the run stops for good (UndecodablePayload, which the
     workflow cannot catch away) when the store could not decode it."""
     if isinstance(value, Undecodable):
-        ex.fatal = UndecodablePayload(ex.task.run_id, field, value.reason)
-        raise ex.fatal
+        ex.doom(UndecodablePayload(ex.task.run_id, field, value.reason))
     return value
 
 
-async def fail(task: ClaimedTask, error: UndecodablePayload, env: ExecutionEnv) -> str:
+async def fail(task: ClaimedTask, error: UndecodablePayload, env: ExecutionEnv) -> Outcome:
     """Fail ``task``'s run with ``error`` (fenced on its lease), without running it."""
     statements = env.store.statements
     if task.finished:
         # Cancelled or paused while claimed: let go, as any execution would.
         await env.store.execute(statements.tasks.settle(task.fence))
-        return "settled"
+        return Outcome.SETTLED
     _, text = compensation.failure_json(error)
     result = await env.store.execute(statements.runs.fail(task.fence, text, any_state=True))
     if not result.leased:
         env.lease_lost(task)
-        return "abandoned"
+        return Outcome.LEASE_LOST
     if not result.changed:
-        return "cancelled"
+        return Outcome.CANCELLED
     env.run_finished(task.run_id, task.workflow, "failed", error)
-    return "failed"
+    return Outcome.FAILED

@@ -1,11 +1,12 @@
 """Replay recorded runs against workflow code, with no side effects: check-replay.
 
-Each run's recorded steps are fed to the workflow code through the normal
-executor in ``replay_only`` mode: recorded steps return their outputs, no step
-function runs, nothing is written. The replay stops at the end of the recorded
-history (the code may append new steps after it: that is a safe change) or at
-the first position where the code asks for a different step than the one
-recorded (the determinism guard would stop that run after the deploy).
+Each run's recorded steps are fed to the workflow code through a replay
+cursor (engine.cursor) in an execution with no store: recorded steps return
+their outputs, no step function runs, nothing is read or written. The
+replay stops at the end of the recorded history (the code may append new
+steps after it: that is a safe change) or at the first position where the
+code asks for a different step than the one recorded (the determinism
+guard would stop that run after the deploy).
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.control import ReplayEnd, StaleHistory, Suspend, Unwind
+from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
-from perdure.engine.executor import Execution, ReplayEnd, Spec
+from perdure.engine.executor import Execution, Spec
+from perdure.engine.writer import FencedWriter
 from perdure.errors import NonDeterminismError
-from perdure.store.rows import ClaimedTask, Fence
-from perdure.store.statements import Statements
-from perdure.store.store import AsyncStore
+from perdure.store.rows import Fence, RunTask
 from perdure.types import Step
 
 
@@ -55,7 +56,6 @@ class ReplayReport:
 
 async def replay_run(
     spec: Spec,
-    statements: Statements,
     threads: ThreadPoolExecutor,
     *,
     run_id: str,
@@ -65,10 +65,64 @@ async def replay_run(
     """Replay one run's recorded ``steps`` against ``spec``'s code."""
     if getattr(spec, "kind", "function") == "graph":
         return _check_graph(spec, run_id, steps)
-    task = ClaimedTask(
+    cursor = ReplayCursor.of(run_id, spec.name, spec.version, steps)
+    task = _replaying(spec, run_id, input)
+    env = ExecutionEnv(None, lease_seconds=0.0, threads=threads)
+    # The writer's store is None: any write ends the replay (ReplayEnd).
+    writer = FencedWriter(env, task.fence, run_id)
+    execution = Execution(task, spec, env, cursor, asyncio.get_running_loop(), writer)
+    try:
+        await spec.invoke(execution, input)
+    except (ReplayEnd, Suspend, Unwind, StaleHistory, NonDeterminismError):
+        pass
+    except Exception as exc:
+        # A recorded history that ends in a failure the code raises again is
+        # the same behaviour, not a divergence.
+        if cursor.diverged is None and cursor.position < len(steps):
+            return _report(spec, run_id, ok=False, replayed=cursor.position, error=_text(exc))
+    return _verdict(spec, cursor, len(steps))
+
+
+def _verdict(spec: Spec, cursor: ReplayCursor, recorded: int) -> ReplayReport:
+    """Where the replay left ``cursor``: diverged, a recorded step not asked for, or ok."""
+    guard = cursor.diverged
+    if guard is not None:
+        return _report(
+            spec,
+            cursor.run_id,
+            ok=False,
+            replayed=guard.position,
+            position=guard.position,
+            recorded=guard.recorded,
+            requested=guard.requested,
+        )
+    missed = cursor.unreached()
+    if missed:
+        # The code finished without asking for every recorded step: one was removed.
+        return _report(
+            spec,
+            cursor.run_id,
+            ok=False,
+            replayed=cursor.position,
+            position=missed[0].position,
+            recorded=missed[0].name,
+        )
+    return _report(spec, cursor.run_id, ok=True, replayed=recorded)
+
+
+def _report(spec: Spec, run_id: str, **fields: Any) -> ReplayReport:
+    return ReplayReport(run_id, spec.name, spec.version, **fields)
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _replaying(spec: Spec, run_id: str, input: Any) -> RunTask:
+    """What the workflow's context reports of the run being replayed (no task is held)."""
+    return RunTask(
         fence=Fence(task_id=0, worker_id="check-replay", attempt=0),
         run_id=run_id,
-        kind="run",
         workflow=spec.name,
         version=spec.version,
         queue=spec.queue,
@@ -76,56 +130,6 @@ async def replay_run(
         failures=0,
         lapses=0,
     )
-    # The store is never opened: a replay-only execution reads nothing and
-    # writes nothing; it only needs the statements' clock for its types.
-    store = AsyncStore("postgresql://", statements, min_size=0, max_size=1, name="check-replay")
-    env = ExecutionEnv(store, lease_seconds=0.0, threads=threads)
-    execution = Execution(
-        task,
-        spec,
-        env,
-        {s.position: s for s in steps},
-        asyncio.get_running_loop(),
-        replay_only=True,
-    )
-
-    report = functools.partial(ReplayReport, run_id, spec.name, spec.version)
-
-    def diverged(guard: NonDeterminismError) -> ReplayReport:
-        return report(
-            ok=False,
-            replayed=guard.position,
-            position=guard.position,
-            recorded=guard.recorded,
-            requested=guard.requested,
-        )
-
-    try:
-        await spec.invoke(execution, input)
-    except (ReplayEnd, Suspend, LeaseLost, StaleHistory):
-        pass
-    except NonDeterminismError as guard:
-        return diverged(guard)
-    except Exception as exc:
-        # A recorded history that ends in a failure the code raises again is
-        # the same behaviour, not a divergence.
-        if not isinstance(execution.fatal, NonDeterminismError) and execution.position < len(steps):
-            return report(
-                ok=False, replayed=execution.position, error=f"{type(exc).__name__}: {exc}"
-            )
-    if isinstance(execution.fatal, NonDeterminismError):
-        return diverged(execution.fatal)
-    missed = [s for s in steps if s.position >= execution.position]
-    if missed:
-        # The code finished without asking for every recorded step: one was removed.
-        return report(
-            ok=False,
-            replayed=execution.position,
-            position=missed[0].position,
-            recorded=missed[0].name,
-            requested=None,
-        )
-    return report(ok=True, replayed=len(steps))
 
 
 def _check_graph(spec: Any, run_id: str, steps: Sequence[Step]) -> ReplayReport:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from perdure.engine import faults
-from perdure.engine.control import LeaseLost, StaleHistory, Suspend
+from perdure.engine.control import Outcome, StaleHistory, Suspend, Unwind
 from perdure.engine.executor import Execution
 from perdure.engine.observer import task_fields
 from perdure.store.writes import Release
@@ -19,27 +19,27 @@ from perdure.store.writes import Release
 log = logging.getLogger("perdure.executor")
 
 #: How an execution stops early without an outcome of its own.
-STOPS = (Suspend, faults.SimulatedCrash, LeaseLost, StaleHistory)
+STOPS = (Suspend, faults.SimulatedCrash, Unwind, StaleHistory)
 
 
-async def stopped(execution: Execution, stop: BaseException) -> str:
+async def stopped(execution: Execution, stop: BaseException) -> Outcome:
     """What a stop means: handed back (Suspend), a test's simulated death, a lost
     lease, or stale history (the task is handed back to be replayed)."""
     if isinstance(stop, Suspend):
-        return "suspended"
-    if isinstance(stop, LeaseLost):
+        return Outcome.SUSPENDED
+    if isinstance(stop, Unwind):
         execution.env.lease_lost(execution.task)
-        return "abandoned"
+        return Outcome.LEASE_LOST
     if isinstance(stop, StaleHistory):
         return await _replay_again(execution, stop)
     # A test's simulated death: no further write; the lease must lapse.
     execution.env.observer.simulated_crash(execution.task)
-    return "crashed"
+    return Outcome.CRASHED
 
 
-async def _replay_again(execution: Execution, signal: StaleHistory) -> str:
+async def _replay_again(execution: Execution, signal: StaleHistory) -> Outcome:
     """Hand the task back at once, to be replayed from the real history."""
     task, env = execution.task, execution.env
     log.warning("replaying run %s again: %s", task.run_id, signal, extra=task_fields(task))
     await env.store.release_tasks([Release(task.fence, "run_replay_restarted")])
-    return "released"
+    return Outcome.RELEASED

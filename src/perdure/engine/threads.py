@@ -47,12 +47,12 @@ class StepThreads(Executor):
         #: Calls running now, and those of them nobody waits for any more.
         self.busy = 0
         self.stuck = 0
-        #: Calls abandoned since the pool started (each counted once).
-        self.abandoned = 0
+        #: Calls given up on since the pool started (each counted once).
+        self.given_up = 0
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         """Run ``fn(*args, **kwargs)`` on a thread; cancelling the future once it runs
-        abandons the call (it is counted as stuck until it returns)."""
+        gives up on the call (it is counted as stuck until it returns)."""
         call: _Call[T] = _Call(self)
         self._pool.submit(call.run, lambda: fn(*args, **kwargs))
         return call
@@ -61,10 +61,10 @@ class StepThreads(Executor):
         """Stop the pool (stuck threads cannot be stopped: they end when their call returns)."""
         self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
-    def _abandon(self) -> None:
+    def _give_up(self) -> None:
         with self._lock:
             self.stuck += 1
-            self.abandoned += 1
+            self.given_up += 1
             stuck = self.stuck
         log.warning(
             "a step's thread is still running after its caller gave up on it "
@@ -85,17 +85,17 @@ class _Call(Future[T]):
         self._given_up = False
 
     def cancel(self) -> bool:
-        """Cancel the call if it has not started; else abandon it (False: it goes on)."""
+        """Cancel the call if it has not started; else give up on it (False: it goes on)."""
         threads = self._threads
         with threads._lock:
             if not self.running() or self._given_up:
                 return super().cancel()
             self._given_up = True
-        threads._abandon()
+        threads._give_up()
         return False
 
     def run(self, call: Callable[[], T]) -> None:
-        """Run ``call`` on this thread unless cancelled first; settle the future."""
+        """Run ``call`` on this thread unless cancelled first; resolve the future."""
         if not self.set_running_or_notify_cancel():
             return
         threads = self._threads

@@ -4,14 +4,14 @@ A claim commits on the server, then its answer is lost with the connection
 (a pooler or server restart): the task is claimed under the worker's id, but
 the worker never heard of it and does not execute it. Left alone, its lease
 would lapse, a whole lease later, and the lapse would count towards
-dead-lettering the run. Instead, after any failed statement the worker marks
+reaping the run for good. Instead, after any failed statement the worker marks
 its claims as suspect, and once the database answers again it gives back, in
 one statement, every task claimed under its id that it does not hold: due at
 once, with no lapse and no failure counted.
 
 What a worker holds: the tasks its claim loop started (the worker's
-``running``) and the parallel steps its executions claimed for a batch
-(``step_claim_gathered``), registered here the moment their claim answers.
+``running``) and the step tasks its executions claimed for a batch
+(``step_task_claim``), registered here the moment their claim answers.
 While such a claim is in flight the recovery waits: its answer may still come.
 """
 
@@ -22,7 +22,7 @@ import logging
 from collections.abc import Iterable
 
 from perdure.store import outage_log
-from perdure.store.rows import GatheredStep
+from perdure.store.rows import ClaimedStepTask
 from perdure.store.statement import Statement
 from perdure.store.store import AsyncStore
 
@@ -33,23 +33,23 @@ class Unheld:
     """One worker's record of the claims it may have lost, and their recovery."""
 
     def __init__(self) -> None:
-        """Nothing suspect, nothing gathered."""
+        """Nothing suspect, no step task claimed."""
         #: Whether a statement failed since the last recovery (a claim's answer may be lost).
         self.suspect = False
-        #: Parallel steps claimed by this worker's executions and still held.
-        self.gathered: set[int] = set()
-        #: Claims of parallel steps in flight (their answer not yet read).
+        #: Step tasks claimed by this worker's executions and still held.
+        self.step_tasks: set[int] = set()
+        #: Claims of step tasks in flight (their answer not yet read).
         self.claiming = 0
         #: Tasks whose execution died of an error that is no database fault:
         #: left to lapse, as designed, not given back here.
-        self.abandoned: set[int] = set()
-        #: Set while a recovery runs: claims of parallel steps wait for its end.
+        self.left_to_lapse: set[int] = set()
+        #: Set while a recovery runs: claims of step tasks wait for its end.
         self._recovering: asyncio.Event | None = None
 
-    async def claim_gathered(
-        self, store: AsyncStore, statement: Statement[list[GatheredStep]]
-    ) -> list[GatheredStep]:
-        """Run a claim of parallel steps; the steps it claimed are held until ``drop``."""
+    async def claim_step_tasks(
+        self, store: AsyncStore, statement: Statement[list[ClaimedStepTask]]
+    ) -> list[ClaimedStepTask]:
+        """Run a claim of step tasks; the steps it claimed are held until ``drop``."""
         while self._recovering is not None:
             await self._recovering.wait()
         self.claiming += 1
@@ -57,16 +57,16 @@ class Unheld:
             claimed = await store.execute(statement)
         finally:
             self.claiming -= 1
-        self.gathered.update(g.fence.task_id for g in claimed)
+        self.step_tasks.update(g.fence.task_id for g in claimed)
         return claimed
 
     def drop(self, task_ids: Iterable[int]) -> None:
-        """The parallel steps ``task_ids`` are no longer held (their batch ended)."""
-        self.gathered.difference_update(task_ids)
+        """The step tasks ``task_ids`` are no longer held (their batch ended)."""
+        self.step_tasks.difference_update(task_ids)
 
     async def recover(self, store: AsyncStore, worker_id: str, running: Iterable[int]) -> int:
         """If suspect, give back the tasks claimed under ``worker_id`` that are not held
-        (``running`` and the gathered steps); how many. Raises as the store does.
+        (``running`` and the claimed step tasks); how many. Raises as the store does.
 
         Once done, logs that the database answers again, with the count of
         warnings held back meanwhile (see ``perdure.store.outage_log``).
@@ -75,7 +75,7 @@ class Unheld:
             return 0
         recovering = self._recovering = asyncio.Event()
         try:
-            held = [*running, *self.gathered, *self.abandoned]
+            held = [*running, *self.step_tasks, *self.left_to_lapse]
             statement = store.statements.tasks.release_unheld(worker_id, held)
             released = await store.execute(statement)
         finally:

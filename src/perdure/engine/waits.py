@@ -149,7 +149,7 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
 
 
 def _taken(ex: Execution, taken: Fenced, name: str) -> bool:
-    """Whether signal_take consumed a signal; stop (LeaseLost) if the task is not ours."""
+    """Whether signal_take consumed a signal; stop (lease lost) if the task is not ours."""
     if not taken.leased:
         ex.lose_lease()
     if taken.written:
@@ -161,8 +161,7 @@ async def publish(ex: Execution, kind: str, key: str, value: Any, *, closed: boo
     """Publish an event value, or append to (or close) a stream, exactly once per position."""
     await ex.gate()
     if kind == "stream":
-        seq = ex.stream_seq.get(key, 0) + 1
-        ex.stream_seq[key] = seq
+        seq = ex.next_stream_seq(key)
     name = f"{kind}:{key}"
     position, recorded = ex.advance(name, kind)
     if recorded is not None:

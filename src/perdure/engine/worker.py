@@ -23,7 +23,7 @@ from perdure.engine import dispatch, modes, parallel
 from perdure.engine.attendance import Attendance
 from perdure.engine.claiming import Claims
 from perdure.engine.commit import Committer
-from perdure.engine.control import Disconnected
+from perdure.engine.control import Disconnected, Outcome
 from perdure.engine.environment import ExecutionEnv, WorkflowSpec
 from perdure.engine.executions import Executions
 from perdure.engine.housekeeping import Status
@@ -359,7 +359,9 @@ class Worker:
         job = asyncio.create_task(self._execute(task, spec, env), name=f"perdure-run-{task.run_id}")
         self.running.add(task, job)
 
-    async def _execute(self, task: ClaimedTask, spec: WorkflowSpec[Any], env: ExecutionEnv) -> str:
+    async def _execute(
+        self, task: ClaimedTask, spec: WorkflowSpec[Any], env: ExecutionEnv
+    ) -> Outcome:
         """Execute ``task`` (engine/dispatch.py); then wake the other workers if its
         queue's limit counts across workers: they may be waiting for this slot."""
         result = await dispatch.execute(
@@ -402,4 +404,4 @@ class Worker:
             )
             await self.running.finish(store, seconds, self._stop_at_once)
         left = 0.0 if self._stop_at_once.is_set() else deadline - time.monotonic()
-        await parallel.settle(env, left)
+        await parallel.wind_down(env, left)

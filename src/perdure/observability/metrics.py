@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from perdure.engine.control import Outcome
 from perdure.engine.observer import Observer, StepAttempt, WorkerView
 from perdure.errors import ConfigurationError
 from perdure.observability import health
@@ -145,9 +146,9 @@ class WorkerMetrics(Observer):
             ["workflow"],
             registry=r,
         )
-        self.tasks_dead_lettered = Counter(
+        self.tasks_reaped_for_good = Counter(
             "perdure_tasks_dead_lettered",
-            "Tasks this worker's reaper failed because their lease lapsed too often.",
+            "Tasks this worker's reaper reaped for good: their lease lapsed max_lapses times.",
             registry=r,
         )
         self.loop_blocks = Counter(
@@ -250,7 +251,7 @@ class WorkerMetrics(Observer):
                 self._started(task.workflow).inc()
 
     def execution_finished(
-        self, task: ClaimedTask, token: Any, outcome: str, seconds: float
+        self, task: ClaimedTask, token: Any, outcome: Outcome, seconds: float
     ) -> None:
         """Observe the task's time by outcome."""
         self._tasks(task.workflow, task.kind, outcome).observe(seconds)
@@ -282,9 +283,9 @@ class WorkerMetrics(Observer):
         """Count the loss."""
         self.lease_losses.labels(task.workflow).inc()
 
-    def dead_lettered(self, count: int) -> None:
-        """Count the tasks."""
-        self.tasks_dead_lettered.inc(count)
+    def reaped_for_good(self, count: int) -> None:
+        """Count the tasks (the metric keeps its published name)."""
+        self.tasks_reaped_for_good.inc(count)
 
     def loop_blocked(self, run_id: str | None, step: str | None, seconds: float) -> None:
         """Count the stall."""

@@ -18,6 +18,7 @@ import sys
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from perdure.engine.control import Outcome
 from perdure.engine.observer import Observer, StepAttempt
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
@@ -110,7 +111,7 @@ class TracingObserver(Observer):
         return context.attach(trace.set_span_in_context(span))
 
     def execution_finished(
-        self, task: ClaimedTask, token: Any, outcome: str, seconds: float
+        self, task: ClaimedTask, token: Any, outcome: Outcome, seconds: float
     ) -> None:
         """Close the task's span with its outcome."""
         from opentelemetry import context

@@ -163,7 +163,7 @@ def session_url(url: str, direct_url: str | None) -> str:
 
     When ``url`` asks for the primary and ``direct_url`` names no
     ``target_session_attrs`` of its own, the direct connections ask for the
-    primary too: a listener or a lock holder must not settle on a standby
+    primary too: a listener or a lock holder must not stay on a standby
     after a failover.
     """
     if direct_url is None or direct_url == url:

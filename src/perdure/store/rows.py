@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from perdure.types import (
     HistoryEvent,
@@ -53,7 +54,7 @@ class Fenced:
     run_status: str | None = None
     #: When a parked run wakes (a wait), or None.
     wake_at: datetime | None = None
-    #: Parallel step tasks a gather created.
+    #: Step tasks a gather created.
     spawned: int = 0
     #: The payload of the signal a wait took (``written``: one was taken).
     payload: Any = None
@@ -92,12 +93,11 @@ class Fenced:
 
 
 @dataclass(frozen=True)
-class ClaimedTask:
-    """A task this worker just claimed, with what is needed to execute it."""
+class _Claimed:
+    """What every claimed task carries: its lease, its run, how to execute it."""
 
     fence: Fence
     run_id: str
-    kind: str
     workflow: str
     version: int
     queue: str
@@ -108,11 +108,6 @@ class ClaimedTask:
     finished: bool = False
     #: The database clock at the claim: what waits compare their wake time with.
     db_now: datetime | None = None
-    #: For a parallel step's task (kind 'step'): the step's position and name.
-    step_position: int | None = None
-    step_name: str | None = None
-    #: For a gather's parallel step: the position of its gather's first step.
-    gather_start: int | None = None
     #: The run's status when the task was claimed ('compensating' matters).
     run_status: str | None = None
     #: The schedule that started the run and the tick it covers, if one did.
@@ -125,9 +120,54 @@ class ClaimedTask:
     steps: tuple[Step, ...] | None = None
 
 
+@dataclass(frozen=True)
+class RunTask(_Claimed):
+    """A run's own task (kind 'run'): replay the run and take it to its next stop."""
+
+    kind: ClassVar[str] = "run"
+    #: A run's own task is for no one step.
+    step_name: ClassVar[str | None] = None
+
+
+@dataclass(frozen=True)
+class StepTask(_Claimed):
+    """The task of one step (kind 'step'): a gather's step task, or a graph's step."""
+
+    kind: ClassVar[str] = "step"
+    #: The step's position and name.
+    step_position: int = field(kw_only=True)
+    step_name: str = field(kw_only=True)
+    #: For a gather's step task: the position of its gather's first step.
+    gather_start: int | None = field(default=None, kw_only=True)
+
+    @classmethod
+    def of(
+        cls,
+        task: _Claimed,
+        claimed: ClaimedStepTask,
+        *,
+        gather_start: int | None,
+        steps: Sequence[Step] | None,
+    ) -> StepTask:
+        """The task of ``claimed``: a step of ``task``'s run, claimed and leased on its
+        own, replaying ``steps`` (None: the execution reads them)."""
+        shared = {f.name: getattr(task, f.name) for f in fields(_Claimed)}
+        shared.update(fence=claimed.fence, steps=None if steps is None else tuple(steps))
+        return cls(
+            **shared,
+            step_position=claimed.position,
+            step_name=claimed.name,
+            gather_start=gather_start,
+        )
+
+
+#: A task this worker just claimed, with what is needed to execute it.
+ClaimedTask = RunTask | StepTask
+
+
 @dataclass(frozen=True, slots=True)
-class GatheredStep:
-    """A parallel step of a gather claimed by the worker that parked the run there."""
+class ClaimedStepTask:
+    """A step task of a gather claimed by the worker that parked the run there."""
 
     fence: Fence
     position: int
@@ -136,10 +176,10 @@ class GatheredStep:
     attempts: int
 
     @staticmethod
-    def decode(found: list[Row]) -> list[GatheredStep]:
+    def decode(found: list[Row]) -> list[ClaimedStepTask]:
         """One per claimed row, in position order."""
         claimed = [
-            GatheredStep(
+            ClaimedStepTask(
                 Fence(int(r["task_id"]), str(r["worker_id"]), int(r["attempt"])),
                 int(r["step_position"]),
                 str(r["step_name"]),
@@ -151,10 +191,10 @@ class GatheredStep:
 
 
 @dataclass(frozen=True, slots=True)
-class GatheredCompletion:
-    """A claimed parallel step that completed: what its checkpoint records."""
+class StepTaskCompletion:
+    """A claimed step task that completed: what its checkpoint records."""
 
-    step: GatheredStep
+    step: ClaimedStepTask
     attempts: int
     output_json: str
     started_at: datetime
@@ -304,11 +344,10 @@ def workflow(r: Row) -> WorkflowInfo:
 
 
 def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
-    """A ``task_claim`` row as a ClaimedTask."""
-    return ClaimedTask(
+    """A ``task_claim`` row as a RunTask or, for a row of kind 'step', a StepTask."""
+    common = dict(
         fence=Fence(task_id=int(r["id"]), worker_id=worker_id, attempt=int(r["attempt"])),
         run_id=str(r["run_id"]),
-        kind=r["kind"],
         workflow=r["workflow"],
         version=r["version"],
         queue=r["queue"],
@@ -317,12 +356,17 @@ def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
         lapses=int(r["lapses"]),
         finished=bool(r.get("finished")),
         db_now=r.get("db_now"),
-        step_position=r.get("step_position"),
-        step_name=r.get("step_name"),
-        gather_start=r.get("gather_start"),
         run_status=r.get("run_status"),
         schedule=r.get("schedule"),
         scheduled_at=r.get("scheduled_at"),
         # Only telemetry: a value that cannot be read is dropped, not fatal.
         trace_context=r.get("trace_context") if isinstance(r.get("trace_context"), dict) else None,
     )
+    if r["kind"] == "step":
+        return StepTask(
+            **common,
+            step_position=int(r["step_position"]),
+            step_name=str(r["step_name"]),
+            gather_start=r.get("gather_start"),
+        )
+    return RunTask(**common)

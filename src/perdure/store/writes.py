@@ -37,7 +37,7 @@ class Checkpoint:
     ``status`` is 'completed', 'failed', 'retrying' or 'timed_out'. A checkpoint
     of kind 'event' also publishes its output as event ``event_key``; one of kind
     'stream' appends it to stream ``event_key`` at ``stream_seq``. A checkpoint
-    that ``ends_task`` is a parallel step's final one: it deletes the step's
+    that ``ends_task`` is a step task's final one: it deletes the step's
     task and wakes the run when it is the last (at once with ``wake``).
     """
 

@@ -108,9 +108,7 @@ async def _check(app: App, runs: list[dict[str, Any]]) -> list[ReplayReport]:
                 continue
             steps = sorted((_step(s) for s in run["steps"]), key=lambda s: s.position)
             reports.append(
-                await replay_run(
-                    spec, app.statements, threads, run_id=run["id"], input=run["input"], steps=steps
-                )
+                await replay_run(spec, threads, run_id=run["id"], input=run["input"], steps=steps)
             )
     return reports
 

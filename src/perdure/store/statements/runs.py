@@ -181,7 +181,7 @@ class RunStatements(Namespace):
     def retry(
         self, run_ids: Sequence[str], statuses: Sequence[str] | None = None
     ) -> Statement[list[str]]:
-        """Queue failed or cancelled runs again (those in ``statuses``); the ids revived."""
+        """Queue failed or cancelled runs again (those in ``statuses``); the ids queued again."""
         return self._build(
             "run_retry",
             lambda found: [str(r["id"]) for r in found],

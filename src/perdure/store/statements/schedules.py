@@ -29,11 +29,12 @@ class ScheduleStatements(Namespace):
         max_catchup: int,
         source: str,
         next_tick: datetime,
-    ) -> Statement[ScheduleInfo | None]:
-        """Record a schedule; its next tick changes only with its cron or time zone."""
+    ) -> Statement[ScheduleInfo]:
+        """Record a schedule; its next tick changes only with its cron or time zone.
+        The upsert returns the row, changed or not."""
         return self._build(
             "schedule_upsert",
-            first(rows.schedule),
+            lambda found: rows.schedule(found[0]),
             name=name,
             cron=cron,
             timezone=timezone,

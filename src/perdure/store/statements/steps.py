@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from perdure.store import rows
-from perdure.store.rows import Fence, Fenced, GatheredCompletion, GatheredStep
+from perdure.store.rows import ClaimedStepTask, Fence, Fenced, StepTaskCompletion
 from perdure.store.statement import Namespace, Row, Statement, count, pair
 from perdure.store.writes import Checkpoint
 from perdure.types import Step
@@ -32,7 +32,7 @@ class StepStatements(Namespace):
 
         A checkpoint of kind 'event' also publishes its output as event
         ``event_key``; one of kind 'stream' appends it to stream ``event_key``
-        at ``stream_seq``. None may end its task (see ``complete_parallel``).
+        at ``stream_seq``. None may end its task (see ``finish_step_task``).
         """
         return self._build(
             "step_checkpoint",
@@ -56,9 +56,9 @@ class StepStatements(Namespace):
 
     def write(self, checkpoint: Checkpoint) -> Statement[Fenced]:
         """The statement that records one checkpoint: a batch of one, or, for a parallel
-        step's final checkpoint, ``complete_parallel``."""
+        step's final checkpoint, ``finish_step_task``."""
         if checkpoint.ends_task:
-            return self.complete_parallel(checkpoint)
+            return self.finish_step_task(checkpoint)
         batch = self.checkpoints([checkpoint])
         return Statement(batch.name, batch.query, batch.params, _only)
 
@@ -101,7 +101,7 @@ class StepStatements(Namespace):
         park: bool = True,
         lease_seconds: float = 0.0,
     ) -> Statement[Fenced]:
-        """Spawn a gather's parallel steps, due after ``head_start`` seconds, and park
+        """Spawn a gather's step tasks, due after ``head_start`` seconds, and park
         the run (or, not ``park``, keep its task and extend its lease by
         ``lease_seconds``); (leased, spawned)."""
         return self._build(
@@ -118,14 +118,14 @@ class StepStatements(Namespace):
             **fence.params(),
         )
 
-    def complete_parallel(self, checkpoint: Checkpoint) -> Statement[Fenced]:
-        """Checkpoint a parallel step and delete its task; (leased, written, run status).
+    def finish_step_task(self, checkpoint: Checkpoint) -> Statement[Fenced]:
+        """Checkpoint a step task and delete its task; (leased, written, run status).
 
         Run under the run's row lock: the last sibling wakes the run (at once
         when the checkpoint says ``wake``: gathers fail fast).
         """
         return self._build(
-            "step_complete_parallel",
+            "step_task_finish",
             Fenced.decode,
             position=checkpoint.position,
             name=checkpoint.name,
@@ -140,7 +140,7 @@ class StepStatements(Namespace):
             **checkpoint.fence.params(),
         )
 
-    def claim_gathered(
+    def claim_step_tasks(
         self,
         run_id: str,
         worker_id: str,
@@ -150,12 +150,12 @@ class StepStatements(Namespace):
         before: int,
         limit: int,
         lease_seconds: float,
-    ) -> Statement[list[GatheredStep]]:
-        """Claim up to ``limit`` ready parallel steps of the gather at ``gather_start``
+    ) -> Statement[list[ClaimedStepTask]]:
+        """Claim up to ``limit`` ready step tasks of the gather at ``gather_start``
         (None: a graph's steps), at positions from ``after`` to before ``before``."""
         return self._build(
-            "step_claim_gathered",
-            GatheredStep.decode,
+            "step_task_claim",
+            ClaimedStepTask.decode,
             run_id=run_id,
             after=after,
             before=before,
@@ -165,13 +165,13 @@ class StepStatements(Namespace):
             lease_seconds=lease_seconds,
         )
 
-    def complete_gathered(
-        self, run_id: str, worker_id: str, completed: Sequence[GatheredCompletion]
+    def complete_step_tasks(
+        self, run_id: str, worker_id: str, completed: Sequence[StepTaskCompletion]
     ) -> Statement[tuple[int, int]]:
-        """Checkpoint many completed parallel steps of one run and delete their tasks;
+        """Checkpoint many completed step tasks of one run and delete their tasks;
         (leased, written)."""
         return self._build(
-            "step_complete_gathered",
+            "step_task_complete",
             pair("leased", "written"),
             run_id=run_id,
             worker_id=worker_id,

@@ -103,13 +103,15 @@ class TaskStatements(Namespace):
             "task_recover_unheld", count("changed"), worker_id=worker_id, held=list(held)
         )
 
-    def rescue(self, *, limit: int) -> Statement[tuple[int, int]]:
-        """Revive tasks with expired leases; (revived, dead-lettered at their workflow's
-        ``max_lapses``: a step task fails its step, a run's own task hands its run on to
-        compensate, or fails it when it was compensating already)."""
+    def reap(self, *, limit: int) -> Statement[tuple[int, int]]:
+        """Reap tasks whose lease lapsed; (claimable again, reaped for good at their
+        workflow's ``max_lapses``: a step task fails its step, a run's own task hands its
+        run on to compensate, or fails it when it was compensating already)."""
         return self._build(
-            "task_rescue",
-            lambda found: (int(found[0]["revived"]), int(found[0]["dead"])) if found else (0, 0),
+            "task_reap",
+            lambda found: (
+                (int(found[0]["requeued"]), int(found[0]["for_good"])) if found else (0, 0)
+            ),
             limit=limit,
         )
 

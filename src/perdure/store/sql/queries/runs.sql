@@ -119,7 +119,7 @@ LIMIT %(limit)s;
 -- replay) writes nothing and leaves the task held, so the caller hands it back
 -- and the run is replayed from the real history. A run cancelled while its
 -- last step ran keeps its checkpoint and stays cancelled; its task is deleted.
--- Parallel steps still queued (a gather that failed fast) are dropped; one
+-- Step tasks still queued (a gather that failed fast) are dropped; one
 -- being executed finishes, and its checkpoint deletes its task. The
 -- completions come as typed arrays, one per column (the step's columns NULL
 -- without a checkpoint). The answer has one row per input, in order.
@@ -248,21 +248,21 @@ WITH lease AS (
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM marked) AS changed;
 
 -- name: run_retry
--- Revive failed or cancelled runs (%(run_ids)s; app.retry passes one, a bulk
+-- Queue failed or cancelled runs again (%(run_ids)s; app.retry passes one, a bulk
 -- retry a batch): each is queued again with a fresh task, and the checkpoints
 -- of steps that did not complete are cleared so they run again with fresh
 -- attempts. Completed steps stay memoized, so the run resumes at the step
 -- that failed. A run whose compensation failed resumes its compensations
 -- instead: only the failed compensation steps are cleared, and the step that
 -- failed the run stays failed. %(statuses)s, when not NULL, narrows the
--- statuses revived (a bulk retry's filter, checked again under the row lock).
+-- statuses queued again (a bulk retry's filter, checked again under the row lock).
 -- Rows are locked in id order, so two batches never deadlock. The statuses
 -- are tested on the locked rows (o), not on runs (r): a test on r invites the
 -- planner to scan runs by status and join the batch to every row it finds.
 WITH o AS MATERIALIZED (
     SELECT id, status AS previous FROM {schema}.runs
     WHERE id IN (SELECT unnest(%(run_ids)s::uuid[])) ORDER BY id FOR UPDATE
-), revived AS (
+), retried AS (
     UPDATE {schema}.runs r
     SET status = CASE WHEN o.previous = 'compensation_failed' THEN 'compensating'
                       ELSE 'queued' END,
@@ -273,9 +273,9 @@ WITH o AS MATERIALIZED (
       AND (%(statuses)s::text[] IS NULL OR o.previous = ANY(%(statuses)s::text[]))
     RETURNING r.id, r.workflow, r.version, r.queue, r.priority, r.partition_key, o.previous
 ), cleared AS (
-    DELETE FROM {schema}.steps s USING revived
-    WHERE s.run_id = revived.id
-      AND CASE WHEN revived.previous = 'compensation_failed'
+    DELETE FROM {schema}.steps s USING retried
+    WHERE s.run_id = retried.id
+      AND CASE WHEN retried.previous = 'compensation_failed'
                THEN s.kind = 'compensation' AND s.status <> 'completed'
                -- a gather's fail-fast choice goes with the failure it chose
                ELSE s.status <> 'completed' OR s.kind = 'gather' END
@@ -284,16 +284,16 @@ WITH o AS MATERIALIZED (
     INSERT INTO {schema}.tasks (run_id, kind, queue, workflow, version, priority, partition_key,
                                 status, available_at, created_at)
     SELECT id, 'run', queue, workflow, version, priority, partition_key, 'ready', {now}, {now}
-    FROM revived
+    FROM retried
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, detail)
     SELECT id, {now}, 'run_retried',
            jsonb_build_object('cleared_steps',
-                              (SELECT count(*) FROM cleared c WHERE c.run_id = revived.id),
+                              (SELECT count(*) FROM cleared c WHERE c.run_id = retried.id),
                               'previous_status', previous)
-    FROM revived
+    FROM retried
 )
-SELECT id FROM revived;
+SELECT id FROM retried;
 
 -- name: run_cancel
 -- Cancel runs that have not finished (%(run_ids)s; app.cancel passes one, a
@@ -582,7 +582,7 @@ ORDER BY 1, 2;
 -- statement: its own short transaction. Left alone: a run that is not final,
 -- a run with a child that is not final, a child whose parent is not final (it
 -- may still read its result), and a run with a task a worker holds (a
--- parallel step finishing after its run ended). SKIP LOCKED: a run whose row
+-- step task finishing after its run ended). SKIP LOCKED: a run whose row
 -- someone holds now (a retry, a signal) is skipped, not waited for. Steps,
 -- tasks, signals, events and streams go with their run (ON DELETE CASCADE);
 -- history rows stay in their day partition, which retention drops whole,

@@ -1,5 +1,5 @@
--- Named queries on step checkpoints, parallel steps (ctx.gather, ctx.map)
--- and graph steps. A parallel step is a 'pending' step row plus a task of kind
+-- Named queries on step checkpoints, step tasks (ctx.gather, ctx.map)
+-- and graph steps. A step task is a 'pending' step row plus a task of kind
 -- 'step'. Statements that decide what runs next are executed in a transaction
 -- that first took run_lock: completions of one run's steps serialise there.
 
@@ -25,7 +25,7 @@ ORDER BY position;
 -- (claimed_at is the transaction's time), sent in the same pipeline right
 -- after task_claim: one round trip claims and reads. As a later statement of
 -- the transaction it has a fresh snapshot, so it sees every checkpoint
--- committed before the claim (see task_claim). A gather's parallel step
+-- committed before the claim (see task_claim). A gather's step task
 -- gets those before its gather and its own.
 SELECT t.id AS task_id, s.position, s.name, s.kind, s.status, s.attempts, s.output, s.error,
        s.worker_id, s.started_at, s.completed_at, s.wake_at
@@ -44,10 +44,10 @@ ORDER BY t.id, s.position;
 -- checkpoints of many runs). A row whose fence fails writes nothing and is
 -- reported as not leased, without touching the others: the caller gets
 -- LeaseLost. Updating the task row also takes its row lock, so the reaper
--- cannot revive the task between the fence check and the commit. The input
+-- cannot reap the task between the fence check and the commit. The input
 -- is in task id order and task rows are locked in that order, as every other
 -- writer of several tasks does. A 'retrying' row may be replaced by a later
--- attempt (and a parallel step's 'pending' row by its first); a final row
+-- attempt (and a step task's 'pending' row by its first); a final row
 -- never is. The checkpoints come as typed arrays, one per column (unnest
 -- zips them into rows): one parameter per column however many rows there
 -- are. The answer has one row per input, in order.
@@ -171,15 +171,15 @@ WITH lease AS (
 SELECT count(*) AS leased, max(available_at) AS wake_at FROM lease;
 
 -- name: step_fanout
--- Park a function workflow at a gather: the parallel steps at %(positions)s
+-- Park a function workflow at a gather: the steps at %(positions)s
 -- that have neither a final checkpoint nor a task get a 'pending' row and a
 -- task any worker can claim; the run's own task waits for them without
 -- holding a slot (it is due now if nothing is left to wait for). Fenced.
--- With %(park)s false the parallel steps are spawned but the run's task
+-- With %(park)s false the step tasks are spawned but the run's task
 -- stays claimed (its lease extended): its worker runs them itself first
--- (step_claim_gathered) and parks afterwards. The tasks are due after
+-- (step_task_claim) and parks afterwards. The tasks are due after
 -- %(head_start)s seconds: other workers join in after that head start.
-WITH branches AS (
+WITH gather_steps AS (
     SELECT b.position, b.name
     FROM unnest(%(positions)s::integer[], %(names)s::text[]) AS b(position, name)
 ), held AS (
@@ -188,7 +188,7 @@ WITH branches AS (
     WHERE id = %(task_id)s AND worker_id = %(worker_id)s AND attempt = %(attempt)s
       AND status = 'claimed'
 ), todo AS (
-    SELECT b.position, b.name FROM branches b, held h
+    SELECT b.position, b.name FROM gather_steps b, held h
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.tasks t
                       WHERE t.run_id = h.run_id AND t.kind = 'step'
                         AND t.step_position = b.position)
@@ -242,10 +242,10 @@ WITH branches AS (
 SELECT (SELECT count(*) FROM lease) + (SELECT count(*) FROM kept) AS leased,
        (SELECT count(*) FROM spawned) AS spawned;
 
--- name: step_complete_parallel
--- Finish a parallel step's task: its final checkpoint (completed or failed)
+-- name: step_task_finish
+-- Finish a step task: its final checkpoint (completed or failed)
 -- and the deletion of its task in one statement, fenced. The run's own task,
--- parked at the gather, becomes due when no other parallel step of the run
+-- parked at the gather, becomes due when no other step task of the run
 -- remains, or at once when %(wake)s (a failure under fail-fast); a run that
 -- has moved on (its gather failed fast, it now waits for something else) is
 -- left waiting for that. SKIP LOCKED:
@@ -292,8 +292,8 @@ WITH lease AS (
 SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint) AS written,
        (SELECT r.status FROM {schema}.runs r JOIN lease ON r.id = lease.run_id) AS run_status;
 
--- name: step_claim_gathered
--- Claim up to %(limit)s ready parallel steps of one gather (the run's tasks of
+-- name: step_task_claim
+-- Claim up to %(limit)s ready step tasks of one gather (the run's tasks of
 -- kind 'step' at %(gather_start)s; NULL: a graph's steps), at positions from
 -- %(after)s to before %(before)s, for the worker that reached the gather (or
 -- scheduled the graph steps) and executes them itself, without replaying the
@@ -339,13 +339,13 @@ WITH picked AS (
 )
 SELECT * FROM claimed;
 
--- name: step_complete_gathered
--- step_complete_parallel for many completed parallel steps of one run, in one
+-- name: step_task_complete
+-- step_task_finish for many completed step tasks of one run, in one
 -- statement: each step's final checkpoint and the deletion of its task, each
 -- fenced on its own task (a step whose lease was lost is not written); the
 -- run's task, if still parked at a gather, becomes due when no other parallel
 -- step remains. Executed after
--- run_lock in the same transaction, like step_complete_parallel.
+-- run_lock in the same transaction, like step_task_finish.
 WITH done AS (
     SELECT *
     FROM unnest(%(task_ids)s::bigint[], %(fence_attempts)s::integer[],
@@ -398,8 +398,8 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM checkpoint)
 -- task for each position at %(positions)s that has neither a final row nor a
 -- task. The tasks take the run's queue, workflow and version, and are due
 -- after %(head_start)s seconds: the worker that scheduled them claims them
--- before that (step_claim_gathered), other workers join in after.
-WITH branches AS (
+-- before that (step_task_claim), other workers join in after.
+WITH gather_steps AS (
     SELECT b.position, b.name, b.kind
     FROM unnest(%(positions)s::integer[], %(names)s::text[], %(kinds)s::text[])
          AS b(position, name, kind)
@@ -407,7 +407,7 @@ WITH branches AS (
     SELECT id, queue, workflow, version, priority, partition_key
     FROM {schema}.runs WHERE id = %(run_id)s
 ), todo AS (
-    SELECT b.* FROM branches b
+    SELECT b.* FROM gather_steps b
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.tasks t
                       WHERE t.run_id = %(run_id)s AND t.kind = 'step'
                         AND t.step_position = b.position)

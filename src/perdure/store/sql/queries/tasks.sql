@@ -1,5 +1,5 @@
 -- Named queries on tasks: claim (plain and throttled), heartbeat, release,
--- rescue. Queues with a partition or rate limit ("throttled") use the
+-- reap. Queues with a partition or rate limit ("throttled") use the
 -- _throttled claims; the others never reach them, so unused limits cost nothing.
 
 -- name: task_claim
@@ -253,11 +253,11 @@ WITH released AS (
 )
 SELECT count(*) AS changed FROM released;
 
--- name: task_rescue
--- The reaper: tasks whose lease expired go back to ready (their worker died
+-- name: task_reap
+-- The reaper reaps the tasks whose lease lapsed: they go back to ready (their worker died
 -- or stalled). A task whose leases lapsed as many times as its workflow's
 -- max_lapses (stored with the definition, 5 when the version is not
--- registered) is dead-lettered, so a run that kills every worker cannot cycle
+-- registered) is reaped for good, so a run that kills every worker cannot cycle
 -- forever, and its run still compensates:
 -- - a step task fails its step, as if the step had raised LeaseExpired, and
 --   the run is woken (or given a task, a graph run having none of its own) to
@@ -273,7 +273,7 @@ SELECT count(*) AS changed FROM released;
 --   compensating fails the run without its compensations, and says so.
 -- SKIP LOCKED: a task whose owner is mid-checkpoint holds its row lock, and
 -- is skipped rather than waited for.
-WITH expired AS (
+WITH lapsed AS (
     SELECT t.id, t.run_id, t.kind, t.step_position, t.step_name, t.worker_id, t.attempt,
            t.lapses + 1 AS lapses,
            coalesce((SELECT w.max_lapses FROM {schema}.workflows w
@@ -286,27 +286,27 @@ WITH expired AS (
     FOR UPDATE OF t SKIP LOCKED
 ), fated AS (
     SELECT e.*,
-           CASE WHEN e.lapses < e.max_lapses THEN 'revive'
+           CASE WHEN e.lapses < e.max_lapses THEN 'requeue'
                 WHEN e.kind = 'run'
                      AND e.run_status NOT IN ('compensating', 'completed', 'failed', 'cancelled',
                                               'compensated', 'compensation_failed')
                 THEN 'compensate'
-                ELSE 'dead' END AS fate,
-           format('the lease on this run expired %%s times: its workers died or stalled '
+                ELSE 'for_good' END AS fate,
+           format('the lease on this run lapsed %%s times: its workers died or stalled '
                   'while running it', e.lapses) AS message
-    FROM expired e
-), revived AS (
-    -- Revived, or handed on to compensate with its lapses counted afresh.
+    FROM lapsed e
+), ready_again AS (
+    -- Claimable again, or handed on to compensate with its lapses counted afresh.
     UPDATE {schema}.tasks t
     SET status = 'ready', worker_id = NULL, lease_expires_at = NULL, claimed_at = NULL,
-        lapses = CASE WHEN e.fate = 'revive' THEN e.lapses ELSE 0 END, available_at = {now}
+        lapses = CASE WHEN e.fate = 'requeue' THEN e.lapses ELSE 0 END, available_at = {now}
     FROM fated e
-    WHERE t.id = e.id AND e.fate IN ('revive', 'compensate')
+    WHERE t.id = e.id AND e.fate IN ('requeue', 'compensate')
     RETURNING t.run_id, t.kind
 ), requeued AS (
     UPDATE {schema}.runs r SET status = 'queued', updated_at = {now}
     FROM fated e
-    WHERE r.id = e.run_id AND e.fate = 'revive' AND e.kind = 'run' AND r.status = 'running'
+    WHERE r.id = e.run_id AND e.fate = 'requeue' AND e.kind = 'run' AND r.status = 'running'
 ), compensating AS (
     UPDATE {schema}.runs r
     SET status = 'compensating', waiting_for = NULL, updated_at = {now},
@@ -314,41 +314,41 @@ WITH expired AS (
                                    'lapses', e.lapses)
     FROM fated e
     WHERE r.id = e.run_id AND e.fate = 'compensate'
-), dead AS (
+), for_good AS (
     DELETE FROM {schema}.tasks t USING fated e
-    WHERE t.id = e.id AND e.fate = 'dead'
+    WHERE t.id = e.id AND e.fate = 'for_good'
     RETURNING t.run_id, t.kind, t.step_position, e.lapses
-), dead_runs AS (
-    -- Only a compensating run's task is dead here: its compensations did
+), runs_for_good AS (
+    -- Only a compensating run's task is reaped for good here: its compensations did
     -- not all run, and the error says so, the failure that started them kept.
     UPDATE {schema}.runs r
     SET status = 'failed', completed_at = {now}, updated_at = {now}, waiting_for = NULL,
         error = jsonb_build_object(
             'type', 'LeaseExpired',
-            'message', format('the lease on this run expired %%s times while it ran its '
+            'message', format('the lease on this run lapsed %%s times while it ran its '
                               'compensations: its workers died or stalled, and the '
-                              'compensations not completed by then did not run', dead.lapses),
-            'lapses', dead.lapses,
+                              'compensations not completed by then did not run', for_good.lapses),
+            'lapses', for_good.lapses,
             'failure', r.error)
-    FROM dead
-    WHERE r.id = dead.run_id AND dead.kind = 'run'
+    FROM for_good
+    WHERE r.id = for_good.run_id AND for_good.kind = 'run'
       AND r.status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
-), dead_steps AS (
+), steps_for_good AS (
     UPDATE {schema}.steps s
     SET status = 'failed', attempts = greatest(s.attempts, 1), completed_at = {now},
         wake_at = NULL,
         error = jsonb_build_object(
             'type', 'LeaseExpired',
-            'message', format('the lease on this step expired %%s times: its workers died or '
-                              'stalled while running it', dead.lapses))
-    FROM dead
-    WHERE dead.kind = 'step' AND s.run_id = dead.run_id AND s.position = dead.step_position
+            'message', format('the lease on this step lapsed %%s times: its workers died or '
+                              'stalled while running it', for_good.lapses))
+    FROM for_good
+    WHERE for_good.kind = 'step' AND s.run_id = for_good.run_id AND s.position = for_good.step_position
       AND s.status IN ('pending', 'retrying', 'waiting')
     RETURNING s.run_id
 ), woken AS (
     -- A function workflow's task, parked at its gather: due now.
     UPDATE {schema}.tasks t SET available_at = {now}
-    WHERE t.id IN (SELECT t2.id FROM {schema}.tasks t2 JOIN dead_steps d ON d.run_id = t2.run_id
+    WHERE t.id IN (SELECT t2.id FROM {schema}.tasks t2 JOIN steps_for_good d ON d.run_id = t2.run_id
                    WHERE t2.kind = 'run' AND t2.status = 'ready')
 ), revisit AS (
     -- A graph run has no task of its own once its steps are scheduled: one
@@ -357,13 +357,13 @@ WITH expired AS (
                                 status, available_at, created_at)
     SELECT DISTINCT r.id, 'run', r.queue, r.workflow, r.version, r.priority, r.partition_key,
            'ready', {now}, {now}
-    FROM dead_steps d JOIN {schema}.runs r ON r.id = d.run_id
+    FROM steps_for_good d JOIN {schema}.runs r ON r.id = d.run_id
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.run_id = r.id AND t.kind = 'run')
       AND r.status NOT IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
 ), event AS (
     INSERT INTO {schema}.history (run_id, at, event, step_position, attempt, worker_id, detail)
     SELECT e.run_id, {now},
-           CASE WHEN e.fate = 'revive' THEN 'lease_expired'
+           CASE WHEN e.fate = 'requeue' THEN 'lease_expired'
                 WHEN e.fate = 'compensate' THEN 'run_compensating'
                 WHEN e.kind = 'run' THEN 'run_failed'
                 ELSE 'step_failed' END,
@@ -371,16 +371,16 @@ WITH expired AS (
            CASE WHEN e.fate = 'compensate'
                 THEN jsonb_build_object('type', 'LeaseExpired', 'message', e.message,
                                         'lapses', e.lapses)
-                WHEN e.fate = 'dead' AND e.kind = 'run'
+                WHEN e.fate = 'for_good' AND e.kind = 'run'
                 THEN jsonb_build_object('lapses', e.lapses, 'compensating', true,
                                         'compensations', 'not all run')
                 ELSE jsonb_build_object('lapses', e.lapses) END
     FROM fated e
 )
-SELECT (SELECT count(*) FROM revived) - (SELECT count(*) FROM fated WHERE fate = 'compensate')
-           AS revived,
-       (SELECT count(*) FROM dead) + (SELECT count(*) FROM fated WHERE fate = 'compensate')
-           AS dead;
+SELECT (SELECT count(*) FROM ready_again) - (SELECT count(*) FROM fated WHERE fate = 'compensate')
+           AS requeued,
+       (SELECT count(*) FROM for_good) + (SELECT count(*) FROM fated WHERE fate = 'compensate')
+           AS for_good;
 
 -- name: task_lock_fenced
 -- Lock the held task row inside a ctx.transaction step before the user's SQL
