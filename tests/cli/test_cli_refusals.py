@@ -3,8 +3,9 @@
 A read command (``runs list``, ``runs show``, ``queues list``…) never creates or
 migrates a schema: a ``--schema`` naming none is an error on one line that
 lists the perdure schemas the database has. ``perdure dashboard`` and
-``perdure api`` create their schema only on a database that has none. A malformed URL, from an option or
-from the environment, is one ConfigurationError line, with no traceback.
+``perdure api`` create their schema only on a database that has none. A
+malformed URL, from an option or from the environment, is one
+ConfigurationError line, with no traceback.
 """
 
 from __future__ import annotations
