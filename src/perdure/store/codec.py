@@ -118,8 +118,18 @@ class Payloads:
     JSON, as without a codec at all.
     """
 
-    def __init__(self, codecs: Sequence[Codec] = (), *, compress_above: int | None = None) -> None:
-        """A pipeline encoding with the last of ``codecs``, compressing above ``compress_above``."""
+    def __init__(
+        self,
+        codecs: Sequence[Codec] = (),
+        *,
+        compress_above: int | None = None,
+        telemetry_payloads: bool = False,
+    ) -> None:
+        """A pipeline encoding with the last of ``codecs``, compressing above ``compress_above``.
+
+        ``telemetry_payloads``: error messages (which may carry user data)
+        still go to logs and traces while payloads are encrypted.
+        """
         for codec in codecs:
             if not isinstance(codec, Codec) or not isinstance(getattr(codec, "name", None), str):
                 raise ConfigurationError(
@@ -136,11 +146,21 @@ class Payloads:
         self.codec: Codec | None = codecs[-1] if codecs else None
         self.decoders = {codec.name: codec for codec in codecs}
         self.compress_above = compress_above
+        self.telemetry_payloads = telemetry_payloads
 
     @property
     def encrypts(self) -> bool:
         """Whether new payloads are encoded by a codec (not only compressed)."""
         return self.codec is not None
+
+    @property
+    def redacts_errors(self) -> bool:
+        """Whether logs and traces name an error's type without its message.
+
+        True while payloads are encrypted, unless ``PERDURE_TELEMETRY_PAYLOADS=1``
+        asks for the messages: an error message often quotes the data it failed on.
+        """
+        return self.encrypts and not self.telemetry_payloads
 
     @property
     def plain(self) -> bool:

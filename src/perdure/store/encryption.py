@@ -39,6 +39,8 @@ KEYS_ENV = "PERDURE_ENCRYPTION_KEYS"
 KEY_FILE_ENV = "PERDURE_ENCRYPTION_KEY_FILE"
 #: The variable turning compression on above a size, in bytes.
 COMPRESS_ENV = "PERDURE_COMPRESS_ABOVE"
+#: ``1``: error messages go to logs and traces even while payloads are encrypted.
+TELEMETRY_ENV = "PERDURE_TELEMETRY_PAYLOADS"
 _KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _ID_RULE = "use 1-64 letters, digits, '_', '.' or '-'"
 _NONCE_BYTES = 12
@@ -210,4 +212,6 @@ def payloads(
         given.insert(0, configured)
     if compress_above is None:
         compress_above = compress_from_environment(environ)
-    return Payloads(given, compress_above=compress_above)
+    env = os.environ if environ is None else environ
+    telemetry = env.get(TELEMETRY_ENV, "").strip() == "1"
+    return Payloads(given, compress_above=compress_above, telemetry_payloads=telemetry)
