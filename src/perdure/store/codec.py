@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import zlib
 from collections.abc import Iterable, Sequence
@@ -256,17 +257,20 @@ class Payloads:
         if too_deep(raw):
             return Undecodable("nested too deeply to decode")
         try:
-            return json.loads(raw)
+            return json.loads(raw.decode("utf-8"))
         except (ValueError, RecursionError) as exc:
             return undecodable(exc)
 
 
+@functools.lru_cache(maxsize=256)
+def _prefix(header: tuple[tuple[str, Any], ...]) -> str:
+    """The text of an envelope up to its data, for one header (few distinct ones)."""
+    return '{"' + ENVELOPE + '":' + json.dumps(dict(header), separators=(",", ":")) + ',"data":"'
+
+
 def _envelope(header: dict[str, Any], data: bytes) -> str:
-    """The JSON text of an envelope of ``data`` under ``header``."""
-    return json.dumps(
-        {ENVELOPE: header, "data": base64.b64encode(data).decode("ascii")},
-        separators=(",", ":"),
-    )
+    """The JSON text of an envelope of ``data`` under ``header`` (base64 needs no escaping)."""
+    return _prefix(tuple(header.items())) + base64.b64encode(data).decode("ascii") + '"}'
 
 
 def _escaped(text: str) -> str:

@@ -59,6 +59,7 @@ class AesGcm:
     def __init__(self, keys: Sequence[tuple[str, bytes]]) -> None:
         """A codec encrypting with the last of ``keys`` and decrypting with any."""
         try:
+            from cryptography.exceptions import InvalidTag
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError:  # pragma: no cover - the dev extra installs it
             raise ConfigurationError(
@@ -68,6 +69,8 @@ class AesGcm:
         if not keys:
             raise ConfigurationError("AesGcm needs at least one key")
         self._ciphers: dict[str, Any] = {}
+        self._associated: dict[str, bytes] = {}
+        self._invalid = InvalidTag
         for key_id, secret in keys:
             if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
                 raise ConfigurationError(f"invalid encryption key id {key_id!r}: {_ID_RULE}")
@@ -79,6 +82,7 @@ class AesGcm:
                     "make one with `perdure keys generate`"
                 )
             self._ciphers[key_id] = AESGCM(secret)
+            self._associated[key_id] = _associated(key_id)
         self.key_ids = tuple(self._ciphers)
         #: The id of the key new payloads are encrypted with.
         self.newest = self.key_ids[-1]
@@ -93,8 +97,8 @@ class AesGcm:
 
     def encode(self, data: bytes) -> Encoded:
         """``data`` encrypted with the newest key, under a fresh nonce."""
-        nonce = secrets.token_bytes(_NONCE_BYTES)
-        sealed = self._ciphers[self.newest].encrypt(nonce, data, _associated(self.newest))
+        nonce = os.urandom(_NONCE_BYTES)
+        sealed = self._ciphers[self.newest].encrypt(nonce, data, self._associated[self.newest])
         return Encoded(nonce + sealed, self.newest)
 
     def decode(self, encoded: Encoded) -> bytes:
@@ -106,12 +110,10 @@ class AesGcm:
             raise KeyUnavailable(encoded.key)
         if len(encoded.data) < _NONCE_BYTES + 16:
             raise ValueError("ciphertext too short")
-        from cryptography.exceptions import InvalidTag
-
         nonce, sealed = encoded.data[:_NONCE_BYTES], encoded.data[_NONCE_BYTES:]
         try:
-            data: bytes = cipher.decrypt(nonce, sealed, _associated(encoded.key))
-        except InvalidTag:
+            data: bytes = cipher.decrypt(nonce, sealed, self._associated[encoded.key])
+        except self._invalid:
             raise ValueError("authentication failed: the ciphertext was altered") from None
         return data
 
