@@ -296,3 +296,30 @@ def test_plaintext_runs_started_from_sql_still_run_with_the_codec_on(
         "codec": "aes256gcm",
         "key": "k1",
     }
+
+
+def test_a_retry_detail_is_encrypted_and_reads_with_the_time_sql_adds_beside_it(
+    make_app: Callable[..., perdure.App], db: DB
+) -> None:
+    app = make_app(codec=AesGcm.from_text(K1))
+    tries = {"n": 0}
+
+    @app.workflow("flaky", retry=perdure.RetryPolicy(max_attempts=3, initial_delay=0, jitter=0))
+    async def flaky(ctx: perdure.Context) -> str:
+        tries["n"] += 1
+        if tries["n"] == 1:
+            raise RuntimeError(f"first try saw {MARKER}")
+        return "ok"
+
+    app.register()
+    run = app.start("flaky")
+    drain(app)
+    assert app.get_run(run.id).status == "completed"
+    (retry,) = [e for e in app.history(run.id) if e.event == "run_retry_scheduled"]
+    assert retry.detail is not None
+    assert MARKER in retry.detail["message"] and "available_at" in retry.detail, retry.detail
+    stored = db.execute(
+        "SELECT detail::text FROM history WHERE run_id = %s AND event = 'run_retry_scheduled'",
+        (run.id,),
+    ).fetchone()
+    assert stored is not None and MARKER not in stored[0] and "aes256gcm" in stored[0]
