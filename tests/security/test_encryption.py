@@ -275,7 +275,9 @@ def test_plaintext_runs_started_from_sql_still_run_with_the_codec_on(
 
     @app.workflow("shout")
     async def shouting(ctx: perdure.Context, text: str) -> str:
-        return await ctx.step("shout", shout, text)
+        loud = await ctx.step("shout", shout, text)
+        suffix = await ctx.wait_for_signal("suffix")
+        return f"{loud}{suffix}"
 
     app.register()
     found = db.execute(
@@ -287,8 +289,11 @@ def test_plaintext_runs_started_from_sql_still_run_with_the_codec_on(
         '"hello from sql"',
     )
     drain(app)
+    assert app.get_run(run_id).status == "waiting"
+    db.execute(f"SELECT {schema}.send_signal(%s, 'suffix', '\"!\"'::jsonb, NULL)", (run_id,))
+    drain(app)
     run = app.get_run(run_id)
-    assert run.status == "completed" and run.output == "HELLO FROM SQL" * 20
+    assert run.status == "completed" and run.output == "HELLO FROM SQL" * 20 + "!"
     stored = db.execute("SELECT output FROM runs WHERE id = %s", (run_id,)).fetchone()
     assert stored is not None and stored[0]["$perdure"] == {
         "v": 1,
