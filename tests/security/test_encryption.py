@@ -25,6 +25,7 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 import perdure
+from helpers import WorkerProcess, wait_until
 from perdure.cli.main import cli
 from perdure.dashboard import DashboardConfig, create_app
 from perdure.store.encryption import AesGcm, generate_key_line
@@ -328,3 +329,36 @@ def test_a_retry_detail_is_encrypted_and_reads_with_the_time_sql_adds_beside_it(
         (run.id,),
     ).fetchone()
     assert stored is not None and MARKER not in stored[0] and "aes256gcm" in stored[0]
+
+
+def test_worker_processes_read_with_the_keys_of_their_configuration_only(
+    make_app: Callable[..., perdure.App],
+    spawn_worker: Callable[..., WorkerProcess],
+    db: DB,
+    tmp_path: Path,
+) -> None:
+    keyed = make_app(codec=AesGcm.from_text(K2))
+    keyed.ensure_schema()
+    plain_app = make_app()
+    without_key = spawn_worker("apps.cli_app:app", "--concurrency", "4")
+    wait_until(
+        lambda: db.execute("SELECT 1 FROM workflows WHERE name = 'cli_greet'").fetchone(),
+        what="the worker's workflows registered",
+    )
+    sealed = keyed.start("cli_greet", {"name": "ann"})
+    plain = plain_app.start("cli_greet", {"name": "bob"})
+    assert plain.result(timeout=60) == {"greeting": "hello BOB"}
+    wait_until(lambda: keyed.get_run(sealed.id).status == "failed", what="the sealed run failed")
+    error = keyed.get_run(sealed.id).error
+    assert error is not None and error["type"].endswith("UndecodablePayload"), error
+    assert "encrypted with key 'k2'" in error["message"], error
+    without_key.stop()
+
+    keys = tmp_path / "perdure-keys"
+    keys.write_text(f"{K1}\n{K2}\n")
+    spawn_worker("apps.cli_app:app", PERDURE_ENCRYPTION_KEY_FILE=str(keys))
+    keyed.retry(sealed.id)
+    assert keyed.get_run(sealed.id).input == {"name": "ann"}
+    assert sealed.result(timeout=60) == {"greeting": "hello ANN"}
+    stored = db.execute("SELECT output::text FROM runs WHERE id = %s", (sealed.id,)).fetchone()
+    assert stored is not None and "ANN" not in stored[0] and '"key": "k2"' in stored[0]
