@@ -362,3 +362,45 @@ def test_worker_processes_read_with_the_keys_of_their_configuration_only(
     assert sealed.result(timeout=60) == {"greeting": "hello ANN"}
     stored = db.execute("SELECT output::text FROM runs WHERE id = %s", (sealed.id,)).fetchone()
     assert stored is not None and "ANN" not in stored[0] and '"key": "k2"' in stored[0]
+
+
+def test_parallel_steps_graphs_and_children_seal_their_payloads_too(
+    make_app: Callable[..., perdure.App], pg_url: str
+) -> None:
+    app = make_app(codec=AesGcm.from_text(K1))
+
+    async def tag(value: str) -> str:
+        return f"mapped {value}"
+
+    @app.workflow("child")
+    async def child(ctx: perdure.Context, value: str) -> str:
+        return f"child {value}"
+
+    @app.workflow("fan")
+    async def fan(ctx: perdure.Context, values: list[str]) -> dict[str, Any]:
+        mapped = await ctx.map("tag", tag, values)
+        kid = await ctx.start_child("child", values[0])
+        return {"mapped": mapped, "child": await kid.result()}
+
+    etl = app.graph("etl", version=1)
+
+    @etl.step()
+    def extract(ctx: perdure.StepContext, value: str) -> str:
+        return f"extracted {value}"
+
+    @etl.step(depends_on=[extract], wait_for_signal="approve")
+    def publish(ctx: perdure.StepContext, extracted: str) -> str:
+        return f"{extracted} approved by {ctx.signal['by']}"
+
+    app.register()
+    fanned = app.start("fan", [MARKER, MARKER + "2"])
+    graphed = app.start("etl", MARKER)
+    drain(app)
+    app.signal(graphed.id, "approve", {"by": MARKER})
+    drain(app)
+    assert fanned.result(timeout=30) == {
+        "mapped": [f"mapped {MARKER}", f"mapped {MARKER}2"],
+        "child": f"child {MARKER}",
+    }
+    assert graphed.result(timeout=30) == {"publish": f"extracted {MARKER} approved by {MARKER}"}
+    assert MARKER not in _pg_dump(pg_url)
