@@ -404,3 +404,36 @@ def test_parallel_steps_graphs_and_children_seal_their_payloads_too(
     }
     assert graphed.result(timeout=30) == {"publish": f"extracted {MARKER} approved by {MARKER}"}
     assert MARKER not in _pg_dump(pg_url)
+
+
+def test_without_the_key_a_failed_run_and_its_history_still_show(
+    make_app: Callable[..., perdure.App], pg_url: str, schema: str
+) -> None:
+    writer = make_app(codec=AesGcm.from_text(K2))
+    _everything(writer)
+    failing = writer.start("fails", MARKER)
+    drain(writer)
+    reader = make_app()
+    run = reader.get_run(failing.id)
+    assert run.status == "failed"
+    assert run.error == {"type": "encrypted", "message": "encrypted (key k2)"}
+    with pytest.raises(perdure.RunFailed, match=r"encrypted \(key k2\)"):
+        reader.handle(failing.id).result(timeout=5)
+    failed = [e for e in reader.history(failing.id) if e.event == "run_failed"]
+    assert failed and failed[0].detail == {"type": "encrypted", "message": "encrypted (key k2)"}
+
+    env = {"PERDURE_DATABASE_URL": pg_url, "PERDURE_SCHEMA": schema}
+    for args in (
+        ["runs", "show", failing.id],
+        ["runs", "list"],
+        ["runs", "show", "--history", failing.id],
+    ):
+        shown = CliRunner().invoke(cli, args, env=env)
+        assert shown.exit_code == 0, (args, shown.output)
+        assert MARKER not in shown.output
+    web = create_app(reader, DashboardConfig())
+    with TestClient(web, base_url="http://127.0.0.1") as client:
+        for path in (f"/runs/{failing.id}", "/runs", f"/api/v1/runs/{failing.id}"):
+            page = client.get(path, headers={"accept": "text/html"})
+            assert page.status_code == 200, (path, page.text[-2000:])
+            assert MARKER not in page.text

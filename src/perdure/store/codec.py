@@ -40,7 +40,17 @@ from typing import Any, Protocol, runtime_checkable
 from perdure.errors import ConfigurationError, KeyUnavailable
 from perdure.store.loaders import Undecodable, too_deep, undecodable
 
-__all__ = ["ENVELOPE", "PLAIN", "Codec", "Encoded", "Encrypted", "Payloads"]
+__all__ = [
+    "ENVELOPE",
+    "PLAIN",
+    "Codec",
+    "Encoded",
+    "Encrypted",
+    "Payloads",
+    "UnreadableRecord",
+    "record",
+    "unreadable",
+]
 
 #: The key that marks an envelope; a plain payload whose top level has it is escaped.
 ENVELOPE = "$perdure"
@@ -108,6 +118,38 @@ class Encrypted(Undecodable):
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         return (Encrypted, (self.key,))
+
+
+class UnreadableRecord(dict[str, Any]):
+    """An error record or history detail that could not be opened, as a record saying so.
+
+    Where a record is expected (``Run.error``, ``Step.error``,
+    ``HistoryEvent.detail``) a marker reads as ``{"type": "encrypted",
+    "message": "encrypted (key k2)"}`` (or ``"undecodable"``), so that every
+    reader of records shows it; ``marker`` keeps the ``Undecodable`` for the
+    engine's poison rules.
+    """
+
+    marker: Undecodable
+
+
+def record(value: Any) -> Any:
+    """``value``; an ``Undecodable`` marker in place of a record becomes an UnreadableRecord."""
+    if not isinstance(value, Undecodable):
+        return value
+    kind = "encrypted" if isinstance(value, Encrypted) else "undecodable"
+    made = UnreadableRecord(type=kind, message=str(value))
+    made.marker = value
+    return made
+
+
+def unreadable(value: Any) -> Undecodable | None:
+    """The marker ``value`` is or carries (a value or a record that could not be read), or None."""
+    if isinstance(value, Undecodable):
+        return value
+    if isinstance(value, UnreadableRecord):
+        return value.marker
+    return None
 
 
 class Payloads:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
+from perdure.store import codec
 from perdure.types import (
     HistoryEvent,
     QueueInfo,
@@ -198,7 +199,7 @@ def run(r: Row) -> Run:
         status=RunStatus(r["status"]),
         input=r["input"],
         output=r["output"],
-        error=r["error"],
+        error=codec.record(r["error"]),
         worker_id=r["worker_id"],
         created_at=r["created_at"],
         started_at=r["started_at"],
@@ -234,7 +235,7 @@ def step(r: Row) -> Step:
         status=StepStatus(r["status"]),
         attempts=r["attempts"],
         output=r["output"],
-        error=r["error"],
+        error=codec.record(r["error"]),
         worker_id=r["worker_id"],
         started_at=r["started_at"],
         completed_at=r["completed_at"],
@@ -252,7 +253,7 @@ def history(r: Row) -> HistoryEvent:
         step_name=r["step_name"],
         attempt=r["attempt"],
         worker_id=r["worker_id"],
-        detail=r["detail"],
+        detail=codec.record(r["detail"]),
         duration=None if r.get("duration") is None else r["duration"].total_seconds(),
     )
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from perdure.store import rows
+from perdure.store import codec, rows
 from perdure.store.rows import Fence, Fenced, Queueing, StartResult
 from perdure.store.statement import Namespace, Row, Statement, all_rows, count, first
 from perdure.store.writes import Completion, Start
@@ -21,6 +21,13 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 
 def _counts(found: list[Row]) -> dict[str, int]:
     return {r["status"]: int(r["n"]) for r in found}
+
+
+def _with_record(r: Row) -> Row:
+    """The row, its ``error`` a record even when it could not be opened."""
+    found = dict(r)
+    found["error"] = codec.record(found.get("error"))
+    return found
 
 
 def _ref(r: Row) -> RunRef:
@@ -90,7 +97,7 @@ class RunStatements(Namespace):
 
     def status(self, run_id: str) -> Statement[Row | None]:
         """Status, output and error of one run."""
-        return self._build("run_status", first(dict), run_id=run_id)
+        return self._build("run_status", first(_with_record), run_id=run_id)
 
     def complete(self, completions: Sequence[Completion]) -> Statement[list[Fenced]]:
         """Finish runs (each fenced on its task), each with its last step's checkpoint
@@ -248,7 +255,7 @@ class RunStatements(Namespace):
 
     def child_status(self, run_id: str) -> Statement[Row | None]:
         """A child run's status, output and error, its row locked (shared)."""
-        return self._build("run_child_status", first(dict), run_id=run_id)
+        return self._build("run_child_status", first(_with_record), run_id=run_id)
 
     def debounce(
         self,
