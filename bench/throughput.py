@@ -1,6 +1,7 @@
 """Throughput: N runs of a 3-step no-op workflow through the queue, one worker process.
 
 Usage: python bench/throughput.py [--runs N] [--concurrency C] [--repeat R] [--database-url URL]
+                                  [--encrypt off|on|both]
 
 The runs are started first, due in an hour, while one `perdure worker` process
 (bench_app.py) waits idle. One UPDATE then makes them all due at once (its
@@ -9,12 +10,19 @@ completion, both read from the database. Around that window the server's
 counters give transactions, statements and WAL flushes per step; the worker
 reports its own statements and round trips. `perdure bench` runs this as part
 of its table; run alone, it prints one line per repetition.
+
+``--encrypt on`` runs it with every payload encrypted (AES-256-GCM, a fresh key
+in ``PERDURE_ENCRYPTION_KEYS`` for the starting App and the worker alike);
+``--encrypt both`` alternates off and on, one of each per repetition, and
+ends with the median of each and the cost of encryption per step.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import statistics
 import tempfile
 import time
 import uuid
@@ -157,20 +165,62 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--encrypt", choices=("off", "on", "both"), default="off")
     with standalone(parser) as (args, server, probe):
+        modes = {"off": [False], "on": [True], "both": [False, True]}[args.encrypt]
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        cpu: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(args.repeat):
-            f = measure(server.url, probe, args.runs, args.concurrency)
+            for encrypted in modes:
+                with _encryption(encrypted):
+                    f = measure(server.url, probe, args.runs, args.concurrency)
+                rates[encrypted].append(f["steps_per_s"])
+                cpu[encrypted].append(f["worker_cpu_ms_per_run"])
+                print(f"encryption {'on ' if encrypted else 'off'}: " + _line(f))
+        if args.encrypt == "both":
+            off, on = statistics.median(rates[False]), statistics.median(rates[True])
             print(
-                f"{f['runs_per_s']:.0f} runs/s, {f['steps_per_s']:.0f} steps/s, "
-                f"step p50 {f['step_p50_ms']:.1f} ms p99 {f['step_p99_ms']:.1f} ms; per step: "
-                f"{_fmt(f['commits_per_step'])} commits, {_fmt(f['statements_per_step'])} "
-                f"statements, {_fmt(f['wal_flushes_per_step'])} WAL flushes, "
-                f"{_fmt(f['round_trips_per_step'])} round trips; worker CPU "
-                f"{f['worker_cpu_ms_per_run']:.2f} ms/run, server CPU "
-                f"{_fmt(f['server_cpu_ms_per_run'])} ms/run, "
-                f"{f['worker_connections']} connections; "
-                f"worker: {f['worker']}"
+                f"median of {args.repeat}: {off:.0f} steps/s off, {on:.0f} steps/s on "
+                f"({100 * (on - off) / off:+.1f}%; {1e6 / on - 1e6 / off:+.1f} us per step); "
+                f"worker CPU {statistics.median(cpu[False]):.2f} ms/run off, "
+                f"{statistics.median(cpu[True]):.2f} ms/run on"
             )
+
+
+class _encryption:
+    """While entered (if ``on``), every App and worker started here encrypts payloads."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self.saved = os.environ.get("PERDURE_ENCRYPTION_KEYS")
+
+    def __enter__(self) -> None:
+        from perdure.store.encryption import generate_key_line
+
+        if self.on:
+            os.environ["PERDURE_ENCRYPTION_KEYS"] = generate_key_line("bench")
+        else:
+            os.environ.pop("PERDURE_ENCRYPTION_KEYS", None)
+
+    def __exit__(self, *_: object) -> None:
+        if self.saved is None:
+            os.environ.pop("PERDURE_ENCRYPTION_KEYS", None)
+        else:
+            os.environ["PERDURE_ENCRYPTION_KEYS"] = self.saved
+
+
+def _line(f: dict[str, Any]) -> str:
+    return (
+        f"{f['runs_per_s']:.0f} runs/s, {f['steps_per_s']:.0f} steps/s, "
+        f"step p50 {f['step_p50_ms']:.1f} ms p99 {f['step_p99_ms']:.1f} ms; per step: "
+        f"{_fmt(f['commits_per_step'])} commits, {_fmt(f['statements_per_step'])} "
+        f"statements, {_fmt(f['wal_flushes_per_step'])} WAL flushes, "
+        f"{_fmt(f['round_trips_per_step'])} round trips; worker CPU "
+        f"{f['worker_cpu_ms_per_run']:.2f} ms/run, server CPU "
+        f"{_fmt(f['server_cpu_ms_per_run'])} ms/run, "
+        f"{f['worker_connections']} connections; "
+        f"worker: {f['worker']}"
+    )
 
 
 def _fmt(value: float | None) -> str:

@@ -390,3 +390,20 @@ class ScheduleNotFound(PerdureError, LookupError):
 
 class MaintenanceBusy(PerdureError):
     """Another worker or `perdure prune` is running a maintenance pass on this schema now."""
+
+
+class KeyUnavailable(PerdureError, LookupError):
+    """A payload was encrypted with a key this process does not hold.
+
+    A codec's ``decode`` raises it; perdure shows the payload as
+    ``encrypted (key <id>)`` and a worker fails only the run that needs it,
+    with ``UndecodablePayload``. Keys come from ``PERDURE_ENCRYPTION_KEYS``,
+    ``PERDURE_ENCRYPTION_KEY_FILE`` or ``App(codec=...)``, never from the database.
+    """
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"the payload is encrypted with key {key!r}, which this process does not hold: "
+            "add it to PERDURE_ENCRYPTION_KEYS (or PERDURE_ENCRYPTION_KEY_FILE)"
+        )

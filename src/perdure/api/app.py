@@ -10,7 +10,7 @@ each (``perdure.api.forms``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from perdure.api import (
@@ -35,6 +35,8 @@ from perdure.clock import Clock
 from perdure.engine import arguments, serialization
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_policy
 from perdure.errors import ConfigurationError, WorkflowDefinitionError
+from perdure.store import encryption
+from perdure.store.codec import Codec, Payloads
 from perdure.store.statements import Statements
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,8 +62,19 @@ class App:
         max_payload_bytes: int = serialization.DEFAULT_MAX_PAYLOAD_BYTES,
         pool_size: int = 10,
         direct_url: str | None = None,
+        codec: Codec | Sequence[Codec] | None = None,
+        compress_above: int | None = None,
     ) -> None:
         """Create an App; nothing connects until the first call that needs the database.
+
+        Every payload (inputs, outputs, step results, signal, event and stream
+        values, step logs, errors) passes through one codec pipeline on its
+        way to and from the database (docs/encryption.md): compressed above
+        ``compress_above`` bytes (else ``PERDURE_COMPRESS_ABOVE``; off when
+        neither is set), then encoded by ``codec`` (one, or a list newest
+        last: the last encodes, each decodes), else encrypted with the keys of
+        ``PERDURE_ENCRYPTION_KEYS`` or ``PERDURE_ENCRYPTION_KEY_FILE``, which
+        always decrypt too. Without either, payloads are stored as plain JSON.
 
         ``max_payload_bytes`` (1 KiB to 128 MiB) caps every encoded input, step
         output, signal payload and result; a larger one is refused with
@@ -92,6 +105,7 @@ class App:
             ),
             arguments.integer("pool_size", pool_size, minimum=1, maximum=1000),
             direct_url,
+            encryption.payloads(codec, compress_above),
         )
 
     # Configuration ---------------------------------------------------------------
@@ -119,6 +133,11 @@ class App:
     def max_payload_bytes(self) -> int:
         """The largest encoded input, output, payload or result accepted."""
         return self._core.max_payload_bytes
+
+    @property
+    def payloads(self) -> Payloads:
+        """The codec pipeline every payload passes through (compression, encryption)."""
+        return self._core.payloads
 
     @property
     def pool_size(self) -> int:

@@ -26,6 +26,7 @@ from perdure.engine import arguments
 from perdure.errors import ConfigurationError, RunNotFound
 from perdure.store import caller, connect
 from perdure.store import migrate as migrations
+from perdure.store.codec import PLAIN, Payloads
 from perdure.store.connect import direct_url_from_env
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements, validate_schema
@@ -55,8 +56,12 @@ class Core:
         max_payload_bytes: int,
         pool_size: int,
         direct_url: str | None = None,
+        payloads: Payloads = PLAIN,
     ) -> None:
-        """A core for ``owner`` (the App); nothing connects until first used."""
+        """A core for ``owner`` (the App); nothing connects until first used.
+
+        ``payloads`` is the codec pipeline every payload passes through.
+        """
         self.owner = owner
         self.url_given = url
         self.direct_url_given = direct_url
@@ -69,7 +74,8 @@ class Core:
         #: Queues and schedules declared in code, recorded when a worker starts.
         self.queues: dict[str, QueueDef] = {}
         self.schedules: list[ScheduleDef] = []
-        self.statements = Statements(self.schema, self.clock)
+        self.payloads = payloads
+        self.statements = Statements(self.schema, self.clock, payloads)
         self.portal = Portal()
         self.store: AsyncStore | None = None
         #: Wakes get_event / read_stream waiters (api/notices.py); made on first wait.
@@ -94,7 +100,7 @@ class Core:
             self.direct_url_given = direct_url
         if schema is not None:
             self.schema = validate_schema(schema)
-            self.statements = Statements(self.schema, self.clock)
+            self.statements = Statements(self.schema, self.clock, self.payloads)
 
     @property
     def url(self) -> str:

@@ -66,7 +66,7 @@ async def worker(
     if tracing or (tracing is None and (tracer_provider is not None or _tracing.configured())):
         from perdure.observability.tracing import TracingObserver
 
-        watching.append(TracingObserver(tracer_provider))
+        watching.append(TracingObserver(tracer_provider, core.payloads.redacts_errors))
     await core.ready()
     return Worker(
         core.url,

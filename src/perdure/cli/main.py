@@ -52,6 +52,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "perdure.cli.embedded:embedded",
         "Manage the embedded PostgreSQL server (the default database).",
     ),
+    "keys": (
+        "perdure.cli.keys:keys",
+        "Make payload encryption keys (PERDURE_ENCRYPTION_KEYS).",
+    ),
     "migrate": (
         "perdure.cli.migrate:migrate",
         "Apply the schema migrations this version of perdure ships (applying twice is a no-op).",

@@ -417,8 +417,17 @@ class LoggingObserver(Observer):
 
     Routine progress (a run or step completed) is logged at DEBUG, retries at
     INFO, failures and lost leases at WARNING. It also keeps the fields of
-    the execution and step in progress for ``log_fields``.
+    the execution and step in progress for ``log_fields``. No payload is ever
+    logged; with ``redact_errors`` (payloads encrypted), an error is named by
+    its type alone, since its message may quote the data it failed on.
     """
+
+    def __init__(self, redact_errors: bool = False) -> None:
+        """Log records; errors by type alone when ``redact_errors``."""
+        self.redact_errors = redact_errors
+
+    def _describe(self, error: BaseException | None) -> str:
+        return describe(error, self.redact_errors)
 
     def execution_started(self, task: ClaimedTask) -> Any:
         """Make the task's fields current; log the start at DEBUG."""
@@ -464,7 +473,7 @@ class LoggingObserver(Observer):
                 name,
                 task.run_id,
                 attempt,
-                _describe(error),
+                self._describe(error),
                 extra=fields,
             )
         elif status == "failed":
@@ -473,7 +482,7 @@ class LoggingObserver(Observer):
                 name,
                 task.run_id,
                 attempt,
-                _describe(error),
+                self._describe(error),
                 extra=fields,
             )
         else:
@@ -486,7 +495,7 @@ class LoggingObserver(Observer):
         run_log.info(
             "run %s failed (%s); retrying in %.1f s",
             task.run_id,
-            _describe(error),
+            self._describe(error),
             delay,
             extra=task_fields(task),
         )
@@ -504,7 +513,7 @@ class LoggingObserver(Observer):
             current = _current.get()
             fields = task_fields(current[0]) if current else dict.fromkeys(LOG_FIELDS)
             fields.update(run_id=run_id, workflow=workflow, step=None)
-            detail = f": {_describe(error)}" if error is not None else ""
+            detail = f": {self._describe(error)}" if error is not None else ""
             run_log.log(level, "run %s (%s) %s%s", run_id, workflow, status, detail, extra=fields)
 
     def lease_lost(self, task: ClaimedTask) -> None:
@@ -514,7 +523,10 @@ class LoggingObserver(Observer):
         run_log.warning("run %s: %s", task.run_id, lost, extra=task_fields(task))
 
 
-def _describe(error: BaseException | None) -> str:
+def describe(error: BaseException | None, redact: bool = False) -> str:
+    """``Type: message`` of ``error``; its type alone (and ``message redacted``) if ``redact``."""
     if error is None:
         return "no error"
+    if redact:
+        return f"{type(error).__name__} (message redacted: payloads are encrypted)"
     return f"{type(error).__name__}: {error}"

@@ -20,6 +20,7 @@ from perdure.engine.control import Outcome
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution
 from perdure.errors import UndecodablePayload
+from perdure.store.codec import unreadable
 from perdure.store.loaders import Undecodable
 from perdure.store.rows import ClaimedTask
 
@@ -30,9 +31,10 @@ def found(task: ClaimedTask) -> UndecodablePayload | None:
         return UndecodablePayload(task.run_id, "the input", task.input.reason)
     for step in task.steps or ():
         for what, value in (("output", step.output), ("error", step.error)):
-            if isinstance(value, Undecodable):
+            marker = unreadable(value)
+            if marker is not None:
                 field = f"the {what} of step {step.name!r} at position {step.position}"
-                return UndecodablePayload(task.run_id, field, value.reason)
+                return UndecodablePayload(task.run_id, field, marker.reason)
     return None
 
 

@@ -93,7 +93,8 @@ class Worker:
         #: ended: ``execution_finished``; runs ended: ``run_<status>``), and
         #: its statements and commits once it stopped.
         self.counts: dict[str, int] = {}
-        self.observer = Observers([LoggingObserver(), self._steps, *observers], self.counts)
+        logging_observer = LoggingObserver(redact_errors=statements.payloads.redacts_errors)
+        self.observer = Observers([logging_observer, self._steps, *observers], self.counts)
         self.claims = Claims(
             statements,
             self.id,

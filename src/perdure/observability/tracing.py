@@ -19,7 +19,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from perdure.engine.control import Outcome
-from perdure.engine.observer import Observer, StepAttempt
+from perdure.engine.observer import Observer, StepAttempt, describe
 from perdure.errors import ConfigurationError
 from perdure.store.rows import ClaimedTask
 
@@ -70,8 +70,16 @@ class TracingObserver(Observer):
     ``perdure.step <step>``; their attributes are listed in docs/observability.md.
     """
 
-    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
-        """Trace with ``tracer_provider`` (default: the global one)."""
+    def __init__(
+        self, tracer_provider: TracerProvider | None = None, redact_errors: bool = False
+    ) -> None:
+        """Trace with ``tracer_provider`` (default: the global one).
+
+        No payload is ever an attribute. With ``redact_errors`` (payloads
+        encrypted), an exception is recorded by its type alone: no message,
+        no stack trace, which may quote the data it failed on.
+        """
+        self.redact_errors = redact_errors
         try:
             from opentelemetry import trace
         except ImportError:
@@ -162,16 +170,16 @@ class TracingObserver(Observer):
         context.detach(attached)
         span.set_attribute("perdure.status", status)
         if error is not None:
-            span.record_exception(error)
+            self._record(span, error)
         if status in _FAILED:
-            _set_error(span, f"{type(error).__name__}: {error}" if error else status)
+            _set_error(span, describe(error, self.redact_errors) if error else status)
         span.end()
 
     def run_retrying(self, task: ClaimedTask, delay: float, error: BaseException) -> None:
         """Record the exception on the task's span."""
         span = self._tasks.get(task.fence.task_id)
         if span is not None:
-            span.record_exception(error)
+            self._record(span, error)
             span.set_attribute("perdure.retry_delay", delay)
 
     def run_finished(
@@ -183,9 +191,23 @@ class TracingObserver(Observer):
             return
         span.set_attribute("perdure.run_status", status)
         if error is not None:
-            span.record_exception(error)
+            self._record(span, error)
         if status in _FAILED:
             _set_error(span, f"run {status}")
+
+    def _record(self, span: Span, error: BaseException) -> None:
+        """The exception on ``span``: in full, or by its type alone when redacting."""
+        if not self.redact_errors:
+            span.record_exception(error)
+            return
+        kind = type(error)
+        span.add_event(
+            "exception",
+            {
+                "exception.type": f"{kind.__module__}.{kind.__qualname__}",
+                "exception.message": "redacted: payloads are encrypted",
+            },
+        )
 
     def trace_context(self, task: ClaimedTask) -> str | None:
         """The current span's headers (else the task's): a child run joins its parent's trace."""

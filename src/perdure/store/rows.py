@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar
 
+from perdure.store import codec
 from perdure.types import (
     HistoryEvent,
     QueueInfo,
@@ -238,7 +239,7 @@ def run(r: Row) -> Run:
         status=RunStatus(r["status"]),
         input=r["input"],
         output=r["output"],
-        error=r["error"],
+        error=codec.record(r["error"]),
         worker_id=r["worker_id"],
         created_at=r["created_at"],
         started_at=r["started_at"],
@@ -274,7 +275,7 @@ def step(r: Row) -> Step:
         status=StepStatus(r["status"]),
         attempts=r["attempts"],
         output=r["output"],
-        error=r["error"],
+        error=codec.record(r["error"]),
         worker_id=r["worker_id"],
         started_at=r["started_at"],
         completed_at=r["completed_at"],
@@ -292,7 +293,7 @@ def history(r: Row) -> HistoryEvent:
         step_name=r["step_name"],
         attempt=r["attempt"],
         worker_id=r["worker_id"],
-        detail=r["detail"],
+        detail=codec.record(r["detail"]),
         duration=None if r.get("duration") is None else r["duration"].total_seconds(),
     )
 

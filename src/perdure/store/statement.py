@@ -1,4 +1,10 @@
-"""One statement ready to execute, how statements are built, and shared decoders."""
+"""One statement ready to execute, how statements are built, and shared decoders.
+
+The ``Builder`` is where payloads cross the codec (store/codec.py): the
+statement modules seal each payload parameter with ``build.seal`` or
+``build.seal_each``, and every statement's rows are opened before its decoder
+reads them.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from perdure.clock import Clock
+from perdure.store.codec import PLAIN, Payloads
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -34,19 +41,46 @@ class Builder:
     time comparison in SQL goes through one clock a test can move.
     """
 
-    def __init__(self, schema: str, clock: Clock, queries: dict[str, str]) -> None:
-        """Build from the rendered ``queries`` of ``schema``; take times from ``clock``."""
+    def __init__(
+        self, schema: str, clock: Clock, queries: dict[str, str], payloads: Payloads = PLAIN
+    ) -> None:
+        """Build from the rendered ``queries`` of ``schema``; take times from ``clock``;
+        pass payloads through ``payloads``."""
         self.schema = schema
         self.clock = clock
         self.channel = f"{schema}_wakeup"
         self.queries = queries
+        self.payloads = payloads
+        #: The stored form of one payload's JSON text (None stays None).
+        self.seal = payloads.seal
+        #: The stored forms of many payloads' JSON texts.
+        self.seal_each = payloads.seal_each
 
     def __call__(
         self, query_name: str, decode: Callable[[list[Row]], T], **params: Any
     ) -> Statement[T]:
-        """The statement of query ``query_name`` with ``params`` and the clock's now."""
+        """The statement of query ``query_name`` with ``params`` and the clock's now;
+        its rows' payloads are opened before ``decode`` reads them."""
         params["now"] = self.clock.sql_now()
-        return Statement(query_name, self.queries[query_name], params, decode)
+        opened = _Opened(self.payloads.open_rows, decode)
+        return Statement(query_name, self.queries[query_name], params, opened)
+
+
+class _Opened(Generic[T]):
+    """A statement's decoder, reading its rows once their payloads are opened."""
+
+    __slots__ = ("decode", "open_rows")
+
+    def __init__(
+        self,
+        open_rows: Callable[[list[Row]], list[Row]],
+        decode: Callable[[list[Row]], T],
+    ) -> None:
+        self.open_rows = open_rows
+        self.decode = decode
+
+    def __call__(self, found: list[Row]) -> T:
+        return self.decode(self.open_rows(found))
 
 
 class Namespace:

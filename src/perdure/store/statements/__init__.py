@@ -16,6 +16,7 @@ from psycopg import sql
 
 from perdure.clock import Clock
 from perdure.errors import ConfigurationError
+from perdure.store.codec import PLAIN, Payloads
 from perdure.store.queries import render
 from perdure.store.statement import Builder
 from perdure.store.statements.demos import DemoStatements
@@ -53,11 +54,15 @@ def validate_schema(name: object) -> str:
 class Statements:
     """Every statement perdure issues, for one schema and one clock, by entity."""
 
-    def __init__(self, schema: str, clock: Clock) -> None:
-        """Render the named queries for ``schema``; take times from ``clock``."""
+    def __init__(self, schema: str, clock: Clock, payloads: Payloads = PLAIN) -> None:
+        """Render the named queries for ``schema``; take times from ``clock``; pass every
+        payload through ``payloads`` (store/codec.py)."""
         self.schema = validate_schema(schema)
         self.clock = clock
-        build = Builder(self.schema, clock, render(sql.Identifier(schema).as_string(None)))
+        self.payloads = payloads
+        build = Builder(
+            self.schema, clock, render(sql.Identifier(schema).as_string(None)), payloads
+        )
         self.channel = build.channel
         self.runs = RunStatements(build)
         self.steps = StepStatements(build)

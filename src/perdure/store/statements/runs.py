@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from perdure.store import rows
+from perdure.store import codec, rows
 from perdure.store.rows import Fence, Fenced, Queueing, StartResult
 from perdure.store.statement import Namespace, Row, Statement, all_rows, count, first
 from perdure.store.writes import Completion, Start
@@ -21,6 +21,13 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 
 def _counts(found: list[Row]) -> dict[str, int]:
     return {r["status"]: int(r["n"]) for r in found}
+
+
+def _with_record(r: Row) -> Row:
+    """The row, its ``error`` a record even when it could not be opened."""
+    found = dict(r)
+    found["error"] = codec.record(found.get("error"))
+    return found
 
 
 def _ref(r: Row) -> RunRef:
@@ -67,7 +74,7 @@ class RunStatements(Namespace):
             version=first_start.version,
             queue=first_start.queue,
             keys=[start.key for start in starts],
-            inputs=[start.input_json for start in starts],
+            inputs=self._build.seal_each(start.input_json for start in starts),
             priority=first_start.priority,
             delay_seconds=first_start.delay_seconds,
             parent_run_id=first_start.parent_run_id,
@@ -90,7 +97,7 @@ class RunStatements(Namespace):
 
     def status(self, run_id: str) -> Statement[Row | None]:
         """Status, output and error of one run."""
-        return self._build("run_status", first(dict), run_id=run_id)
+        return self._build("run_status", first(_with_record), run_id=run_id)
 
     def complete(self, completions: Sequence[Completion]) -> Statement[list[Fenced]]:
         """Finish runs (each fenced on its task), each with its last step's checkpoint
@@ -109,9 +116,11 @@ class RunStatements(Namespace):
             names=[last and last.name for last in lasts],
             kinds=[last and last.kind for last in lasts],
             step_attempts=[last and last.attempts for last in lasts],
-            step_outputs=[last and last.output_json for last in lasts],
+            step_outputs=self._build.seal_each(
+                last.output_json if last else None for last in lasts
+            ),
             started=[last and last.started_at for last in lasts],
-            outputs=[c.output_json for c in completions],
+            outputs=self._build.seal_each(c.output_json for c in completions),
         )
 
     def fail(
@@ -125,7 +134,7 @@ class RunStatements(Namespace):
         return self._build(
             "run_fail",
             Fenced.decode,
-            error=error_json,
+            error=self._build.seal(error_json),
             status=status,
             any_state=any_state,
             **fence.params(),
@@ -133,7 +142,9 @@ class RunStatements(Namespace):
 
     def compensating(self, fence: Fence, error_json: str) -> Statement[Fenced]:
         """Mark a failed run as compensating (fenced); (leased, changed)."""
-        return self._build("run_compensating", Fenced.decode, error=error_json, **fence.params())
+        return self._build(
+            "run_compensating", Fenced.decode, error=self._build.seal(error_json), **fence.params()
+        )
 
     def expire(self, limit: int = 500) -> Statement[int]:
         """Cancel up to ``limit`` runs past their deadline; how many."""
@@ -156,7 +167,12 @@ class RunStatements(Namespace):
     def signal(self, run: str, name: str, payload_json: str, key: str | None) -> Statement[int]:
         """Send a signal to a run (by id or key) through send_signal; the signal's id."""
         return self._build(
-            "run_signal", count("id"), run=run, name=name, payload=payload_json, key=key
+            "run_signal",
+            count("id"),
+            run=run,
+            name=name,
+            payload=self._build.seal(payload_json),
+            key=key,
         )
 
     def signal_many(
@@ -174,7 +190,7 @@ class RunStatements(Namespace):
             runs=list(runs),
             ids=[run if _UUID.fullmatch(run) else None for run in runs],
             names=list(names),
-            payloads=list(payloads_json),
+            payloads=self._build.seal_each(payloads_json),
             keys=list(keys),
         )
 
@@ -209,7 +225,10 @@ class RunStatements(Namespace):
     def mark_compensating(self, run_id: str, error_json: str) -> Statement[None]:
         """Mark a graph run compensating, keeping ``error_json`` as its error."""
         return self._build(
-            "run_mark_compensating", lambda found: None, run_id=run_id, error=error_json
+            "run_mark_compensating",
+            lambda found: None,
+            run_id=run_id,
+            error=self._build.seal(error_json),
         )
 
     def progress(self, run_id: str) -> Statement[None]:
@@ -230,13 +249,13 @@ class RunStatements(Namespace):
             count("changed"),
             run_id=run_id,
             status=status,
-            output=output_json,
-            error=error_json,
+            output=self._build.seal(output_json),
+            error=self._build.seal(error_json),
         )
 
     def child_status(self, run_id: str) -> Statement[Row | None]:
         """A child run's status, output and error, its row locked (shared)."""
-        return self._build("run_child_status", first(dict), run_id=run_id)
+        return self._build("run_child_status", first(_with_record), run_id=run_id)
 
     def debounce(
         self,
@@ -255,7 +274,7 @@ class RunStatements(Namespace):
             queue=queue,
             key=key,
             dedup_key=queueing.dedup_key,
-            input=input_json,
+            input=self._build.seal(input_json),
             tags=queueing.tags_json,
         )
 

@@ -39,7 +39,7 @@ class ScheduleStatements(Namespace):
             cron=cron,
             timezone=timezone,
             workflow=workflow,
-            input=input_json,
+            input=self._build.seal(input_json),
             catchup=catchup,
             max_catchup=max_catchup,
             source=source,

@@ -30,7 +30,7 @@ class StepLogStatements(Namespace):
             name=name,
             worker_id=worker_id,
             status=status,
-            records=records_json,
+            records=self._build.seal(records_json),
             truncated=truncated,
         )
 

@@ -46,8 +46,8 @@ class StepStatements(Namespace):
             kinds=[c.kind for c in checkpoints],
             statuses=[c.status for c in checkpoints],
             step_attempts=[c.attempts for c in checkpoints],
-            outputs=[c.output_json for c in checkpoints],
-            errors=[c.error_json for c in checkpoints],
+            outputs=self._build.seal_each(c.output_json for c in checkpoints),
+            errors=self._build.seal_each(c.error_json for c in checkpoints),
             started=[c.started_at for c in checkpoints],
             event_keys=[c.event_key for c in checkpoints],
             stream_seqs=[c.stream_seq for c in checkpoints],
@@ -132,8 +132,8 @@ class StepStatements(Namespace):
             kind=checkpoint.kind,
             status=checkpoint.status,
             attempts=checkpoint.attempts,
-            output=checkpoint.output_json,
-            error=checkpoint.error_json,
+            output=self._build.seal(checkpoint.output_json),
+            error=self._build.seal(checkpoint.error_json),
             started_at=checkpoint.started_at,
             event=checkpoint.event,
             wake=checkpoint.wake,
@@ -180,7 +180,7 @@ class StepStatements(Namespace):
             positions=[c.step.position for c in completed],
             names=[c.step.name for c in completed],
             attempts=[c.attempts for c in completed],
-            outputs=[c.output_json for c in completed],
+            outputs=self._build.seal_each(c.output_json for c in completed),
             started=[c.started_at for c in completed],
         )
 
@@ -224,8 +224,8 @@ class StepStatements(Namespace):
             name=name,
             kind=kind,
             status=status,
-            output=output_json,
-            error=error_json,
+            output=self._build.seal(output_json),
+            error=self._build.seal(error_json),
         )
 
     def gate_park(

@@ -93,7 +93,7 @@ class TaskStatements(Namespace):
             failed=[r.failed for r in releases],
             paused=[r.paused for r in releases],
             events=[r.event for r in releases],
-            details=sparse([r.detail_json for r in releases]),
+            details=sparse(self._build.seal_each(r.detail_json for r in releases)),
         )
 
     def release_unheld(self, worker_id: str, held: Sequence[int]) -> Statement[int]:
