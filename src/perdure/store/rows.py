@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from perdure.types import (
+    AuditEntry,
     HistoryEvent,
     QueueInfo,
     Run,
@@ -326,3 +327,10 @@ def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
         # Only telemetry: a value that cannot be read is dropped, not fatal.
         trace_context=r.get("trace_context") if isinstance(r.get("trace_context"), dict) else None,
     )
+
+
+def audit_entry(r: Row) -> AuditEntry:
+    """An ``audit`` row as an AuditEntry: its columns are the fields, by name."""
+    values = {f.name: r[f.name] for f in fields(AuditEntry)}
+    values["runs"] = list(r["runs"] or [])
+    return AuditEntry(**values)
