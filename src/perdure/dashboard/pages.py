@@ -12,6 +12,7 @@ from starlette.routing import Route
 from perdure.dashboard import chart, dag, query, runstate, timeline
 from perdure.dashboard import format as fmt
 from perdure.dashboard.data import RECENT_RUNS
+from perdure.dashboard.security import principal_of
 from perdure.dashboard.site import dashboard_of, is_fragment
 from perdure.errors import ConfigurationError, DatabaseUnavailable, PerdureError, RunNotFound
 from perdure.types import RunStatus
@@ -92,6 +93,8 @@ def run_page(
     """The page of run ``ref``, optionally with the error of a refused action."""
     board = dashboard_of(request)
     view = board.data.run_view(ref)
+    if not principal_of(request).can("payloads"):
+        view = view.without_payloads()
     now = fmt.now()
     state = runstate.describe(view.run, view.steps, view.signals, now)
     done = DONE.get(request.query_params.get("done", ""))
