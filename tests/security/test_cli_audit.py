@@ -98,3 +98,44 @@ def test_audit_list_filters_and_fits_80_columns(
     lines = table.output.splitlines()
     assert len(lines) == 3 and "erin" in lines[1] and "dave" in lines[2]
     assert max(len(line) for line in lines) <= 80
+
+
+def test_migrate_with_a_grant_is_recorded(
+    app: perdure.App, invoke: Callable[..., Result], pg_url: str
+) -> None:
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+
+    role = f"perdure_worker_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+    try:
+        done = invoke("--as", "deployer", "migrate", "--grant-to", role)
+        assert done.exit_code == 0, done.output
+        (entry,) = app.audit_log(action="migrate")
+        assert entry.actor == "deployer" and entry.outcome == "ok"
+        assert entry.detail is not None and role in entry.detail["roles"]
+        printed = invoke("migrate", "--grant-to", role, "--print-grants")
+        assert printed.exit_code == 0 and len(app.audit_log(action="migrate")) == 1
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_prune_is_recorded_and_deletes_old_audit_entries_as_the_owner(
+    app: perdure.App, invoke: Callable[..., Result], pg_url: str
+) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {app.schema}.audit (at, actor, via, source, action, outcome) "
+            "VALUES (now() - interval '40 days', 'old', 'cli', 'cli', 'cancel', 'ok')"
+        )
+    done = invoke("--as", "janitor", "prune", "--finished-before", "30d", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["audit"] == 1
+    assert [(e.actor, e.action) for e in app.audit_log()] == [("janitor", "prune")]
