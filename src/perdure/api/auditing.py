@@ -82,7 +82,7 @@ async def record_audit(
     if isinstance(runs, str) or not all(isinstance(r, str) for r in runs):
         raise ConfigurationError(f"runs must be a sequence of run ids or keys, not {runs!r:.100}")
     return await core.run(
-        core.statements.audit.write(
+        core.statements.audits.write(
             actor=str(_text("actor", actor, 200)),
             via=_choice("via", via, VIAS),
             role=_text("role", role, 40, optional=True),
@@ -119,7 +119,7 @@ async def audit_log(
     for name, value in (("actor", actor), ("action", action), ("run", run)):
         _text(name, value, 200, optional=True)
     return await core.read(
-        core.statements.audit.list(
+        core.statements.audits.list(
             actor=actor,
             action=action,
             run=run,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import getpass
 import socket
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -113,28 +112,29 @@ def record(state: CliState, action: str, params: dict[str, Any], error: str | No
 
 def wrap(command: click.Command, action: str) -> None:
     """Make ``command`` record ``action`` in the audit record after it runs."""
-    if getattr(command, "_perdure_audited", False):
+    original = command.callback
+    if original is None or getattr(command, "_perdure_audited", False):
         return
-    original: Callable[[click.Context], Any] = command.invoke
 
-    def invoke(ctx: click.Context) -> Any:
+    def callback(*args: Any, **options: Any) -> Any:
+        ctx = click.get_current_context()
         state = ctx.find_root().obj
-        params = dict(ctx.params)
-        if not isinstance(state, CliState) or _changes_nothing(action, params):
-            return original(ctx)
+        if not isinstance(state, CliState) or _changes_nothing(action, options):
+            return original(*args, **options)
         try:
-            result = original(ctx)
+            result = original(*args, **options)
         except click.exceptions.Exit as exc:
-            record(state, action, params, None if exc.exit_code == 0 else f"exit {exc.exit_code}")
+            code = exc.exit_code
+            record(state, action, options, None if code == 0 else f"exit {code}")
             raise
         except Exception as exc:  # recorded, then raised as it was
             message = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
-            record(state, action, params, f"{type(exc).__name__}: {message}"[:500])
+            record(state, action, options, f"{type(exc).__name__}: {message}"[:500])
             raise
-        record(state, action, params, None)
+        record(state, action, options, None)
         return result
 
-    command.invoke = invoke  # type: ignore[method-assign]
+    command.callback = callback
     command._perdure_audited = True  # type: ignore[attr-defined]
 
 

@@ -79,7 +79,7 @@ async def prune(
         postponed = True
         log.warning("history partitions busy; dropping them is postponed to the next pass")
     # The audit record keeps as long as history; only the owner may delete it.
-    audit = await store.execute(statements.audit.prune(cutoff), conn)
+    audit = await store.execute(statements.audits.prune(cutoff), conn)
     return PruneResult(cutoff, total, batches, archive, False, dropped, postponed, audit)
 
 

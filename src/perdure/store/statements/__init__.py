@@ -18,7 +18,7 @@ from perdure.clock import Clock
 from perdure.errors import ConfigurationError
 from perdure.store.queries import render
 from perdure.store.statement import Builder
-from perdure.store.statements.audit import AuditStatements
+from perdure.store.statements.audits import AuditStatements
 from perdure.store.statements.demos import DemoStatements
 from perdure.store.statements.events import EventStatements, StreamStatements
 from perdure.store.statements.history import HistoryStatements
@@ -72,7 +72,7 @@ class Statements:
         self.workers = WorkerStatements(build)
         self.workflows = WorkflowStatements(build)
         self.history = HistoryStatements(build)
-        self.audit = AuditStatements(build)
+        self.audits = AuditStatements(build)
         #: The tables and evidence of ``perdure demo`` (``sql/queries/demos.sql``).
         self.demos = DemoStatements(build)
 

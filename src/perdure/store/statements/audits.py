@@ -1,4 +1,4 @@
-"""The statements on the audit record of who did what: ``sql/queries/audit.sql``."""
+"""The statements on the audit record of who did what: ``sql/queries/audits.sql``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from perdure.types import AuditEntry
 
 
 class AuditStatements(Namespace):
-    """The statements on the audit record: ``statements.audit``."""
+    """The statements on the audit record: ``statements.audits``."""
 
     def write(
         self,
