@@ -373,3 +373,17 @@ def test_the_audit_page_is_for_admins(
     assert page.status_code == 200
     assert re.search(r"vera.*pause.*refused", page.text, re.S)
     assert "/audit" in page.text
+
+
+def test_a_forged_form_post_is_refused_and_recorded(
+    make_client: MakeClient, defined: perdure.App, held: perdure.RunHandle
+) -> None:
+    client = make_client()
+    login(client, "otto")
+    forged = client.post(
+        f"/runs/{held.id}/cancel", data={"csrf": "forged.value"}, follow_redirects=False
+    )
+    assert forged.status_code == 403
+    assert status_of(defined, held) == "queued"
+    (entry,) = defined.audit_log()
+    assert (entry.actor, entry.action, entry.outcome) == ("otto", "cancel", "refused")

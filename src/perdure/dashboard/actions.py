@@ -64,6 +64,17 @@ def check_post(board: Dashboard, request: Request, form: FormData) -> None:
         )
 
 
+async def checked_post(
+    board: Dashboard, request: Request, form: FormData, action: str, runs: list[str]
+) -> None:
+    """``check_post``, recording a refusal (another site, no CSRF token) in the audit record."""
+    try:
+        check_post(board, request, form)
+    except HTTPException as exc:
+        await audit(request, action, "refused", runs, {"status": 403, "why": str(exc.detail)})
+        raise
+
+
 async def audit(
     request: Request,
     action: str,
@@ -115,7 +126,7 @@ async def act(request: Request) -> Response:
     if action not in ACTIONS:
         raise HTTPException(404, f"no action {action!r}")
     form = await request.form()
-    check_post(board, request, form)
+    await checked_post(board, request, form, action, [ref])
     await check_role(request, action, [ref])
     fields = {k: v for k, v in form.items() if isinstance(v, str) and k != CSRF_FIELD}
     detail = _details(action, fields)
@@ -151,7 +162,7 @@ async def start(request: Request) -> Response:
         await audit(request, "start", "refused", [], {**detail, "status": 403})
         raise HTTPException(403, "this dashboard is read-only")
     form = await request.form()
-    check_post(board, request, form)
+    await checked_post(board, request, form, "start", [])
     await check_role(request, "start", [])
     fields = {k: v for k, v in form.items() if isinstance(v, str) and k != CSRF_FIELD}
     try:
