@@ -387,3 +387,34 @@ def test_a_forged_form_post_is_refused_and_recorded(
     assert status_of(defined, held) == "queued"
     (entry,) = defined.audit_log()
     assert (entry.actor, entry.action, entry.outcome) == ("otto", "cancel", "refused")
+
+
+def test_every_dashboard_action_leaves_an_entry_with_its_actor(
+    make_client: MakeClient, defined: perdure.App, held: perdure.RunHandle
+) -> None:
+    client = make_client()
+    login(client, "ada")
+    csrf = client.cookies.get("perdure_csrf")
+    posts = [
+        ("pause", {}),
+        ("resume", {}),
+        ("signal", {"name": "go", "payload": json.dumps(MARKER)}),
+        ("cancel", {"reason": "done"}),
+        ("retry", {}),
+    ]
+    for action, fields in posts:
+        done = client.post(
+            f"/runs/{held.id}/{action}", data={"csrf": csrf, **fields}, follow_redirects=False
+        )
+        assert done.status_code == 303, (action, done.text[:300])
+    started = client.post("/workflows/hold/1/start", data={"csrf": csrf, "input": "1"})
+    assert started.status_code == 200
+    entries = list(reversed(defined.audit_log()))
+    assert [(e.action, e.outcome) for e in entries] == [
+        *[(action, "ok") for action, _ in posts],
+        ("start", "ok"),
+    ]
+    assert all(e.actor == "ada" and e.source == "dashboard" for e in entries)
+    assert entries[2].detail == {"name": "go"}
+    new = [r.id for r in defined.list_runs() if r.id != held.id]
+    assert entries[-1].runs == new
