@@ -215,6 +215,35 @@ class PruneResult:
     #: True when a partition could not be dropped for a lock held too long by
     #: writers of history; the next pass tries again.
     postponed: bool = False
+    #: Audit entries older than the cutoff deleted (in a dry run: 0); None when
+    #: the pass ran as a role other than the schema's owner, which keeps them.
+    audit: int | None = None
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One action recorded in the audit record (``App.audit_log``, ``perdure audit list``).
+
+    Who (``actor``: a token's name, a proxy's user, or the CLI's OS user or
+    ``--as``; ``via``: token, proxy, cli or open, for a dashboard without a
+    token on loopback), with which ``role``, from which ``source`` (dashboard,
+    api, cli) and ``address``, did what (``action``) to which ``runs``, when
+    (``at``), and the ``outcome``: ok, refused (the role may not) or error.
+    ``detail`` holds names (a signal's, a schedule's) and error messages,
+    never payloads or tokens.
+    """
+
+    id: int
+    at: datetime
+    actor: str
+    via: str
+    role: str | None
+    source: str
+    address: str | None
+    action: str
+    runs: list[str]
+    outcome: str
+    detail: dict[str, Any] | None
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,13 @@ PRELUDE: dict[str, Any] = {
     "asyncio": asyncio,
 }
 #: perdure commands that only read, run for real against the page's schema.
-READ_ONLY = {("runs", "list"), ("queues", "list"), ("workflows", "list"), ("schedules", "list")}
+READ_ONLY = {
+    ("runs", "list"),
+    ("queues", "list"),
+    ("workflows", "list"),
+    ("schedules", "list"),
+    ("audit", "list"),
+}
 #: How a page writes "an id goes here" in SQL, and the value that stands in for it.
 SQL_ELLIPSIS = ("'...'", "'00000000-0000-0000-0000-000000000000'")
 #: How many blocks each way, over the pages this session collected.

@@ -204,7 +204,8 @@ def test_a_worker_granted_before_the_upgrade_keeps_working(pg_url: str, schema: 
         migrations.migrate(owner_url, schema, upto=16)
         with psycopg.connect(owner_url, autocommit=True) as conn:
             for statement in privileges.grant_statements(schema, worker):
-                conn.execute(statement)
+                if ".audit " not in statement.as_string(conn):  # no audit table at 16
+                    conn.execute(statement)
         migrations.migrate(owner_url, schema)
         s = sql.Identifier(schema)
         with psycopg.connect(worker_url, autocommit=True) as conn:

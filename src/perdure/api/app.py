@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from perdure.api import (
+    auditing,
     core,
     draining,
     forms,
@@ -307,6 +308,13 @@ class App:
     retry_runs_async = forms.awaiting(manage.retry_runs)
     prune = forms.blocking(retention.prune)
     prune_async = forms.awaiting(retention.prune)
+
+    # Who did what --------------------------------------------------------------------
+
+    record_audit = forms.blocking(auditing.record_audit)
+    record_audit_async = forms.awaiting(auditing.record_audit)
+    audit_log = forms.blocking(auditing.audit_log)
+    audit_log_async = forms.awaiting(auditing.audit_log)
 
     # Talking to runs -----------------------------------------------------------------
 

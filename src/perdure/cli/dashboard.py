@@ -11,7 +11,17 @@ from perdure.api.app import App
 from perdure.cli.render import safe_url
 from perdure.cli.state import checked_url
 from perdure.dashboard import DashboardConfig, serve
-from perdure.dashboard.config import TOKEN_ENV
+from perdure.dashboard.config import (
+    PROXIES_ENV,
+    PROXY_DEFAULT_ENV,
+    PROXY_GROUPS_ENV,
+    PROXY_ROLES_ENV,
+    PROXY_USER_ENV,
+    TOKEN_ENV,
+    TOKENS_ENV,
+    TOKENS_FILE_ENV,
+)
+from perdure.dashboard.roles import ROLES
 
 if TYPE_CHECKING:
     from perdure.cli.state import CliState
@@ -44,24 +54,93 @@ def dashboard_options(command: F) -> F:
                 help=f"Require this token (Bearer header or login form); default: ${TOKEN_ENV}.",
             ),
             click.option("--read-only", is_flag=True, help="Hide and refuse every action."),
+            _auth_option(
+                "--tokens-file",
+                metavar="PATH",
+                help=f"Accept the tokens of this file: name:role:token lines, role one of "
+                f"{', '.join(ROLES)}; default: ${TOKENS_FILE_ENV} (and ${TOKENS_ENV}).",
+            ),
+            _auth_option(
+                "--trust-proxy",
+                multiple=True,
+                metavar="CIDR",
+                help=f"Trust the user header of an authenticating proxy at these addresses "
+                f"(repeatable); default: ${PROXIES_ENV}.",
+            ),
+            _auth_option(
+                "--proxy-user-header",
+                metavar="HEADER",
+                help=f"The proxy's user header (default X-Forwarded-User, or ${PROXY_USER_ENV}).",
+            ),
+            _auth_option(
+                "--proxy-groups-header",
+                metavar="HEADER",
+                help=f"The proxy's groups header, comma-separated (${PROXY_GROUPS_ENV}).",
+            ),
+            _auth_option(
+                "--proxy-role",
+                multiple=True,
+                metavar="WHO=ROLE",
+                help=f"A proxy user's (alice@x.org=admin) or group's (group:ops=operator) role, "
+                f"repeatable; default: ${PROXY_ROLES_ENV}.",
+            ),
+            _auth_option(
+                "--proxy-default-role",
+                metavar="ROLE",
+                help=f"The role of proxy users mapped to nothing (default viewer; none: refused; "
+                f"${PROXY_DEFAULT_ENV}).",
+            ),
         ]
     ):
         command = option(command)
     return command
 
 
+def _keep(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta.setdefault("perdure.auth", {})[str(param.name)] = value
+    return value
+
+
+def _auth_option(*names: str, **kwargs: Any) -> Callable[[F], F]:
+    """An option kept in the context for ``make_config``, not passed to the command."""
+    return click.option(*names, default=None, expose_value=False, callback=_keep, **kwargs)
+
+
 def make_config(host: str, port: int, token: str | None, read_only: bool) -> DashboardConfig:
-    """The dashboard's settings from the command's options (token from the environment)."""
-    return DashboardConfig.from_options(host=host, port=port, token=token, read_only=read_only)
+    """The dashboard's settings from the command's options (defaults from the environment)."""
+    ctx = click.get_current_context(silent=True)
+    auth: dict[str, Any] = {} if ctx is None else ctx.meta.get("perdure.auth", {})
+    return DashboardConfig.from_options(
+        host=host,
+        port=port,
+        token=token,
+        read_only=read_only,
+        tokens_file=auth.get("tokens_file"),
+        trusted_proxies=auth.get("trust_proxy") or (),
+        proxy_user_header=auth.get("proxy_user_header"),
+        proxy_groups_header=auth.get("proxy_groups_header"),
+        proxy_roles=auth.get("proxy_role") or (),
+        proxy_default_role=auth.get("proxy_default_role"),
+    )
 
 
 def announce(app: App, config: DashboardConfig) -> None:
     """Say where the dashboard is, and which database it shows."""
     click.echo(
         f"perdure dashboard: {config.url}  (schema {app.schema} on {safe_url(app.url)}"
-        f"{', read-only' if config.read_only else ''}{', token required' if config.token else ''};"
+        f"{', read-only' if config.read_only else ''}{_auth(config)};"
         " Ctrl-C stops it)"
     )
+
+
+def _auth(config: DashboardConfig) -> str:
+    """How callers are known, for the announcement."""
+    said = ""
+    if config.all_tokens:
+        said += f", {len(config.all_tokens)} token(s)"
+    if config.proxy is not None:
+        said += f", proxy user header {config.proxy.user_header}"
+    return said
 
 
 @click.command("dashboard")

@@ -45,9 +45,10 @@ def http_api(
     with state.server(database_url, schema) as app:
 
         def announce(url: str) -> None:
+            required = ", token required" if config.auth_required else ""
             click.echo(
                 f"perdure api: {url.rstrip('/')}{PREFIX}/  (schema {app.schema} on "
-                f"{safe_url(app.url)}{', token required' if config.token else ''}; Ctrl-C stops it)"
+                f"{safe_url(app.url)}{required}; Ctrl-C stops it)"
             )
 
         serve(app, config, ready=announce, factory=create_standalone)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from perdure.cli import audited
 from perdure.cli.options import hoist
 from perdure.cli.state import CliState
 from perdure.errors import PerdureError
@@ -31,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "api": (
         "perdure.cli.http_api:http_api",
         "Serve the HTTP JSON API under /api/v1, without the dashboard's pages.",
+    ),
+    "audit": (
+        "perdure.cli.audit:audit",
+        "See who did what: the audit record of the dashboard, the API and the CLI.",
     ),
     "bench": (
         "perdure.cli.bench:bench",
@@ -100,6 +105,7 @@ class PerdureGroup(click.Group):
             manage.attach(command)  # type: ignore[arg-type]
             run_start.attach(command)  # type: ignore[arg-type]
             run_logs.attach(command)  # type: ignore[arg-type]
+        audited.attach(cmd_name, command)
         self.add_command(command, cmd_name)
         return command
 
@@ -166,6 +172,14 @@ class PerdureGroup(click.Group):
     is_flag=True,
     help="Print JSON, and nothing else, as the command's own --json does.",
 )
+@click.option(
+    "--as",
+    "actor",
+    envvar="PERDURE_ACTOR",
+    default=None,
+    metavar="NAME",
+    help="Who acts, as the audit record names them (default: PERDURE_ACTOR, else the OS user).",
+)
 @click.version_option(package_name="perdure")
 @click.pass_context
 def cli(
@@ -175,13 +189,14 @@ def cli(
     direct_url: str | None,
     read_url: str | None,
     as_json: bool,
+    actor: str | None,
 ) -> None:
     """perdure: durable workflows on PostgreSQL.
 
     The global options may also follow the command: `perdure runs list
     --schema shop --json` is `perdure --schema shop --json runs list`.
     """
-    ctx.obj = CliState(database_url, schema, direct_url, read_url, as_json)
+    ctx.obj = CliState(database_url, schema, direct_url, read_url, as_json, actor)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: The group's options that take a value, accepted after the subcommand too.
-GLOBAL_VALUES = ("--database-url", "--schema", "--direct-url", "--read-url")
+GLOBAL_VALUES = ("--database-url", "--schema", "--direct-url", "--read-url", "--as")
 #: The group's flags accepted after the subcommand too.
 GLOBAL_FLAGS = ("--json",)
 

@@ -26,6 +26,8 @@ class CliState:
     read_url: str | None = None
     #: ``perdure --json``: every command prints JSON, as with its own ``--json``.
     json: bool = False
+    #: ``perdure --as NAME``: who acts, for the audit record (default: the OS user).
+    actor: str | None = None
 
     def __post_init__(self) -> None:
         """Refuse a malformed URL at once, with one line naming the option it came from."""

@@ -1,10 +1,11 @@
 """The POST routes: actions on runs, login and logout.
 
-Each action checks, in order: read-only mode (403), the Origin header (403)
-and the CSRF token (403); then it calls the same App method the CLI calls,
-through ``DashboardData``. A refused action (a
-run in the wrong state, a payload that is not JSON) shows the run page again
-with the reason, and changes nothing.
+Each action checks, in order: read-only mode (403), the Origin header (403),
+the CSRF token (403) and the role (403: viewers may not act); then it calls
+the same App method the CLI calls, through ``DashboardData``. A refused
+action (a run in the wrong state, a payload that is not JSON) shows the run
+page again with the reason, and changes nothing. Every action, refused or
+not, is recorded in the audit record (``perdure.dashboard.audit_trail``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,16 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from perdure.dashboard import audit_trail
 from perdure.dashboard.data import DashboardData
 from perdure.dashboard.pages import run_page, workflows_page
-from perdure.dashboard.security import AUTH_COOKIE, CSRF_COOKIE, CSRF_FIELD, same_origin
+from perdure.dashboard.security import (
+    AUTH_COOKIE,
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    principal_of,
+    same_origin,
+)
 from perdure.dashboard.site import Dashboard, dashboard_of, set_cookie
 from perdure.errors import InvalidRunState, PerdureError, RunNotFound
 
@@ -46,7 +54,7 @@ def check_post(board: Dashboard, request: Request, form: FormData) -> None:
     """
     if not same_origin(request):
         raise HTTPException(403, "this request comes from another site")
-    if board.guard.token is not None and board.guard.bearer(request):
+    if board.guard.required and board.guard.bearer(request) is not None:
         return
     submitted = form.get(CSRF_FIELD)
     field = submitted if isinstance(submitted, str) else None
@@ -56,28 +64,85 @@ def check_post(board: Dashboard, request: Request, form: FormData) -> None:
         )
 
 
+async def checked_post(
+    board: Dashboard, request: Request, form: FormData, action: str, runs: list[str]
+) -> None:
+    """``check_post``, recording a refusal (another site, no CSRF token) in the audit record."""
+    try:
+        check_post(board, request, form)
+    except HTTPException as exc:
+        await audit(request, action, "refused", runs, {"status": 403, "why": str(exc.detail)})
+        raise
+
+
+async def audit(
+    request: Request,
+    action: str,
+    outcome: str,
+    runs: list[str],
+    detail: dict[str, object] | None = None,
+) -> None:
+    """Record ``action`` by the request's sender in the audit record."""
+    board = dashboard_of(request)
+    await audit_trail.record(
+        board.data.app,
+        principal_of(request),
+        source="dashboard",
+        address=audit_trail.address_of(request, board.guard.proxy),
+        action=action,
+        outcome=outcome,
+        runs=runs,
+        detail=detail,
+    )
+
+
+async def check_role(request: Request, action: str, runs: list[str]) -> None:
+    """Refuse (403, recorded) an action by a role that may not act."""
+    principal = principal_of(request)
+    if not principal.can("act"):
+        await audit(request, action, "refused", runs, {"status": 403, "role": principal.role})
+        raise HTTPException(
+            403, f"{principal.name} is a {principal.role}: this role may not change runs"
+        )
+
+
+def _details(action: str, fields: dict[str, str]) -> dict[str, object] | None:
+    """What the entry of ``action`` keeps of its form: names, never payloads."""
+    if action == "signal":
+        return {"name": fields.get("name", "")}
+    if action == "fork":
+        return {"step": fields.get("step", "")}
+    return None
+
+
 async def act(request: Request) -> Response:
     """Run one action on a run, then go back to its page (or the new run's, for a fork)."""
     board = dashboard_of(request)
     action = request.path_params["action"]
+    ref = request.path_params["ref"]
     if board.config.read_only:
+        await audit(request, action[:40], "refused", [ref], {"status": 403, "why": "read-only"})
         raise HTTPException(403, "this dashboard is read-only")
     if action not in ACTIONS:
         raise HTTPException(404, f"no action {action!r}")
     form = await request.form()
-    check_post(board, request, form)
-    ref = request.path_params["ref"]
+    await checked_post(board, request, form, action, [ref])
+    await check_role(request, action, [ref])
     fields = {k: v for k, v in form.items() if isinstance(v, str) and k != CSRF_FIELD}
+    detail = _details(action, fields)
     try:
         result = await run_in_threadpool(ACTIONS[action], board.data, ref, fields)
-    except RunNotFound:
-        raise
     except PerdureError as exc:
+        await audit(request, action, "error", [ref], {**(detail or {}), "error": str(exc)})
+        if isinstance(exc, RunNotFound):
+            raise
         status = 409 if isinstance(exc, InvalidRunState) else 400
         problem = f"{action} refused: {exc}"
         return await run_in_threadpool(
             run_page, request, ref, status=status, problem=problem, form=fields
         )
+    runs = [ref, result] if action == "fork" and isinstance(result, str) else [ref]
+    await audit(request, action, "ok", runs, detail)
     target = result if action == "fork" and isinstance(result, str) else ref
     url = request.url_for("run", ref=target).path
     return RedirectResponse(f"{url}?done={action}", status_code=303)
@@ -90,12 +155,15 @@ async def start(request: Request) -> Response:
     workflows page again with the reason and what was typed; nothing is written.
     """
     board = dashboard_of(request)
-    if board.config.read_only:
-        raise HTTPException(403, "this dashboard is read-only")
-    form = await request.form()
-    check_post(board, request, form)
     name = request.path_params["name"]
     version = request.path_params["version"]
+    detail: dict[str, object] = {"workflow": f"{name}@{version}"}
+    if board.config.read_only:
+        await audit(request, "start", "refused", [], {**detail, "status": 403})
+        raise HTTPException(403, "this dashboard is read-only")
+    form = await request.form()
+    await checked_post(board, request, form, "start", [])
+    await check_role(request, "start", [])
     fields = {k: v for k, v in form.items() if isinstance(v, str) and k != CSRF_FIELD}
     try:
         run_id = await run_in_threadpool(
@@ -107,6 +175,7 @@ async def start(request: Request) -> Response:
             fields.get("queue", ""),
         )
     except PerdureError as exc:
+        await audit(request, "start", "error", [], {**detail, "error": str(exc)})
         return await run_in_threadpool(
             workflows_page,
             request,
@@ -114,6 +183,7 @@ async def start(request: Request) -> Response:
             problem=f"start refused: {exc}",
             form={**fields, "workflow": f"{name}@{version}"},
         )
+    await audit(request, "start", "ok", [run_id], detail)
     url = request.url_for("run", ref=run_id).path
     return RedirectResponse(f"{url}?done=start", status_code=303)
 
@@ -125,11 +195,12 @@ async def login(request: Request) -> Response:
     check_post(board, request, form)
     typed = form.get("token")
     next_path = _local(str(form.get("next") or "/"))
-    if not board.guard.token_matches(typed if isinstance(typed, str) else None):
+    token = board.guard.token_matches(typed if isinstance(typed, str) else None)
+    if token is None:
         context = {"next": next_path, "failed": True}
         return board.render(request, "login.html", context, status=401)
     response = RedirectResponse(next_path, status_code=303)
-    set_cookie(request, response, AUTH_COOKIE, board.guard.session_cookie())
+    set_cookie(request, response, AUTH_COOKIE, board.guard.session_cookie(token))
     return response
 
 

@@ -29,6 +29,7 @@ from perdure.dashboard.security import (
     Scope,
     SecurityHeaders,
     Send,
+    set_principal,
 )
 from perdure.dashboard.site import Dashboard, templates
 
@@ -37,7 +38,7 @@ _PUBLIC = ("/login", "/static/", f"{api.PREFIX}/")
 
 
 class TokenGate:
-    """ASGI middleware: without the token, a request gets 401 (and a browser the login form)."""
+    """ASGI middleware: who sends the request; unknown, a 401 (and a browser the login form)."""
 
     def __init__(self, app: ASGIApp, dashboard: Dashboard) -> None:
         """Guard ``app`` with ``dashboard``'s token."""
@@ -50,7 +51,9 @@ class TokenGate:
             await self.app(scope, receive, send)
             return
         conn = HTTPConnection(scope)
-        if self.dashboard.guard.authenticated(conn):
+        principal = self.dashboard.guard.identify(conn)
+        if principal is not None:
+            set_principal(scope, principal)
             await self.app(scope, receive, send)
             return
         response: Response
@@ -60,7 +63,7 @@ class TokenGate:
             response = self.dashboard.render(request, "login.html", context, status=401)
         else:
             response = PlainTextResponse(
-                "401 Unauthorized: this dashboard needs its token (Authorization: Bearer <token>)",
+                "401 Unauthorized: this dashboard needs a token (Authorization: Bearer <token>)",
                 status_code=401,
                 headers={"www-authenticate": 'Bearer realm="perdure"'},
             )
@@ -81,7 +84,7 @@ def create_app(
     config = config or DashboardConfig()
     dashboard = Dashboard(
         data=DashboardData(app, reader),
-        guard=Guard(config.token),
+        guard=Guard.of(config),
         config=config,
         templates=templates(),
         schema=app.schema,
@@ -94,12 +97,11 @@ def create_app(
         Mount(api.PREFIX, app=api.create_api(app, config, dashboard.guard)),
     ]
     middleware = [Middleware(SecurityHeaders)]
-    if config.token is None:
+    if not config.auth_required:
         # Without a token only this machine may connect; a page of another site
         # that rebinds its DNS name to 127.0.0.1 is refused by its Host header.
         middleware.append(Middleware(LoopbackHostOnly))
-    else:
-        middleware.append(Middleware(TokenGate, dashboard=dashboard))
+    middleware.append(Middleware(TokenGate, dashboard=dashboard))
     web = Starlette(routes=routes, middleware=middleware, exception_handlers=pages.HANDLERS)
     web.state.dashboard = dashboard
     return web

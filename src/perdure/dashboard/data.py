@@ -21,6 +21,7 @@ from typing import Any
 from perdure.api import replica
 from perdure.api.app import App
 from perdure.api.filters import RunFilter
+from perdure.dashboard import redact
 from perdure.dashboard.api.limits import json_depth
 from perdure.engine.serialization import MAX_DEPTH
 from perdure.errors import ConfigurationError, DatabaseUnavailable
@@ -105,6 +106,20 @@ class RunView:
     definition: dict[str, Any] = field(default_factory=dict)
     #: Each step position's attempts that logged something (app.step_logs).
     logs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def without_payloads(self) -> RunView:
+        """The same page's data with every payload hidden, and no step logs (redact)."""
+        return dataclasses.replace(
+            self,
+            run=redact.run(self.run),
+            steps=[redact.step(s) for s in self.steps],
+            history=[redact.history(h) for h in self.history],
+            signals=redact.entries(self.signals, "payload"),
+            events=redact.entries(self.events, "value"),
+            children=[redact.run(c) for c in self.children],
+            parent=None if self.parent is None else redact.run(self.parent),
+            logs={},
+        )
 
 
 class DashboardData:

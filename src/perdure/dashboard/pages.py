@@ -9,13 +9,17 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from perdure.api.auditing import OUTCOMES
 from perdure.dashboard import chart, dag, query, runstate, timeline
 from perdure.dashboard import format as fmt
 from perdure.dashboard.data import RECENT_RUNS
+from perdure.dashboard.security import principal_of
 from perdure.dashboard.site import dashboard_of, is_fragment
 from perdure.errors import ConfigurationError, DatabaseUnavailable, PerdureError, RunNotFound
 from perdure.types import RunStatus
 
+#: The audit page's filters (query parameters), as App.audit_log takes them.
+AUDIT_FILTERS = ("actor", "action", "run", "outcome")
 #: What an action's redirect says on the run page (?done=...).
 DONE = {
     "cancel": "Run cancelled.",
@@ -92,6 +96,8 @@ def run_page(
     """The page of run ``ref``, optionally with the error of a refused action."""
     board = dashboard_of(request)
     view = board.data.run_view(ref)
+    if not principal_of(request).can("payloads"):
+        view = view.without_payloads()
     now = fmt.now()
     state = runstate.describe(view.run, view.steps, view.signals, now)
     done = DONE.get(request.query_params.get("done", ""))
@@ -155,6 +161,43 @@ def workflows_page(
     return board.render(request, "workflows.html", context, status=status)
 
 
+#: The most audit entries one page shows.
+AUDIT_PAGE = 200
+
+
+def audit(request: Request) -> Response:
+    """The audit record, newest first, filtered (admins only: 403 for other roles).
+
+    Only admins see it: it names every token holder and proxy user, their
+    addresses and what they did, which a viewer has no need to know.
+    """
+    principal = principal_of(request)
+    if not principal.can("audit"):
+        raise HTTPException(403, f"{principal.name} is a {principal.role}: the audit is for admins")
+    board = dashboard_of(request)
+    params = request.query_params
+    filters = {name: (params.get(name) or "").strip() or None for name in AUDIT_FILTERS}
+    if filters["outcome"] not in (None, *OUTCOMES):
+        filters["outcome"] = None
+    entries = board.data.app.audit_log(
+        actor=filters["actor"],
+        action=filters["action"],
+        run=filters["run"],
+        outcome=filters["outcome"],
+        limit=AUDIT_PAGE,
+    )
+    context = {
+        "page": "audit",
+        "entries": entries,
+        "filters": filters,
+        "filtered": any(filters.values()),
+        "outcomes": OUTCOMES,
+        "limit": AUDIT_PAGE,
+        "live": False,
+    }
+    return board.render(request, "audit.html", context)
+
+
 def login(request: Request) -> Response:
     """The login form (for a dashboard with a token)."""
     next_path = request.query_params.get("next", "/")
@@ -200,5 +243,6 @@ def routes() -> list[Route]:
         Route("/runs/{ref}", run, name="run"),
         Route("/find", find, name="find"),
         Route("/workflows", workflows, name="workflows"),
+        Route("/audit", audit, name="audit"),
         Route("/login", login, name="login", methods=["GET"]),
     ]

@@ -1,8 +1,10 @@
 """Who may use the dashboard, and which POSTs are genuine.
 
-- **Token.** With a token configured, every request must carry it: an
+- **Who.** With tokens configured, every request must carry one: an
   ``Authorization: Bearer`` header (for scripts), or the cookie the login form
   sets (for browsers). The cookie holds an HMAC of the token, never the token.
+  With a trusted proxy, its user header names the user, from its addresses
+  only. Each token and proxy user has a role (perdure.dashboard.roles).
 - **CSRF.** A double-submit token: a signed random value in a SameSite=Strict
   cookie, repeated in a hidden field of every form. A POST whose field is
   missing, differs from the cookie or carries a bad signature gets 403. A
@@ -28,7 +30,8 @@ from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from perdure.dashboard.config import is_loopback
+from perdure.dashboard.config import DashboardConfig, is_loopback
+from perdure.dashboard.roles import OPEN, NamedToken, Principal, ProxyAuth, match_token
 
 CSRF_COOKIE = "perdure_csrf"
 CSRF_FIELD = "csrf"
@@ -62,12 +65,35 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class Guard:
-    """Signs and checks the dashboard's cookies and tokens with a per-process secret."""
+    """Knows who sends a request, and signs and checks the dashboard's cookies.
 
-    def __init__(self, token: str | None, secret: bytes | None = None) -> None:
-        """Guard with ``token`` (None: no authentication); ``secret`` signs cookies."""
-        self.token = token
+    People are known by a named token (perdure.dashboard.roles: only the
+    tokens' digests are held) sent as a Bearer header or set by the login
+    form as a cookie (an HMAC of the token's name and digest with a
+    per-process secret, never the token), or by an authenticating proxy's
+    user header when the request comes from one of its addresses.
+    """
+
+    def __init__(
+        self,
+        tokens: tuple[NamedToken, ...] = (),
+        proxy: ProxyAuth | None = None,
+        secret: bytes | None = None,
+    ) -> None:
+        """Guard with ``tokens`` and ``proxy`` (neither: no authentication)."""
+        self.tokens = tokens
+        self.proxy = proxy
         self._secret = secret or secrets.token_bytes(32)
+
+    @classmethod
+    def of(cls, config: DashboardConfig) -> Guard:
+        """The guard of ``config``'s tokens and proxy."""
+        return cls(config.all_tokens, config.proxy)
+
+    @property
+    def required(self) -> bool:
+        """Whether every request must say who sends it."""
+        return bool(self.tokens) or self.proxy is not None
 
     def _mac(self, purpose: str, value: str) -> str:
         return hmac.new(self._secret, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
@@ -94,27 +120,76 @@ class Guard:
 
     # Authentication ---------------------------------------------------------------
 
-    def token_matches(self, candidate: str | None) -> bool:
-        """Whether ``candidate`` is the configured token (constant time)."""
-        if self.token is None or not candidate:
-            return False
-        return hmac.compare_digest(candidate.encode(), self.token.encode())
+    def token_matches(self, candidate: str | None) -> NamedToken | None:
+        """The named token ``candidate`` is (constant time), or None."""
+        return match_token(self.tokens, candidate)
 
-    def session_cookie(self) -> str:
-        """The value of the cookie the login form sets: an HMAC of the token."""
-        return self._mac("session", self.token or "")
+    def session_cookie(self, token: NamedToken | None = None) -> str:
+        """The value of the cookie the login form sets: an HMAC of the token's name and digest.
 
-    def bearer(self, conn: HTTPConnection) -> bool:
-        """Whether the request carries the token in an ``Authorization: Bearer`` header."""
+        ``token`` defaults to the first one (``--token``'s, when given).
+        """
+        token = token or (self.tokens[0] if self.tokens else NamedToken("", "viewer", b""))
+        return self._mac("session", f"{token.name}:{token.digest.hex()}")
+
+    def _cookie_token(self, conn: HTTPConnection) -> NamedToken | None:
+        cookie = conn.cookies.get(AUTH_COOKIE)
+        if not cookie:
+            return None
+        found = None
+        for token in self.tokens:
+            if hmac.compare_digest(cookie, self.session_cookie(token)):
+                found = token
+        return found
+
+    def bearer(self, conn: HTTPConnection) -> NamedToken | None:
+        """The named token of the request's ``Authorization: Bearer`` header, or None."""
         scheme, _, value = conn.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and self.token_matches(value.strip())
+        if scheme.lower() != "bearer":
+            return None
+        return self.token_matches(value.strip())
+
+    def from_proxy(self, conn: HTTPConnection) -> Principal | None:
+        """The user a trusted proxy vouches for (its header from other addresses is ignored)."""
+        if self.proxy is None:
+            return None
+        return self.proxy.principal(peer(conn), conn.headers)
+
+    def identify(self, conn: HTTPConnection, *, cookie: bool = True) -> Principal | None:
+        """Who sends the request: a trusted proxy's user, a token's holder, or None.
+
+        Without authentication configured everyone is ``OPEN`` (an admin; the
+        dashboard then serves loopback only). ``cookie``: accept the login
+        form's cookie (the pages do; the API does not).
+        """
+        if not self.required:
+            return OPEN
+        user = self.from_proxy(conn)
+        if user is not None:
+            return user
+        token = self.bearer(conn) or (self._cookie_token(conn) if cookie else None)
+        return None if token is None else Principal(token.name, token.role, "token")
 
     def authenticated(self, conn: HTTPConnection) -> bool:
         """Whether the request may see the dashboard."""
-        if self.token is None or self.bearer(conn):
-            return True
-        cookie = conn.cookies.get(AUTH_COOKIE)
-        return bool(cookie) and hmac.compare_digest(cookie or "", self.session_cookie())
+        return self.identify(conn) is not None
+
+
+def peer(conn: HTTPConnection) -> str | None:
+    """The TCP peer's address (uvicorn is run without proxy headers: never a header's claim)."""
+    client = conn.scope.get("client")
+    return None if not client else str(client[0])
+
+
+def principal_of(conn: HTTPConnection) -> Principal:
+    """Who sent the request, as the gate found it (``OPEN`` if no gate ran)."""
+    found = conn.scope.get("state", {}).get("principal")
+    return found if isinstance(found, Principal) else OPEN
+
+
+def set_principal(scope: Scope, principal: Principal) -> None:
+    """Remember who sent the request, for the handlers and the audit record."""
+    scope.setdefault("state", {})["principal"] = principal
 
 
 def same_origin(request: Request) -> bool:

@@ -52,6 +52,9 @@ def _server(
         access_log=False,
         lifespan="off",
         server_header=False,
+        # The peer's address is the TCP peer's, never a header's claim: the
+        # trusted-proxy check and the audit record rely on it.
+        proxy_headers=False,
     )
     return uvicorn.Server(settings)
 

@@ -15,7 +15,7 @@ from starlette.templating import Jinja2Templates
 from perdure.dashboard import format as fmt
 from perdure.dashboard.config import DashboardConfig
 from perdure.dashboard.data import COUNT_CAP, DashboardData
-from perdure.dashboard.security import CSRF_COOKIE, Guard
+from perdure.dashboard.security import CSRF_COOKIE, Guard, principal_of
 
 #: The header live refresh sends: answer with the page's live part only.
 FRAGMENT_HEADER = "x-perdure-fragment"
@@ -40,6 +40,7 @@ class Dashboard:
         template the token, the settings and what the library can do.
         """
         fragment = is_fragment(request)
+        principal = principal_of(request)
         token = request.cookies.get(CSRF_COOKIE)
         fresh = not self.guard.csrf_signed(token)
         if fresh:
@@ -50,11 +51,14 @@ class Dashboard:
             "csrf_token": token,
             "config": self.config,
             "can": self.data.capabilities,
-            "actions_allowed": not self.config.read_only,
+            "actions_allowed": not self.config.read_only and principal.can("act"),
+            "principal": principal,
+            "payloads": principal.can("payloads"),
             "schema": self.schema,
             "lag": self.data.replication_lag(),
             "now": fmt.now(),
-            "signed_in": self.guard.token is not None,
+            "signed_in": principal.via != "open",
+            "can_sign_out": principal.via == "token",
             "page": "",
             "cap": COUNT_CAP,
             **context,

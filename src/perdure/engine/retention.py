@@ -11,7 +11,9 @@ one at a time does the work; the others skip their turn. A pass:
    (``FOR UPDATE SKIP LOCKED``: runs someone holds are left for next time);
 3. drops the partitions of history that end before the cutoff, one per
    transaction (entries of runs still kept move to the default partition
-   first), then deletes the default partition's old entries of gone runs.
+   first), then deletes the default partition's old entries of gone runs;
+4. deletes the audit entries older than the cutoff, when the pass runs as
+   the schema's owner (the audit table is append-only for other roles).
 """
 
 from __future__ import annotations
@@ -76,7 +78,9 @@ async def prune(
         # longer would stall every writer queued behind this DDL.
         postponed = True
         log.warning("history partitions busy; dropping them is postponed to the next pass")
-    return PruneResult(cutoff, total, batches, archive, False, dropped, postponed)
+    # The audit record keeps as long as history; only the owner may delete it.
+    audit = await store.execute(statements.audits.prune(cutoff), conn)
+    return PruneResult(cutoff, total, batches, archive, False, dropped, postponed, audit)
 
 
 async def maintenance_pass(

@@ -4,7 +4,8 @@ Migrations create and alter tables, so they run as the role that owns the
 schema. Workers, and Apps that start or signal runs, need only to read and
 write rows: USAGE on the schema, SELECT/INSERT/UPDATE/DELETE on its tables
 (SELECT alone on ``schema_migrations``, which they read to check the schema is
-current), USAGE on its sequences and EXECUTE on its functions. Default
+current; SELECT and INSERT alone on ``audit``, which is append-only), USAGE
+on its sequences and EXECUTE on its functions. Default
 privileges extend the same grants to tables that later migrations create, so
 an upgrade by the owner does not lock the workers out.
 
@@ -51,6 +52,8 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
         "GRANT {dml} ON ALL TABLES IN SCHEMA {schema} TO {role}",
         # Workers read the migration record; only the owner writes it.
         "REVOKE INSERT, UPDATE, DELETE ON {schema}.schema_migrations FROM {role}",
+        # The audit record is append-only: workers add entries, never change them.
+        "REVOKE UPDATE, DELETE, TRUNCATE ON {schema}.audit FROM {role}",
         "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role}",
         "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role}",
         "ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT {dml} ON TABLES TO {role}",

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from perdure.store import codec
 from perdure.types import (
+    AuditEntry,
     HistoryEvent,
     QueueInfo,
     Run,
@@ -371,3 +372,10 @@ def claimed_task(r: Row, worker_id: str) -> ClaimedTask:
             gather_start=r.get("gather_start"),
         )
     return RunTask(**common)
+
+
+def audit_entry(r: Row) -> AuditEntry:
+    """An ``audit`` row as an AuditEntry: its columns are the fields, by name."""
+    values = {f.name: r[f.name] for f in fields(AuditEntry)}
+    values["runs"] = list(r["runs"] or [])
+    return AuditEntry(**values)

@@ -43,11 +43,13 @@ def routes() -> list[Route]:
 def create_api(app: App, config: DashboardConfig, guard: Guard | None = None) -> Starlette:
     """The API of ``app`` as an ASGI application, to mount at ``PREFIX``.
 
-    ``guard`` is the dashboard's when the API is served with it (one token).
+    ``guard`` is the dashboard's when the API is served with it (one cookie secret).
     """
     api = Starlette(
         routes=routes(),
-        middleware=[Middleware(ApiGate, guard=guard or Guard(config.token), config=config)],
+        middleware=[
+            Middleware(ApiGate, guard=guard or Guard.of(config), config=config, perdure=app)
+        ],
         exception_handlers=HANDLERS,
     )
     api.state.perdure_app = app
@@ -57,6 +59,6 @@ def create_api(app: App, config: DashboardConfig, guard: Guard | None = None) ->
 def create_standalone(app: App, config: DashboardConfig) -> Starlette:
     """The API alone (``perdure api``), with the dashboard's Host rule and headers."""
     middleware = [Middleware(SecurityHeaders)]
-    if config.token is None:
+    if not config.auth_required:
         middleware.append(Middleware(LoopbackHostOnly))
     return Starlette(routes=[Mount(PREFIX, app=create_api(app, config))], middleware=middleware)

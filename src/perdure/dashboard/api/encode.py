@@ -8,13 +8,17 @@ from typing import Any
 
 from starlette.requests import Request
 
+from perdure.dashboard import redact
 from perdure.dashboard.api import limits
 from perdure.dashboard.api.problems import Problem
+from perdure.dashboard.security import principal_of
 from perdure.types import Run
 
 
-def run_json(run: Run) -> dict[str, Any]:
-    """A run as the API shows it."""
+def run_json(run: Run, payloads: bool = True) -> dict[str, Any]:
+    """A run as the API shows it; without ``payloads``, input, output and error details hidden."""
+    if not payloads:
+        run = redact.run(run)
 
     def when(value: datetime | None) -> str | None:
         return None if value is None else value.isoformat()
@@ -107,3 +111,15 @@ def time_param(request: Request, name: str) -> datetime | None:
     if value is None or value.tzinfo is None:
         raise Problem(400, "invalid-argument", f"{name} must be an ISO 8601 time with an offset")
     return value
+
+
+def payloads(request: Request) -> bool:
+    """Whether the caller's role may see payloads (``viewer-no-payloads`` may not)."""
+    return principal_of(request).can("payloads")
+
+
+def require_payloads(request: Request) -> None:
+    """403 for a role that may not see payloads (an event's value, a stream's entries)."""
+    principal = principal_of(request)
+    if not principal.can("payloads"):
+        raise Problem(403, "forbidden", f"{principal.role} sees no payloads")

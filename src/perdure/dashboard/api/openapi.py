@@ -307,12 +307,16 @@ PATHS: dict[str, Any] = {
     },
 }
 
-# Every call may meet the guards: no token (401); a POST, read-only mode or
-# another site's Origin (403); a non-loopback Host without a token (400).
-# A POST's body may be too large (413) or not JSON (415).
-for _item in PATHS.values():
+# Every call may meet the guards: no token or an unknown one (401); a POST by
+# a viewer, in read-only mode or from another site's Origin (403); an event's
+# value or a stream read by a viewer without payloads (403); a non-loopback
+# Host without a token (400). A POST's body may be too large (413) or not
+# JSON (415).
+for _path, _item in PATHS.items():
     for _method, _op in _item.items():
-        _guards = (400, 401, 403, 413, 415) if _method == "post" else (400, 401)
+        _guards: tuple[int, ...] = (400, 401, 403, 413, 415) if _method == "post" else (400, 401)
+        if _path.startswith(("/runs/{ref}/events", "/runs/{ref}/streams")):
+            _guards = (400, 401, 403)
         _op["responses"] = {**_problems(*_guards), **_op["responses"]}
 
 DOCUMENT: dict[str, Any] = {

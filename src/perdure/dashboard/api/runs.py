@@ -14,6 +14,7 @@ from perdure.dashboard.api.encode import (
     field,
     int_param,
     only_fields,
+    payloads,
     run_json,
     time_param,
 )
@@ -61,7 +62,7 @@ async def start(request: Request) -> Response:
     if key is not None and not handle.created:
         reuse.check_start(app, run, key, body.get("input"))
     return JSONResponse(
-        run_json(run),
+        run_json(run, payloads(request)),
         status_code=201 if handle.created else 200,
         headers={"location": f"{request.url.path.rstrip('/')}/{run.id}"},
     )
@@ -70,7 +71,7 @@ async def start(request: Request) -> Response:
 async def get(request: Request) -> Response:
     """GET /runs/{ref}: one run, by id or key."""
     run = await app_of(request).get_run_async(request.path_params["ref"])
-    return JSONResponse(run_json(run))
+    return JSONResponse(run_json(run, payloads(request)))
 
 
 async def listing(request: Request) -> Response:
@@ -100,7 +101,9 @@ async def listing(request: Request) -> Response:
         cursor=params.get("cursor"),
         limit=50 if limit is None else limit,
     )
-    return JSONResponse({"runs": [run_json(r) for r in page], "next_cursor": page.next_cursor})
+    return JSONResponse(
+        {"runs": [run_json(r, payloads(request)) for r in page], "next_cursor": page.next_cursor}
+    )
 
 
 async def signal(request: Request) -> Response:
@@ -146,4 +149,4 @@ async def _steer(request: Request, operation: str) -> Response:
         run = await app.pause_async(ref)
     else:
         run = await app.resume_async(ref)
-    return JSONResponse(run_json(run))
+    return JSONResponse(run_json(run, payloads(request)))

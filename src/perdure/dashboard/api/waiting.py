@@ -10,7 +10,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from perdure.api.handle import RunHandle
 from perdure.dashboard.api import limits
-from perdure.dashboard.api.encode import int_param, run_json, seconds_param
+from perdure.dashboard.api.encode import (
+    int_param,
+    payloads,
+    require_payloads,
+    run_json,
+    seconds_param,
+)
 from perdure.dashboard.api.problems import Problem
 from perdure.dashboard.api.runs import app_of
 from perdure.errors import EventTimeout, ResultTimeout, RunCancelled, RunFailed
@@ -33,12 +39,15 @@ async def result(request: Request) -> Response:
     except (RunFailed, RunCancelled):
         pass  # a final state: the run's error says why
     except ResultTimeout:
-        return JSONResponse(run_json(await app.get_run_async(run.id)), status_code=202)
-    return JSONResponse(run_json(await app.get_run_async(run.id)))
+        return JSONResponse(
+            run_json(await app.get_run_async(run.id), payloads(request)), status_code=202
+        )
+    return JSONResponse(run_json(await app.get_run_async(run.id), payloads(request)))
 
 
 async def event(request: Request) -> Response:
     """GET /runs/{ref}/events/{key}: the event's value, waiting up to the timeout for it."""
+    require_payloads(request)
     app = app_of(request)
     timeout = seconds_param(request, "timeout", DEFAULT_WAIT, MAX_WAIT)
     ref, key = request.path_params["ref"], request.path_params["key"]
@@ -57,6 +66,7 @@ async def stream(request: Request) -> Response:
     client that reconnects with ``Last-Event-ID`` (or ``?after=``) gets the
     entries after that position only.
     """
+    require_payloads(request)
     app = app_of(request)
     ref, key = request.path_params["ref"], request.path_params["key"]
     header = request.headers.get("last-event-id")

@@ -19,6 +19,7 @@ from perdure.errors import ConfigurationError
 from perdure.store.codec import PLAIN, Payloads
 from perdure.store.queries import render
 from perdure.store.statement import Builder
+from perdure.store.statements.audits import AuditStatements
 from perdure.store.statements.demos import DemoStatements
 from perdure.store.statements.events import EventStatements, StreamStatements
 from perdure.store.statements.history import HistoryStatements
@@ -76,6 +77,7 @@ class Statements:
         self.workers = WorkerStatements(build)
         self.workflows = WorkflowStatements(build)
         self.history = HistoryStatements(build)
+        self.audits = AuditStatements(build)
         #: The tables and evidence of ``perdure demo`` (``sql/queries/demos.sql``).
         self.demos = DemoStatements(build)
 
