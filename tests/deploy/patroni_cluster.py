@@ -288,10 +288,14 @@ class PatroniCluster:
         return "\n".join(parts)
 
     def close(self) -> None:
-        """Stop every node and etcd, then remove the folder."""
+        """Stop every node and etcd at once (the data is thrown away), then remove the folder."""
         for member in self.members:
             if member.process is not None and member.process.poll() is None:
                 member.process.send_signal(signal.SIGTERM)
+            pid = member.postmaster_pid()
+            if pid is not None:  # an immediate shutdown: Patroni need not wait for a clean one
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGQUIT)
         for member in self.members:
             if member.process is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
