@@ -51,7 +51,7 @@ async def execute(
         raise
     except Disconnected as exc:
         result = Outcome.DISCONNECTED
-        env.unheld.suspect = True
+        env.unheld.disconnected(task.run_id)
         log.warning(
             "run %s: lost the database mid-execution (%s)",
             task.run_id,

@@ -300,6 +300,7 @@ async def run_here(env: ExecutionEnv, task: ClaimedTask, local: LocalSteps) -> b
         while True:
             claimed = await env.unheld.claim_step_tasks(
                 env.store,
+                task.run_id,
                 statements.steps.claim_step_tasks(
                     task.run_id,
                     worker_id,
