@@ -10,12 +10,14 @@ each (``perdure.api.forms``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from perdure.api import (
     core,
     draining,
+    emitting,
+    event_match,
     forms,
     manage,
     messaging,
@@ -36,6 +38,7 @@ from perdure.engine import arguments, serialization
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_policy
 from perdure.errors import ConfigurationError, WorkflowDefinitionError
 from perdure.store.statements import Statements
+from perdure.types import EventTrigger
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -169,6 +172,7 @@ class App:
         queue: str | None = None,
         retry: RetryPolicy | None = None,
         max_lapses: int = DEFAULT_MAX_LAPSES,
+        on_event: str | EventTrigger | Sequence[str | EventTrigger] | None = None,
     ) -> Callable[[F], F]:
         """Decorate ``def`` or ``async def wf(ctx, input)`` as a durable workflow.
 
@@ -179,6 +183,12 @@ class App:
         running it), the reaper fails the run (after its compensations), so a
         run that kills every worker cannot cycle forever. It is stored with the
         definition, so every worker applies the same threshold.
+
+        ``on_event`` (an event name, an [`EventTrigger`][perdure.types.EventTrigger]
+        with a match, or a list of them): each emitted event that matches
+        starts one run, exactly once, with the event's payload as input and
+        the key ``event:<event id>:<workflow>`` (docs/events.md). The
+        triggers are recorded when the workflow is registered.
         """
         check_policy("retry", retry)
 
@@ -196,6 +206,7 @@ class App:
                     fn,
                     retry or DEFAULT_WORKFLOW_RETRY,
                     max_lapses=max_lapses,
+                    triggers=event_match.triggers(str(wf_name), on_event),
                 )
             )
             return fn
@@ -301,6 +312,12 @@ class App:
     pause_async = forms.awaiting(messaging.pause)
     resume = forms.blocking(messaging.resume)
     resume_async = forms.awaiting(messaging.resume)
+    emit = forms.blocking(emitting.emit, beside=starting.on_callers_thread)
+    emit_async = forms.awaiting(
+        emitting.emit, here=starting.on_callers_loop, beside=starting.on_callers_thread
+    )
+    emitted_events = forms.blocking(emitting.emitted_events)
+    emitted_events_async = forms.awaiting(emitting.emitted_events)
     get_event = forms.blocking(messaging.get_event)
     get_event_async = forms.awaiting(messaging.get_event)
     read_stream = forms.iterating(messaging.read_stream)
