@@ -256,6 +256,8 @@ class PruneResult:
     #: True when a partition could not be dropped for a lock held too long by
     #: writers of history; the next pass tries again.
     postponed: bool = False
+    #: Emitted events (app.emit) recorded before the cutoff, deleted (0 in a dry run).
+    events: int = 0
 
 
 @dataclass(frozen=True)

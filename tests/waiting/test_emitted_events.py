@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -290,3 +291,16 @@ def test_a_bad_match_is_refused_when_the_wait_is_asked_for(app: perdure.App) -> 
     drain(app)
     assert "must be a dict" in handle.result(timeout=5)
     assert app.steps(handle.id) == []
+
+
+def test_retention_deletes_old_events_with_their_deliveries(
+    make_app: Any, db: Any, schema: str
+) -> None:
+    past = make_app(clock=perdure.VirtualClock(datetime.now(UTC) - timedelta(days=40)))
+    old = past.emit("old", {"n": 1})
+    app = make_app()
+    recent = app.emit("recent", {"n": 2})
+    result = app.prune(timedelta(days=30), batch_size=1)
+    assert result.events == 1
+    assert [e["event"].id for e in app.emitted_events()] == [recent]
+    assert old != recent

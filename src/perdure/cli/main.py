@@ -52,6 +52,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "perdure.cli.embedded:embedded",
         "Manage the embedded PostgreSQL server (the default database).",
     ),
+    "events": (
+        "perdure.cli.events:events",
+        "Emit application events and list the latest, with the runs each woke or started.",
+    ),
     "migrate": (
         "perdure.cli.migrate:migrate",
         "Apply the schema migrations this version of perdure ships (applying twice is a no-op).",

@@ -11,7 +11,9 @@ one at a time does the work; the others skip their turn. A pass:
    (``FOR UPDATE SKIP LOCKED``: runs someone holds are left for next time);
 3. drops the partitions of history that end before the cutoff, one per
    transaction (entries of runs still kept move to the default partition
-   first), then deletes the default partition's old entries of gone runs.
+   first), then deletes the default partition's old entries of gone runs;
+4. deletes the emitted events (``app.emit``) recorded before the cutoff, in
+   batches, with the record of which runs each woke or started.
 """
 
 from __future__ import annotations
@@ -76,7 +78,13 @@ async def prune(
         # longer would stall every writer queued behind this DDL.
         postponed = True
         log.warning("history partitions busy; dropping them is postponed to the next pass")
-    return PruneResult(cutoff, total, batches, archive, False, dropped, postponed)
+    events = 0
+    while True:
+        deleted = await store.execute(statements.emissions.prune(cutoff, batch_size), conn)
+        events += deleted
+        if deleted < batch_size:
+            break
+    return PruneResult(cutoff, total, batches, archive, False, dropped, postponed, events)
 
 
 async def maintenance_pass(

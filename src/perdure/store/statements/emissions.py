@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from perdure.store.rows import Fence, Fenced
-from perdure.store.statement import Namespace, Row, Statement, all_rows, first
+from perdure.store.statement import Namespace, Row, Statement, all_rows, count, first
 
 
 def _none(found: list[Row]) -> None:
@@ -101,9 +101,9 @@ class EmissionStatements(Namespace):
         """How many events were ``emitted``, and how many ``matched`` a run."""
         return self._build("emission_counts", first(dict))
 
-    def prune(self, cutoff: datetime, limit: int) -> Statement[None]:
-        """Delete up to ``limit`` events emitted before ``cutoff``."""
-        return self._build("emission_prune", _none, cutoff=cutoff, limit=limit)
+    def prune(self, cutoff: datetime, limit: int) -> Statement[int]:
+        """Delete up to ``limit`` events emitted before ``cutoff``; how many."""
+        return self._build("emission_prune", count("pruned"), cutoff=cutoff, limit=limit)
 
     def set_triggers(
         self, workflow: str, triggers: Sequence[tuple[str, dict[str, Any]]]

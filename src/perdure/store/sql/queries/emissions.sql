@@ -113,10 +113,15 @@ SELECT count(*) AS emitted,
 FROM {schema}.emitted_events e;
 
 -- name: emission_prune
--- Delete up to %(limit)s events emitted before %(cutoff)s (retention).
-DELETE FROM {schema}.emitted_events
-WHERE id IN (SELECT id FROM {schema}.emitted_events WHERE emitted_at < %(cutoff)s
-             ORDER BY emitted_at LIMIT %(limit)s);
+-- Delete up to %(limit)s events emitted before %(cutoff)s (retention), with
+-- their deliveries (ON DELETE CASCADE); how many.
+WITH deleted AS (
+    DELETE FROM {schema}.emitted_events
+    WHERE id IN (SELECT id FROM {schema}.emitted_events WHERE emitted_at < %(cutoff)s
+                 ORDER BY emitted_at LIMIT %(limit)s)
+    RETURNING id
+)
+SELECT count(*) AS pruned FROM deleted;
 
 -- name: emission_triggers_set
 -- Replace the event triggers of workflow %(workflow)s with those given.

@@ -1,0 +1,62 @@
+"""``perdure events emit|list`` and the triggers in ``perdure workflows list``, on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+import perdure
+from perdure.cli.main import cli
+
+
+@pytest.fixture
+def perdure_cli(pg_url: str, schema: str) -> Callable[..., Result]:
+    """Run ``perdure --database-url ... --schema ... ARGS`` in an 80-column terminal."""
+
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(
+            cli, ["--database-url", pg_url, "--schema", schema, *args], env={"COLUMNS": "80"}
+        )
+
+    return run
+
+
+def test_events_emit_and_list(app: perdure.App, perdure_cli: Callable[..., Result]) -> None:
+    @app.workflow("fulfil", on_event=perdure.EventTrigger("order.paid", {"paid": True}))
+    async def fulfil(ctx: perdure.Context, order: dict[str, Any]) -> None:
+        return None
+
+    app.register()
+    empty = perdure_cli("events", "list")
+    assert empty.exit_code == 0 and "no event emitted yet" in empty.output
+
+    emitted = perdure_cli(
+        "events", "emit", "order.paid", '{"order_id": 1, "paid": true}', "--key", "d1", "--json"
+    )
+    assert emitted.exit_code == 0, emitted.output
+    event_id = json.loads(emitted.output)["id"]
+    again = perdure_cli(
+        "events", "emit", "order.paid", '{"order_id": 1, "paid": true}', "--key", "d1"
+    )
+    assert again.exit_code == 0 and f"id {event_id}" in again.output
+    assert perdure_cli("events", "emit", "order.paid", "{not json").exit_code != 0
+
+    table = perdure_cli("events", "list")
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert all(len(line) <= 80 for line in lines), table.output
+    assert "order.paid" in table.output and "d1" in table.output
+    (run,) = app.list_runs()
+    listed = json.loads(perdure_cli("events", "list", "--json", "--name", "order.paid").output)
+    assert [(e["event"]["id"], e["started"], e["woke"]) for e in listed] == [
+        (event_id, [run.id], [])
+    ]
+
+    workflows = perdure_cli("workflows", "list")
+    assert workflows.exit_code == 0, workflows.output
+    assert "on order.paid" in workflows.output
+    assert all(len(line) <= 80 for line in workflows.output.splitlines()), workflows.output
