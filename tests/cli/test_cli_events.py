@@ -1,4 +1,4 @@
-"""``perdure events emit|list`` and the triggers in ``perdure workflows list``, on a real PostgreSQL."""
+"""``perdure events emit|list`` and the triggers of ``perdure workflows list``, on PostgreSQL."""
 
 from __future__ import annotations
 

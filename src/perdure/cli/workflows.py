@@ -28,8 +28,9 @@ def list_workflows(state: CliState, as_json: bool) -> None:
     A workflow started by emitted events shows its triggers under its kind
     (``on order.paid {"status": "ok"}``). A workflow is registered when a
     worker serving it starts, or by ``perdure migrate --app APP``. A run is
-    pinned to the version that started it and only a worker with that version claims it: a version without a
-    live worker shows "none", and its queued runs wait.
+    pinned to the version that started it and only a worker with that
+    version claims it: a version without a live worker shows "none", and its
+    queued runs wait.
     """
     with state.app() as app:
         found = app.workflows()
