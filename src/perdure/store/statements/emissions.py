@@ -97,9 +97,10 @@ class EmissionStatements(Namespace):
         """The latest events, newest first, with the runs each ``woke`` and ``started``."""
         return self._build("emission_list", all_rows, name=name, limit=limit)
 
-    def counts(self) -> Statement[Row | None]:
-        """How many events were ``emitted``, and how many ``matched`` a run."""
-        return self._build("emission_counts", first(dict))
+    def counts(self, seconds: float) -> Statement[Row | None]:
+        """How many events were ``emitted`` in the last ``seconds``, and how many of them
+        ``matched`` (woke or started) a run."""
+        return self._build("emission_counts", first(dict), seconds=seconds)
 
     def prune(self, cutoff: datetime, limit: int) -> Statement[int]:
         """Delete up to ``limit`` events emitted before ``cutoff``; how many."""

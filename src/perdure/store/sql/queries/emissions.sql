@@ -106,11 +106,13 @@ ORDER BY e.id DESC
 LIMIT %(limit)s;
 
 -- name: emission_counts
--- How many events were emitted, and how many of them woke or started a run.
+-- How many events were emitted in the last %(seconds)s seconds, and how many
+-- of them woke or started a run (the metrics' scrape: the time index bounds it).
 SELECT count(*) AS emitted,
        count(*) FILTER (WHERE EXISTS (SELECT 1 FROM {schema}.event_deliveries d
                                       WHERE d.event_id = e.id)) AS matched
-FROM {schema}.emitted_events e;
+FROM {schema}.emitted_events e
+WHERE e.emitted_at >= {now} - make_interval(secs => %(seconds)s);
 
 -- name: emission_prune
 -- Delete up to %(limit)s events emitted before %(cutoff)s (retention), with
