@@ -1,4 +1,4 @@
-"""The pages: overview, runs, one run, workflows, and the error pages."""
+"""The pages: overview, runs, one run, workflows, events, and the error pages."""
 
 from __future__ import annotations
 
@@ -155,6 +155,13 @@ def workflows_page(
     return board.render(request, "workflows.html", context, status=status)
 
 
+def events(request: Request) -> Response:
+    """The latest emitted events, with the runs each woke or started."""
+    board = dashboard_of(request)
+    context = {"page": "events", "events": board.data.events(), "live": False}
+    return board.render(request, "events.html", context)
+
+
 def login(request: Request) -> Response:
     """The login form (for a dashboard with a token)."""
     next_path = request.query_params.get("next", "/")
@@ -200,5 +207,6 @@ def routes() -> list[Route]:
         Route("/runs/{ref}", run, name="run"),
         Route("/find", find, name="find"),
         Route("/workflows", workflows, name="workflows"),
+        Route("/events", events, name="events"),
         Route("/login", login, name="login", methods=["GET"]),
     ]
