@@ -184,7 +184,7 @@ class App:
         run that kills every worker cannot cycle forever. It is stored with the
         definition, so every worker applies the same threshold.
 
-        ``on_event`` (an event name, an [`EventTrigger`][perdure.types.EventTrigger]
+        ``on_event`` (an event name, an [`EventTrigger`][perdure.EventTrigger]
         with a match, or a list of them): each emitted event that matches
         starts one run, exactly once, with the event's payload as input and
         the key ``event:<event id>:<workflow>`` (docs/events.md). The

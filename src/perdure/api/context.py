@@ -340,7 +340,7 @@ class Context(_Base):
         wait began counts too. Each event wakes a run once: a second wait
         takes the next matching event. After ``timeout`` (None waits forever)
         raises [`EventWaitTimeout`][perdure.errors.EventWaitTimeout]. Returns the
-        [`EmittedEvent`][perdure.types.EmittedEvent], the same on every replay.
+        [`EmittedEvent`][perdure.EmittedEvent], the same on every replay.
         """
         return await self._wait_event(name, match, lookback, timeout)
 

@@ -57,7 +57,7 @@ async def emitted_events(
 ) -> list[dict[str, Any]]:
     """The latest emitted events (of ``name`` only, if given), newest first.
 
-    Each is a dict: the ``event`` (an [`EmittedEvent`][perdure.types.EmittedEvent]),
+    Each is a dict: the ``event`` (an [`EmittedEvent`][perdure.EmittedEvent]),
     and the ids of the runs it ``woke`` (by a wait) and ``started`` (by a trigger).
     """
     if name is not None:
