@@ -162,6 +162,34 @@ def emit_cost(app: perdure.App, emits: int) -> list[float]:
     return took
 
 
+def lookup_plan(url: str, schema: str) -> dict[str, Any]:
+    """The emit's lookup of the waits, under EXPLAIN (ANALYZE, BUFFERS): its scan, time and
+    buffers touched (the buffers do not depend on the machine's load)."""
+    payload = json.dumps({"order_id": -1, "amount": 1})
+    with psycopg.connect(url, autocommit=True) as conn:
+        [(plan,)] = conn.execute(
+            f"""EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+                SELECT w.run_id FROM {schema}.event_waits w JOIN {schema}.runs r ON r.id = w.run_id
+                WHERE w.name = 'bench.paid'
+                  AND w.anchor = ANY (array_append({schema}.event_anchors(%s::jsonb), ''))
+                  AND %s::jsonb @> w.match AND r.status = 'waiting'""",
+            (payload, payload),
+        ).fetchall()
+    top = plan[0]
+
+    def scans(node: dict[str, Any]) -> list[str]:
+        here = [f"{node['Node Type']} on {node.get('Index Name') or node.get('Relation Name')}"]
+        here = here if "Scan" in node["Node Type"] else []
+        return here + [s for child in node.get("Plans", []) for s in scans(child)]
+
+    root = top["Plan"]
+    return {
+        "scans": scans(root),
+        "execution_ms": round(top["Execution Time"], 3),
+        "buffers": root.get("Shared Hit Blocks", 0) + root.get("Shared Read Blocks", 0),
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     """The ``q`` quantile (0..1) of ``values``."""
     ordered = sorted(values)
@@ -206,6 +234,7 @@ def main() -> None:
                     "waiting_runs": size,
                     "p50_ms": round(statistics.median(cost), 3),
                     "p95_ms": round(percentile(cost, 0.95), 3),
+                    "lookup": lookup_plan(url, schema),
                 }
             )
         report["emit_cost"] = curve
