@@ -118,6 +118,8 @@ def test_without_lookback_an_earlier_event_does_not_count(app: perdure.App) -> N
         assert handle.result(timeout=20) == "timed out"
     (wait,) = app.steps(handle.id)
     assert (wait.kind, wait.status) == ("event_wait", "timed_out")
+    timed_out = [e for e in app.history(handle.id) if e.event.endswith("timed_out")]
+    assert [(e.event, e.step_name) for e in timed_out] == [("event_wait_timed_out", "event:ping")]
 
 
 def test_an_emit_in_a_rolled_back_transaction_wakes_nothing(app: perdure.App, pg_url: str) -> None:

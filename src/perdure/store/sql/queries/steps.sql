@@ -100,7 +100,8 @@ WITH input AS (
     SELECT run_id, {now},
            CASE status WHEN 'completed' THEN 'step_completed' WHEN 'failed' THEN 'step_failed'
                        WHEN 'retrying' THEN 'step_retry_scheduled'
-                       WHEN 'timed_out' THEN 'signal_timed_out' END,
+                       WHEN 'timed_out' THEN CASE kind WHEN 'event_wait' THEN 'event_wait_timed_out'
+                                                       ELSE 'signal_timed_out' END END,
            position, name, step_attempts, worker_id, error,
            coalesce(%(now)s::timestamptz, clock_timestamp()) - started_at
     FROM written
