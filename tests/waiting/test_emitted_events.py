@@ -306,3 +306,33 @@ def test_retention_deletes_old_events_with_their_deliveries(
     assert result.events == 1
     assert [e["event"].id for e in app.emitted_events()] == [recent]
     assert old != recent
+
+
+def test_a_replay_returns_the_event_the_wait_took_not_a_newer_one(app: perdure.App) -> None:
+    tries = {"n": 0}
+
+    def flaky() -> str:
+        tries["n"] += 1
+        if tries["n"] == 1:
+            raise RuntimeError("try again")
+        return "done"
+
+    @app.workflow("replayed")
+    async def replayed(ctx: perdure.Context) -> list[Any]:
+        event = await ctx.wait_for_event("paid", {"order": 1}, lookback=3600, timeout=600)
+        retry = perdure.RetryPolicy(max_attempts=2, initial_delay=1, jitter=0)
+        await ctx.step("after", flaky, retry=retry)
+        return [event.id, event.payload["try"]]
+
+    first = app.emit("paid", {"order": 1, "try": 1})
+    handle = app.start("replayed")
+    drain(app)
+    # The step after the wait failed once and is retried in a new claim of the
+    # run, which replays the wait. A newer matching event is there now; the
+    # replay still returns the first.
+    assert tries["n"] == 1 and handle.status() != "completed"
+    app.emit("paid", {"order": 1, "try": 2})
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=20) == [first, 1]
+    (recent, taken) = app.emitted_events("paid")
+    assert taken["woke"] == [handle.id] and recent["woke"] == []
