@@ -60,3 +60,16 @@ def test_events_emit_and_list(app: perdure.App, perdure_cli: Callable[..., Resul
     assert workflows.exit_code == 0, workflows.output
     assert "on order.paid" in workflows.output
     assert all(len(line) <= 80 for line in workflows.output.splitlines()), workflows.output
+
+
+def test_prune_deletes_old_events(make_app: Any, perdure_cli: Callable[..., Result]) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    past = make_app(clock=perdure.VirtualClock(datetime.now(UTC) - timedelta(days=40)))
+    past.emit("old", {"n": 1})
+    make_app().emit("recent", {"n": 2})
+    pruned = perdure_cli("prune", "--finished-before", "30d")
+    assert pruned.exit_code == 0, pruned.output
+    assert "deleted 1 emitted event(s) recorded before" in pruned.output
+    listed = json.loads(perdure_cli("events", "list", "--json").output)
+    assert [e["event"]["name"] for e in listed] == ["recent"]
