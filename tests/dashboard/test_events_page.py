@@ -24,6 +24,10 @@ def test_events_page_lists_events_with_the_runs_they_woke_and_started(app: perdu
 
     waiting = app.start("await_paid", 1)
     drain(app)
+    with TestClient(create_app(app, DashboardConfig()), base_url="http://127.0.0.1") as client:
+        run_page = client.get(f"/runs/{waiting.id}").text
+    # A waiting run says what it waits for: the event, its match, its deadline.
+    assert "event paid matching {&#34;order&#34;: 1} · times out in" in run_page
     woke_id = app.emit("paid", {"order": 1, "vip": True, "note": SCRIPT}, key="delivery-1")
     quiet_id = app.emit("paid", {"order": 2})
     (started,) = app.list_runs(workflow="on_paid")
