@@ -73,3 +73,15 @@ def test_prune_deletes_old_events(make_app: Any, perdure_cli: Callable[..., Resu
     assert "deleted 1 emitted event(s) recorded before" in pruned.output
     listed = json.loads(perdure_cli("events", "list", "--json").output)
     assert [e["event"]["name"] for e in listed] == ["recent"]
+
+
+def test_the_worker_start_up_line_names_the_triggers(app: perdure.App) -> None:
+    from perdure.cli.worker import startup_line
+
+    @app.workflow("fulfil", on_event=[perdure.EventTrigger("order.paid", {"paid": True}), "x.y"])
+    async def fulfil(ctx: perdure.Context, order: dict[str, Any]) -> None:
+        return None
+
+    line = startup_line(app, "w1", ["fulfil"], False)
+    assert "serving workflows fulfil@1 on queues fulfil; " in line
+    assert "started by events: fulfil on order.paid, fulfil on x.y; database:" in line
