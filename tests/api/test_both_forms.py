@@ -84,6 +84,8 @@ APP_CASES: dict[str, Case] = {
     ),
     "count_runs": (_args(), lambda w, r: r["completed"] == 1 and r["failed"] == 1),
     "ensure_schema": (_args(), lambda w, r: r is None),
+    "emit": (_args("paid", {"n": 1}, key="k"), lambda w, r: isinstance(r, int) and r > 0),
+    "emitted_events": (_args(), lambda w, r: r == []),
     "events": (_args(done_id), lambda w, r: [(e["key"], e["value"]) for e in r] == [("e", 7)]),
     "fork": (
         lambda w: ((w.done.id,), {"from_step": "a"}),

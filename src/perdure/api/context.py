@@ -12,14 +12,16 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
+from perdure.api.event_match import event_match
 from perdure.api.presenting import owned, presents
-from perdure.engine import arguments, children, parallel, typed, waits
+from perdure.engine import arguments, children, event_waits, parallel, typed, waits
 from perdure.engine.arguments import validate_name
 from perdure.engine.executor import Execution, Rollback, call_sync
 from perdure.engine.retry import RetryPolicy, check_policy
 from perdure.errors import ConfigurationError, UnknownWorkflow
 from perdure.ids import new_run_id
 from perdure.steps import StepCall
+from perdure.types import EmittedEvent
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -165,6 +167,19 @@ class _Base:
         seconds = arguments.optional_seconds("signal timeout", timeout)
         return waits.wait_for_signal(self._execution, name, seconds, typed.of(kind))
 
+    def _wait_event(
+        self,
+        name: str,
+        match: dict[str, Any] | None,
+        lookback: float | timedelta,
+        timeout: float | timedelta | None,
+    ) -> Coroutine[Any, Any, EmittedEvent]:
+        validate_name("event", name)
+        wanted = event_match(name, match, self._execution.env.max_payload_bytes)
+        back = arguments.seconds("event lookback", lookback)
+        seconds = arguments.optional_seconds("event timeout", timeout)
+        return event_waits.wait_for_event(self._execution, name, wanted, back, seconds)
+
     def _publish(
         self, kind: str, key: str, value: Any, closed: bool = False
     ) -> Coroutine[Any, Any, None]:
@@ -307,6 +322,27 @@ class Context(_Base):
         rebuilt as that type (InvalidPayload if it does not fit).
         """
         return await self._wait(name, timeout, type)
+
+    async def wait_for_event(
+        self,
+        name: str,
+        match: dict[str, Any] | None = None,
+        *,
+        lookback: float | timedelta = 0.0,
+        timeout: float | timedelta | None = None,
+    ) -> EmittedEvent:
+        """Wait durably for an emitted event ``name`` whose payload contains ``match``.
+
+        ``match`` is a JSON object the payload must contain (PostgreSQL's
+        ``payload @> match``: ``{"order_id": 9182}`` matches a payload with
+        that and any other fields); None matches every event of the name. An
+        event emitted up to ``lookback`` (seconds or timedelta) before the
+        wait began counts too. Each event wakes a run once: a second wait
+        takes the next matching event. After ``timeout`` (None waits forever)
+        raises [`EventWaitTimeout`][perdure.errors.EventWaitTimeout]. Returns the
+        [`EmittedEvent`][perdure.EmittedEvent], the same on every replay.
+        """
+        return await self._wait_event(name, match, lookback, timeout)
 
     async def set_event(self, key: str, value: Any) -> None:
         """Publish ``value`` under ``key`` for ``app.get_event(run_id, key)`` to read."""
@@ -490,6 +526,7 @@ class SyncContext(_Base):
     sleep = _blocking(Context.sleep)
     sleep_until = _blocking(Context.sleep_until)
     wait_for_signal = _blocking(Context.wait_for_signal)
+    wait_for_event = _blocking(Context.wait_for_event)
     set_event = _blocking(Context.set_event)
     write_stream = _blocking(Context.write_stream)
     close_stream = _blocking(Context.close_stream)

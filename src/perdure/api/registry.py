@@ -13,6 +13,7 @@ from perdure.engine import typed
 from perdure.engine.arguments import INT32_MAX, validate_name
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
 from perdure.errors import UnknownWorkflow, WorkflowDefinitionError
+from perdure.types import EventTrigger
 
 if TYPE_CHECKING:
     from perdure.engine.executor import Execution
@@ -57,6 +58,8 @@ class WorkflowDef:
     #: Lease lapses a task of this workflow's runs survives before the reaper
     #: reaps it for good (stored with the definition; every worker applies it).
     max_lapses: int = DEFAULT_MAX_LAPSES
+    #: The emitted events that start a run of it (``on_event``).
+    triggers: tuple[EventTrigger, ...] = ()
 
     def __post_init__(self) -> None:
         validate_identity("workflow", self.name, self.version, self.queue)
@@ -87,7 +90,10 @@ class WorkflowDef:
 
     def definition(self) -> dict[str, Any]:
         """What the workflow registry records of a function workflow."""
-        return {"takes_input": self.takes_input, "async": self.is_async}
+        recorded: dict[str, Any] = {"takes_input": self.takes_input, "async": self.is_async}
+        if self.triggers:
+            recorded["on_event"] = [{"name": t.name, "match": t.match} for t in self.triggers]
+        return recorded
 
     def check_input(self, value: Any) -> Any:
         """``value`` as the workflow's input annotation declares it (InvalidPayload if not)."""

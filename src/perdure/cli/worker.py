@@ -44,11 +44,18 @@ def describe_database(app: App, embedded_server: bool) -> str:
 
 
 def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: bool) -> str:
-    """One line saying which worker serves which workflows and queues, on which database."""
-    workflows = ", ".join(f"{name}@{version}" for name, version in sorted(app.registry.all()))
+    """One line saying which worker serves which workflows and queues, on which database,
+    and which emitted events start which workflows."""
+    found = app.registry.all()
+    workflows = ", ".join(f"{name}@{version}" for name, version in sorted(found))
+    triggers = sorted(
+        f"{d.name} on {t.name}" for d in found.values() for t in getattr(d, "triggers", ())
+    )
+    started = f"; started by events: {', '.join(triggers)}" if triggers else ""
     return (
         f"perdure worker {worker_id} serving workflows {workflows} "
-        f"on queues {', '.join(queues)}; database: {describe_database(app, embedded_server)}"
+        f"on queues {', '.join(queues)}{started}; "
+        f"database: {describe_database(app, embedded_server)}"
     )
 
 

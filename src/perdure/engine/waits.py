@@ -26,7 +26,7 @@ from perdure.types import Step, StepStatus
 FOREVER_SECONDS = 100 * 365 * 86400.0
 
 
-async def _park(
+async def park(
     ex: Execution,
     position: int,
     name: str,
@@ -37,6 +37,7 @@ async def _park(
     seconds: float | None = None,
     conn: Any = None,
 ) -> None:
+    """Park the run at the wait at ``position``: hand its task back due at the wake time."""
     statements = ex.env.store.statements
     stmt = statements.steps.wait(
         ex.task.fence,
@@ -78,7 +79,7 @@ async def sleep(
     if recorded is not None:
         # Claimed before its time without being woken: wait for the same time.
         until, seconds = recorded.wake_at, None
-    await _park(ex, position, "sleep", "sleep", {"sleep": True}, wake_at=until, seconds=seconds)
+    await park(ex, position, "sleep", "sleep", {"sleep": True}, wake_at=until, seconds=seconds)
     raise Suspend()
 
 
@@ -133,7 +134,7 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
             timed_out = True
         else:
             wake_at = recorded.wake_at if recorded is not None else None
-            await _park(
+            await park(
                 ex,
                 position,
                 step_name,

@@ -87,7 +87,7 @@ WITH input AS (
         started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at
     WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
       AND {schema}.steps.name = EXCLUDED.name
-    RETURNING run_id, position, name, status, attempts, error, worker_id, started_at
+    RETURNING run_id, position, name, kind, status, attempts, error, worker_id, started_at
 ), event AS (
     -- The entry's duration is the attempt's: from its start to this checkpoint.
     -- From the written rows themselves: a join of the CTEs would be planned as
@@ -98,7 +98,8 @@ WITH input AS (
     SELECT run_id, {now},
            CASE status WHEN 'completed' THEN 'step_completed' WHEN 'failed' THEN 'step_failed'
                        WHEN 'retrying' THEN 'step_retry_scheduled'
-                       WHEN 'timed_out' THEN 'signal_timed_out' END,
+                       WHEN 'timed_out' THEN CASE kind WHEN 'event_wait' THEN 'event_wait_timed_out'
+                                                       ELSE 'signal_timed_out' END END,
            position, name, attempts, worker_id, error,
            coalesce(%(now)s::timestamptz, clock_timestamp()) - started_at
     FROM checkpoint
