@@ -191,7 +191,7 @@ class Worker:
             store.endpoints.session_url, f"{name}-listen", opts, self._steps, env.lost_tasks
         )
         duty = self.attendance.heartbeat.duty if self.attendance.heartbeat else None
-        self.jobs = [Runner(job, duty) for job in self.mode.jobs(store)]
+        self.jobs = [Runner(job, duty) for job in self.mode.jobs(store, self.attendance.nudge)]
         services = Services([wakeup, *self.jobs, committer])
         try:
             await self._register(store)
@@ -312,7 +312,9 @@ class Worker:
         self.observer.worker_idle(free - len(claimed))
         due = await self.claims.next_due(store)
         if due is not None:
-            timeout = min(timeout, max(due, 0.0))
+            # Due later: the first worker of the queue wakes for it on time,
+            # the others a moment later, when it was taken (engine/attendance.py).
+            timeout = min(timeout, due + self.attendance.lag() if due > 0 else 0.0)
             if due <= 0:
                 # Claimable work was left behind: another worker was claiming
                 # it, or its queue got a global limit since this worker last

@@ -46,12 +46,19 @@ class WorkerStatements(Namespace):
             "worker_report_stuck", lambda found: None, worker_id=worker_id, stuck=stuck
         )
 
-    def beat(self, worker_id: str, fresh_seconds: float) -> Statement[tuple[int, dict[str, int]]]:
+    def beat(
+        self, worker_id: str, fresh_seconds: float
+    ) -> Statement[tuple[int, dict[str, int], dict[str, str]]]:
         """Mark the worker alive; its rank among the live workers, and by queue among
-        those serving each of its queues (see worker_beat)."""
+        those serving each of its queues, and the next live worker of each of its
+        queues (see worker_beat)."""
         return self._build(
             "worker_beat",
-            lambda found: (int(found[0]["rank"]), dict(found[0]["queue_ranks"] or {})),
+            lambda found: (
+                int(found[0]["rank"]),
+                dict(found[0]["queue_ranks"] or {}),
+                {q: w for q, w in (found[0]["successors"] or {}).items() if w is not None},
+            ),
             worker_id=worker_id,
             fresh_seconds=fresh_seconds,
         )
