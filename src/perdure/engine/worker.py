@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from perdure.engine import dispatch, modes, parallel
+from perdure.engine import capacity, dispatch, modes, parallel
 from perdure.engine.attendance import Attendance
 from perdure.engine.claiming import Claims
 from perdure.engine.commit import Committer
@@ -176,7 +176,7 @@ class Worker:
             self.url,
             self.statements,
             min_size=1,
-            max_size=opts.concurrency + 4,
+            max_size=opts.statement_pool_size,
             max_idle=10.0,
             name=name,
             unavailable=Disconnected,
@@ -195,6 +195,7 @@ class Worker:
         services = Services([wakeup, *self.jobs, committer])
         try:
             await self._register(store)
+            await capacity.check(store, opts, name)
             self.store = store
             self.observer.worker_started(self)
             services.start()

@@ -63,6 +63,21 @@ class WorkerStatements(Namespace):
             fresh_seconds=fresh_seconds,
         )
 
+    def server_connections(self, name: str) -> Statement[tuple[int, int, int, int]]:
+        """The server's max_connections, those reserved for superusers, the client
+        connections open now, and those of the worker named ``name`` (see
+        worker_server_connections)."""
+        return self._build(
+            "worker_server_connections",
+            lambda found: (
+                int(found[0]["allowed"]),
+                int(found[0]["reserved"]),
+                int(found[0]["used"]),
+                int(found[0]["own"]),
+            ),
+            name=name,
+        )
+
     def mark_lost(self, stale_seconds: float) -> Statement[None]:
         """Mark workers with stale heartbeats as lost."""
         return self._build("worker_mark_lost", lambda found: None, stale_seconds=stale_seconds)

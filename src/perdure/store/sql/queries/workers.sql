@@ -74,3 +74,13 @@ SELECT pg_advisory_unlock(hashtext('perdure.maintenance:' || %(schema)s)) AS unl
 -- name: worker_report_stuck
 -- How many of a worker's threads run a step nobody waits for any more.
 UPDATE {schema}.workers SET stuck_threads = %(stuck)s WHERE id = %(worker_id)s;
+
+-- name: worker_server_connections
+-- What the server allows and what is in use, for a worker's check at start
+-- that its connections fit: max_connections, those reserved for superusers,
+-- the client connections open now, and those of the worker named %(name)s.
+SELECT current_setting('max_connections')::int AS allowed,
+       current_setting('superuser_reserved_connections')::int AS reserved,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend') AS used,
+       (SELECT count(*) FROM pg_stat_activity
+        WHERE application_name LIKE %(name)s || '%%') AS own;
