@@ -84,7 +84,7 @@ class Attendance:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: Wakeup | None = None
         #: What tells the ticker of a schedule changed elsewhere.
-        self.nudge = Nudge(asyncio.Event(), self._listening)
+        self.nudge = Nudge(asyncio.Event(), self.listening)
 
     def wakeup(
         self,
@@ -123,7 +123,7 @@ class Attendance:
         )
         return self._wakeup
 
-    def _listening(self) -> bool:
+    def listening(self) -> bool:
         """Whether notifications of the shared channel reach this worker now."""
         wakeup = self._wakeup
         return wakeup is not None and wakeup.connected.is_set() and wakeup.listening_shared
@@ -181,16 +181,20 @@ class Attendance:
     def _pass_on(self, listener: Listener) -> None:
         """Tell the next live worker of each served queue (on its own channel) that
         work is due now which this full worker cannot take."""
-        heartbeat = self.heartbeat
-        successors = set(heartbeat.successors.values()) if heartbeat is not None else set()
-        if not successors:
-            return  # the last of its queues' workers: the fallback poll covers the rest
+        if self.heartbeat is None:
+            return
         due = listener.execute(self.claims.due())
         if due is None or due > 0:
             return
-        for successor in sorted(successors):
-            listener.execute(self.statements.queues.forward(successor, self.worker_id))
-            self.forwarded += 1
+        fresh = self.heartbeat.lease_seconds
+        queues = sorted(self._queues)
+        successor = listener.execute(
+            self.statements.workers.next_worker(self.worker_id, queues, fresh)
+        )
+        if successor is None:
+            return  # the last of its queues' workers: the fallback poll covers the rest
+        listener.execute(self.statements.queues.forward(successor, self.worker_id))
+        self.forwarded += 1
 
     def _call(self, callback: Callable[..., object], *args: object) -> None:
         """Run ``callback(*args)`` on the worker's loop (from the wakeup thread)."""

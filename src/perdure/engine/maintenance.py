@@ -67,8 +67,6 @@ class Heartbeat:
         self.rank = 0
         #: The same, by served queue, among the workers serving it (0: answers first).
         self.queue_ranks: dict[str, int] = {}
-        #: The next live worker of each served queue (by id), if any.
-        self.successors: dict[str, str] = {}
         self._next = 0.0
         self._was_busy = False
         self._beats = 0
@@ -93,7 +91,7 @@ class Heartbeat:
         beat = self.statements.workers.beat(self.worker_id, self.lease_seconds)
         try:
             if held:
-                taken, (rank, by_queue, successors) = listener.execute_together(
+                taken, (rank, by_queue) = listener.execute_together(
                     [
                         self.statements.tasks.heartbeat(
                             self.worker_id, sorted(held), self.lease_seconds
@@ -102,12 +100,12 @@ class Heartbeat:
                     ]
                 )
             else:
-                taken, (rank, by_queue, successors) = set(), listener.execute(beat)
+                taken, (rank, by_queue) = set(), listener.execute(beat)
         except Exception as exc:
             log.warning("heartbeat failed: %s", exc)
             self._next = now + min(self.interval, 1.0)
             raise
-        self.rank, self.queue_ranks, self.successors = rank, by_queue, successors
+        self.rank, self.queue_ranks = rank, by_queue
         duty = rank == 0
         if duty != self.duty.is_set():
             verb = "takes" if duty else "leaves"

@@ -46,19 +46,12 @@ class WorkerStatements(Namespace):
             "worker_report_stuck", lambda found: None, worker_id=worker_id, stuck=stuck
         )
 
-    def beat(
-        self, worker_id: str, fresh_seconds: float
-    ) -> Statement[tuple[int, dict[str, int], dict[str, str]]]:
+    def beat(self, worker_id: str, fresh_seconds: float) -> Statement[tuple[int, dict[str, int]]]:
         """Mark the worker alive; its rank among the live workers, and by queue among
-        those serving each of its queues, and the next live worker of each of its
-        queues (see worker_beat)."""
+        those serving each of its queues (see worker_beat)."""
         return self._build(
             "worker_beat",
-            lambda found: (
-                int(found[0]["rank"]),
-                dict(found[0]["queue_ranks"] or {}),
-                {q: w for q, w in (found[0]["successors"] or {}).items() if w is not None},
-            ),
+            lambda found: (int(found[0]["rank"]), dict(found[0]["queue_ranks"] or {})),
             worker_id=worker_id,
             fresh_seconds=fresh_seconds,
         )
@@ -76,6 +69,18 @@ class WorkerStatements(Namespace):
                 int(found[0]["own"]),
             ),
             name=name,
+        )
+
+    def next_worker(
+        self, worker_id: str, queues: list[str], fresh_seconds: float
+    ) -> Statement[str | None]:
+        """The next live worker after ``worker_id`` serving one of ``queues`` (see worker_next)."""
+        return self._build(
+            "worker_next",
+            lambda found: found[0]["next"] if found else None,
+            worker_id=worker_id,
+            queues=queues,
+            fresh_seconds=fresh_seconds,
         )
 
     def mark_lost(self, stale_seconds: float) -> Statement[None]:

@@ -23,9 +23,7 @@ UPDATE {schema}.workers SET status = 'stopped', stopped_at = {now} WHERE id = %(
 -- fleet's duties (the reaper, the schedule ticker); a worker that dies or
 -- freezes stops beating, and the next one takes over. queue_ranks is the
 -- same count for each queue it serves, among the workers serving that
--- queue: rank 0 answers the queue's notifications first. successors names,
--- for each of its queues, the next live worker serving it (by id), to whom
--- it passes on a call it is too busy to answer.
+-- queue: rank 0 answers the queue's notifications first.
 WITH alive AS (
     UPDATE {schema}.workers SET heartbeat_at = {now}, status = 'running'
     WHERE id = %(worker_id)s
@@ -38,13 +36,14 @@ WITH alive AS (
 SELECT (SELECT count(*) FROM live) AS rank,
        (SELECT coalesce(jsonb_object_agg(q, (SELECT count(*) FROM live WHERE q = ANY(live.queues))),
                         '{}'::jsonb)
-        FROM alive, unnest(alive.queues) AS q) AS queue_ranks,
-       (SELECT coalesce(jsonb_object_agg(q, (
-                   SELECT min(w.id) FROM {schema}.workers w
-                   WHERE w.status = 'running' AND w.id > %(worker_id)s AND q = ANY(w.queues)
-                     AND w.heartbeat_at > {now} - make_interval(secs => %(fresh_seconds)s))),
-                        '{}'::jsonb)
-        FROM alive, unnest(alive.queues) AS q) AS successors;
+        FROM alive, unnest(alive.queues) AS q) AS queue_ranks;
+
+-- name: worker_next
+-- The next live worker (by id) after %(worker_id)s serving one of %(queues)s:
+-- the one a worker too busy to answer a call passes it on to.
+SELECT min(id) AS next FROM {schema}.workers
+WHERE status = 'running' AND id > %(worker_id)s AND queues && %(queues)s::text[]
+  AND heartbeat_at > {now} - make_interval(secs => %(fresh_seconds)s);
 
 -- name: worker_mark_lost
 -- Workers whose heartbeat is older than %(stale_seconds)s are marked lost, so
