@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,15 +63,18 @@ class Server:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def start_server(url: str | None) -> Server:
-    """Use the server at ``url``, or start a private embedded one in a temporary folder."""
+def start_server(url: str | None, max_connections: int = 200) -> Server:
+    """Use the server at ``url``, or start a private embedded one in a temporary folder
+    (allowing ``max_connections``)."""
     from perdure.store import embedded
 
     if url is not None:
         return Server(url, _pgbench_dir())
     base = Path(tempfile.mkdtemp(prefix="perdure-bench-", dir="/tmp"))
     base.chmod(0o755)  # the server runs as another account when we are root
-    server = embedded.ensure_server(base / "pg", max_connections=200, settings=SERVER_SETTINGS)
+    server = embedded.ensure_server(
+        base / "pg", max_connections=max_connections, settings=SERVER_SETTINGS
+    )
     return Server(server.url, embedded.bin_dir(), base)
 
 
@@ -331,11 +334,13 @@ def server_cpu_seconds(probe: Probe) -> float | None:
 @contextlib.contextmanager
 def standalone(
     parser: argparse.ArgumentParser,
+    connections: Callable[[argparse.Namespace], int] | None = None,
 ) -> Iterator[tuple[argparse.Namespace, Server, Probe]]:
-    """For a script run alone: its arguments (plus --database-url), the server and a probe."""
+    """For a script run alone: its arguments (plus --database-url), the server and a probe
+    (a server of its own allows ``connections(args)``, by default 200)."""
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args()
-    server = start_server(args.database_url)
+    server = start_server(args.database_url, connections(args) if connections else 200)
     probe = Probe(server.url)
     try:
         yield args, server, probe

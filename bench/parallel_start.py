@@ -40,9 +40,9 @@ def measure(url: str, probe: Probe, runs: int, workers: int) -> dict[str, list[f
             time.sleep(3)  # the first heartbeats: each worker's place in the fleet
             for _ in range(runs):
                 for workflow, found in skews.items():
-                    found = app.start(workflow).result(timeout=60)
+                    result = app.start(workflow).result(timeout=60)
                     # A graph's result: its sinks' outputs by name.
-                    left, right = found["bottom"] if isinstance(found, dict) else found
+                    left, right = result["bottom"] if isinstance(result, dict) else result
                     found.append(abs(left - right) * 1000)
         finally:
             for worker in fleet:
