@@ -35,6 +35,7 @@ from perdure.engine.options import WorkerOptions
 from perdure.engine.schedules import Nudge
 from perdure.engine.wakeup import (
     CONFIRM_SECONDS,
+    FORWARDED,
     LATE_CONFIRM_SECONDS,
     LISTENERS,
     STAGGER_SECONDS,
@@ -151,12 +152,18 @@ class Attendance:
 
     def place(self, payload: str) -> int | None:
         """Where this worker stands in answering a notification (engine/wakeup.py):
-        by its rank among the workers of the task's queue. Another worker's call
+        by its rank among the workers of the task's queue (the first, when full,
+        checks at once to pass the call on). Another worker's call
         (a slot freed in a queue limited across workers, steps more than it can
         run) is checked by all within CONFIRM_SECONDS."""
         if payload in self._queues:
             ranks = self.heartbeat.queue_ranks if self.heartbeat is not None else {}
-            return ranks.get(payload, 0)
+            rank = ranks.get(payload, 0)
+            if rank == 0 and self.free_slots() <= 0:
+                # Full: not woken for nothing; it checks at once, and passes
+                # the call on when the work is still there.
+                return FORWARDED
+            return rank
         if payload.startswith(WAKE_PREFIX) and payload != self._own_wake:
             return 1
         if payload == SCHEDULES_PAYLOAD:
