@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,7 +246,11 @@ class WorkerProcess:
             PYTHONPATH=os.pathsep.join([str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]),
         )
         self.stats_file = stats_file
+        #: Its id, so that its own listener is found (the last statement on a
+        #: listener connection may be a heartbeat, or UNLISTEN).
+        self.worker_id = f"bench-{uuid.uuid4().hex[:12]}"
         command = [sys.executable, "-m", "perdure", "worker", "bench_app:app"]
+        command += ["--worker-id", self.worker_id]
         if concurrency is not None:  # None: the worker's default
             command += ["--concurrency", str(concurrency)]
         command += ["--log-level", "warning"]
@@ -265,14 +270,13 @@ class WorkerProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the worker exited with code {self.process.returncode}")
             listening = probe.query_one(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE application_name LIKE 'perdure-worker-%%-listen'"
-                " AND state = 'idle' AND query LIKE 'LISTEN%%'"
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                (f"perdure-worker-{self.worker_id}"[:50] + "-listen",),
             )
             if listening:
                 return
             time.sleep(0.05)
-        raise RuntimeError("the worker did not start listening within 60 s")
+        raise RuntimeError(f"the worker did not start listening within {timeout:.0f} s")
 
     def connections(self, probe: Probe) -> int:
         """The worker's connections to the server now, its listener left out."""

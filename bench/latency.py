@@ -67,7 +67,7 @@ def measure(
         ]
         try:
             for worker in fleet:
-                worker.wait_ready(probe)
+                worker.wait_ready(probe, timeout=600)
             app.start("bench_first").result(timeout=60)  # warm: connected, prepared
             time.sleep(settle)
             fleet_cpu = sum(process_cpu_seconds(w.process.pid) for w in fleet)
