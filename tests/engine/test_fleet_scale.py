@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -157,3 +158,32 @@ def test_the_pool_size_bounds_the_connections_a_worker_opens() -> None:
     assert perdure.WorkerOptions(pool_size=50).client_connections == 75
     with pytest.raises(ConfigurationError, match="pool_size"):
         perdure.WorkerOptions(pool_size=0)
+
+
+def test_the_ticker_of_an_idle_fleet_looks_only_when_told(
+    define: perdure.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perdure.engine import schedules
+
+    rounds: list[float] = []
+    tick_due = schedules.tick_due
+
+    async def counted(store: Any, limit: int = 100) -> Any:
+        rounds.append(time.monotonic())
+        return await tick_due(store, limit)
+
+    monkeypatch.setattr(schedules, "tick_due", counted)
+
+    @define.workflow("report")
+    def report(ctx: perdure.SyncContext, input: Any) -> Any:
+        return input
+
+    # A fallback poll of 0.1 s: the ticker used to look that often.
+    with BackgroundWorker(define, worker_id="duty", poll_seconds=0.1) as worker:
+        wait_until(lambda: len(rounds) >= 1, 20, what="the ticker's first look")
+        wait_until(lambda: worker.worker.attendance.listening(), 20, what="the listener")
+        looked = len(rounds)
+        wait_until(lambda: time.monotonic() - rounds[-1] > 2.0, 10, what="two quiet seconds")
+        assert len(rounds) == looked, "the ticker looked without being told"
+        define.add_schedule("nightly", "0 3 * * *", workflow="report")
+        wait_until(lambda: len(rounds) > looked, 10, what="the ticker to look at the new schedule")
