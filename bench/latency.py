@@ -14,7 +14,8 @@ The fleet first settles for ``--settle`` seconds (its start-up, and the
 first heartbeats that give each worker its place in the fleet). Both clocks
 are this machine's. Prints p50/p99 and the number of samples,
 and the CPU the workers and the server spent per start (from /proc: what a
-notification costs a fleet, the herd included).
+notification costs a fleet, the herd included), less what the fleet and the
+server burn idle over as long (measured over 10 s before the starts).
 
 ``--curve`` measures fleets of each size in turn on one server (of its own,
 allowing 4 connections per worker of the largest fleet and 50 more), each
@@ -55,6 +56,7 @@ def measure(
     settle: float = 3.0,
     timers: int = 0,
     delay: float = 0.5,
+    quiet: float = 10.0,
 ) -> dict[str, Any]:
     """Both latencies over ``samples`` runs each, in ms, on a fresh schema, once the
     fleet has settled for ``settle`` s; with ``timers``, as many runs due ``delay`` s
@@ -70,19 +72,18 @@ def measure(
                 worker.wait_ready(probe, timeout=600)
             app.start("bench_first").result(timeout=60)  # warm: connected, prepared
             time.sleep(settle)
-            fleet_cpu = sum(process_cpu_seconds(w.process.pid) for w in fleet)
-            server_cpu = server_cpu_seconds(probe)
+            # What the idle fleet and the server burn anyway (heartbeats, the
+            # wakeup threads' ticks), per second: taken off the CPU per start.
+            idle = _cpu_now(fleet, probe)
+            time.sleep(quiet)
+            idle = tuple((b - a) / quiet for a, b in zip(idle, _cpu_now(fleet, probe), strict=True))
+            began, before = time.monotonic(), _cpu_now(fleet, probe)
             starts = [_start_once(app) for _ in range(samples)]
-            fleet_cpu = sum(process_cpu_seconds(w.process.pid) for w in fleet) - fleet_cpu
-            if server_cpu is not None:
-                server_cpu = (server_cpu_seconds(probe) or 0.0) - server_cpu
+            fleet_cpu, server_cpu = _spent(fleet, probe, before, began, idle)
             signals = [_signal_once(app) for _ in range(samples)]
-            timer_cpu = sum(process_cpu_seconds(w.process.pid) for w in fleet)
-            timer_server = server_cpu_seconds(probe)
+            began, before = time.monotonic(), _cpu_now(fleet, probe)
             due = [_due_once(app, delay) for _ in range(timers)]
-            timer_cpu = sum(process_cpu_seconds(w.process.pid) for w in fleet) - timer_cpu
-            if timer_server is not None:
-                timer_server = (server_cpu_seconds(probe) or 0.0) - timer_server
+            timer_cpu, timer_server = _spent(fleet, probe, before, began, idle)
         finally:
             for worker in fleet:
                 worker.stop()
@@ -103,6 +104,28 @@ def measure(
             timer_server * 1000 / timers if timers and timer_server is not None else None
         ),
     }
+
+
+def _cpu_now(fleet: list[WorkerProcess], probe: Probe) -> tuple[float, float]:
+    """CPU seconds so far: the fleet's processes, and the server's (0 if unknown)."""
+    workers = sum(process_cpu_seconds(w.process.pid) for w in fleet)
+    return workers, server_cpu_seconds(probe) or 0.0
+
+
+def _spent(
+    fleet: list[WorkerProcess],
+    probe: Probe,
+    before: tuple[float, float],
+    began: float,
+    idle: tuple[float, ...],
+) -> tuple[float, float]:
+    """CPU seconds the fleet and the server spent since ``before`` (at ``began``),
+    less what they burn idle over as long (``idle``: per second)."""
+    after, seconds = _cpu_now(fleet, probe), time.monotonic() - began
+    return (
+        after[0] - before[0] - idle[0] * seconds,
+        after[1] - before[1] - idle[1] * seconds,
+    )
 
 
 def _due_once(app: perdure.App, delay: float) -> float:
