@@ -170,11 +170,13 @@ class Attendance:
             self._call(self.nudge.event.set)
         return None
 
-    def confirm(self, listener: Listener) -> bool:
+    def confirm(self, listener: Listener) -> bool | float:
         """Whether work is left for this worker after a notification another answered
-        first (on the wakeup thread: one query, instead of a claim through the loop).
-        Full, it passes the call on to the next worker of its queues when work is
-        due now."""
+        first (on the wakeup thread: one query, instead of a claim through the loop);
+        or, for work due later, in how many seconds to check again (engine/wakeup.py):
+        the first worker of the queue wakes for it on time, the others only check,
+        a moment after, that it took it. Full, it passes the call on to the next
+        worker of its queues when work is due now."""
         if self.free_slots() <= 0:
             self._pass_on(listener)
             return False
@@ -182,6 +184,9 @@ class Attendance:
         if self.claims.unlimited and not self.claims.throttled:
             due = listener.execute(self.claims.due())
             woken = due is not None and time.monotonic() + due < self.wait_until
+            if woken and due is not None and due > 0 and self.rank() > 0:
+                self.wake_checks[0] += 1
+                return due + self.lag()
         self.wake_checks[woken] += 1
         return woken
 

@@ -72,7 +72,8 @@ class Wakeup:
     queue); ``1``, it checks ``CONFIRM_SECONDS`` later, with
     ``confirm(listener)`` (one cheap query on this thread), whether work is
     left that it should wake up for: the first worker was full, dead or
-    slow; ``n > 1``, it checks ``LATE_CONFIRM_SECONDS + (n - 2) %
+    slow (or, for work due later, when to check again: only the first
+    worker sets a timer for it); ``n > 1``, it checks ``LATE_CONFIRM_SECONDS + (n - 2) %
     STAGGER_WAVE * STAGGER_SECONDS`` later, for when the first two were.
     A check pending covers the notifications that come before it is made:
     however many come, a worker checks at most about five times a second.
@@ -88,7 +89,7 @@ class Wakeup:
         application_name: str = "perdure-listen",
         chores: Sequence[Chore] = (),
         place: Callable[[str], int | None] = lambda payload: 0,
-        confirm: Callable[[Listener], bool] = lambda listener: True,
+        confirm: Callable[[Listener], bool | float] = lambda listener: True,
         own_channel: str | None = None,
         shared: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -155,8 +156,12 @@ class Wakeup:
             self._notified(*came)
         if self._confirm_at is not None and time.monotonic() >= self._confirm_at:
             self._confirm_at = None
-            if self.confirm(listener):
-                self._wake()
+            found = self.confirm(listener)
+            if isinstance(found, bool):
+                if found:
+                    self._wake()
+            else:  # work due later: check again then
+                self._confirm_at = time.monotonic() + found
 
     def _sync(self, listener: Listener) -> None:
         """LISTEN on the shared channel, or stop, as ``shared()`` now says."""
