@@ -187,3 +187,24 @@ def test_the_ticker_of_an_idle_fleet_looks_only_when_told(
         assert len(rounds) == looked, "the ticker looked without being told"
         define.add_schedule("nightly", "0 3 * * *", workflow="report")
         wait_until(lambda: len(rounds) > looked, 10, what="the ticker to look at the new schedule")
+
+
+def test_a_run_due_later_wakes_only_the_first_worker_the_others_check(
+    define: perdure.App, stack: ExitStack
+) -> None:
+    app = define
+    fleet = {wid: stack.enter_context(_worker(app, wid)) for wid in ("w1", "w2", "w3")}
+    wait_until(lambda: _settled(fleet, "scale"), 30, what="the fleet's places")
+    quiet = {wid: (w.count("worker_idle"), w.worker.wake_checks[0]) for wid, w in fleet.items()}
+    assert app.start("quick", 3, delay=1.0).result(timeout=20) == 6
+    assert fleet["w1"].count("execution_finished") == 1
+    for wid in ("w2", "w3"):
+        worker = fleet[wid]
+        # Each checks when told of the run, and again once it was due.
+        wait_until(
+            lambda w=worker, c=quiet[wid][1]: w.worker.wake_checks[0] >= c + 2,
+            10,
+            what=f"{wid} to check that the run was taken",
+        )
+        assert worker.count("worker_idle") == quiet[wid][0], f"{wid} woke its claim loop"
+        assert worker.count("execution_started") == 0
