@@ -8,7 +8,9 @@ PostgreSQL delivers a notification to every session listening on its
 channel, so only the first LISTENERS workers of a queue listen on the shared
 channel (``shared()``); every worker also listens on a channel of its own,
 for a call passed on to it alone by a worker too busy to answer it. What a
-start costs the fleet does not grow with the fleet's size.
+start costs the workers does not grow with the fleet's size. (The server
+still signals every listening session of the database for each
+notification; a session not listening on its channel drops it at once.)
 Between notifications, at least every ``TICK_SECONDS``, the thread runs
 its chores (the heartbeat, the loop watch): they go on while the event loop
 is blocked by a step that does not yield. If the connection drops, the
