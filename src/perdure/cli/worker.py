@@ -84,6 +84,13 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     help="How long a claimed task stays held without a heartbeat.",
 )
 @click.option(
+    "--pool-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Most statement connections the worker opens (default: concurrency + 4, at most 20); "
+    "plain def steps' ctx.transaction get half as many more (docs/deploying.md).",
+)
+@click.option(
     "--poll-seconds",
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
@@ -173,6 +180,7 @@ def worker(
     concurrency: int,
     queues: tuple[str, ...],
     lease_seconds: float,
+    pool_size: int | None,
     poll_seconds: float,
     blocked_loop_seconds: float,
     shutdown_seconds: float,
@@ -226,6 +234,7 @@ def worker(
             concurrency=concurrency,
             queues=list(queues) or None,
             lease_seconds=lease_seconds,
+            pool_size=pool_size,
             poll_seconds=poll_seconds,
             blocked_loop_seconds=blocked_loop_seconds,
             shutdown_seconds=shutdown_seconds,

@@ -496,3 +496,16 @@ SELECT position, name, kind, status, attempts, output, error, worker_id, started
 FROM {schema}.archive_steps
 WHERE run_id = %(run_id)s
 ORDER BY position;
+
+-- name: step_release
+-- Let every worker claim a run's parallel steps now that still wait out the
+-- head start of the worker that scheduled them (a 'pending' step, never
+-- attempted): that worker has too few slots to reach them soon. The tasks'
+-- trigger notifies the queue's workers. Steps waiting for a retry or a
+-- snooze keep their time.
+UPDATE {schema}.tasks t SET available_at = {now}
+FROM {schema}.steps s
+WHERE t.run_id = %(run_id)s AND t.kind = 'step' AND t.status = 'ready'
+  AND t.available_at > {now}
+  AND s.run_id = t.run_id AND s.position = t.step_position
+  AND s.status = 'pending' AND s.attempts = 0;
