@@ -70,7 +70,7 @@ GATHER_BATCH = 128
 HEAD_START_SECONDS = 0.5
 HEAD_START_RATE = 2000.0
 HEAD_START_MAX_SECONDS = 120.0
-#: A worker with fewer slots than this hands the parallel steps it cannot run
+#: A worker with fewer slots than this hands the step tasks it cannot run
 #: at once to the fleet without a head start (see share_the_rest).
 FEW_SLOTS = 8
 #: Fewer at once when the step is a plain ``def``: they share the worker's threads.

@@ -205,7 +205,7 @@ class StepStatements(Namespace):
         )
 
     def release(self, run_id: str) -> Statement[None]:
-        """Make the run's parallel steps still in their head start claimable by all now."""
+        """Make the run's step tasks still in their head start claimable by all now."""
         return self._build("step_release", lambda found: None, run_id=run_id)
 
     def record(

@@ -498,7 +498,7 @@ WHERE run_id = %(run_id)s
 ORDER BY position;
 
 -- name: step_release
--- Let every worker claim a run's parallel steps now that still wait out the
+-- Let every worker claim a run's step tasks now that still wait out the
 -- head start of the worker that scheduled them (a 'pending' step, never
 -- attempted): that worker has too few slots to reach them soon. The tasks'
 -- trigger notifies the queue's workers. Steps waiting for a retry or a
