@@ -16,6 +16,10 @@
 
 Every POST that passes is recorded in the audit record with its outcome
 (``perdure.dashboard.audit_trail``).
+
+Webhook deliveries (``POST /webhooks/{source}``) are the exception: they
+carry no token and prove their source by its signature
+(``perdure.dashboard.api.inbound``), so the gate lets them through.
 """
 
 from __future__ import annotations
@@ -52,6 +56,10 @@ class ApiGate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer a refused request with a problem; pass (and audit) the others."""
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        relative = scope["path"][len(scope.get("root_path", "")) :]
+        if scope["method"] == "POST" and relative.startswith("/webhooks/"):
             await self.app(scope, receive, send)
             return
         conn = HTTPConnection(scope)
