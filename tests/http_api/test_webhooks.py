@@ -277,3 +277,29 @@ def test_perdure_api_serves_the_sources_of_its_webhooks_file(
 def test_a_short_secret_is_refused() -> None:
     with pytest.raises(perdure.ConfigurationError, match="secret"):
         parse({"github": {"kind": "github", "secret": "short"}}, "test")
+
+
+def test_hmac_source_checks_its_header(make_client: MakeClient, defined: perdure.App) -> None:
+    secret = "billing-hmac-secret-0123456789"
+    source = WebhookSource("billing", "hmac", secret, "billing.{kind}")
+    client = make_client(webhooks=(source,))
+    body = json.dumps({"kind": "refund", "amount": 3}).encode()
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    headers = {"content-type": "application/json", "x-webhook-id": "r-1"}
+    forged = {**headers, "x-signature-256": "0" * 64}
+    assert client.post("/api/v1/webhooks/billing", content=body, headers=forged).status_code == 401
+    assert defined.emitted_events() == []
+    signed = {**headers, "x-signature-256": f"sha256={digest}"}
+    answer = client.post("/api/v1/webhooks/billing", content=body, headers=signed)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["name"] == "billing.refund"
+
+
+def test_read_only_server_refuses_webhooks(make_client: MakeClient, defined: perdure.App) -> None:
+    client = make_client(webhooks=SOURCES, read_only=True)
+    body = json.dumps(PUSH).encode()
+    answer = client.post(
+        "/api/v1/webhooks/github", content=body, headers=github_headers(body, "ro-1")
+    )
+    assert answer.status_code == 403
+    assert defined.emitted_events() == []

@@ -365,7 +365,7 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "201": _json("Emitted", "Recorded as a new event."),
                 "200": _json("Emitted", "A replayed delivery: nothing recorded, same event id."),
-                **_problems(400, 401, 404, 413, 415),
+                **_problems(400, 401, 403, 404, 413, 415),
             },
         }
     },
