@@ -303,3 +303,26 @@ def test_read_only_server_refuses_webhooks(make_client: MakeClient, defined: per
     )
     assert answer.status_code == 403
     assert defined.emitted_events() == []
+
+
+def test_oversized_chunked_webhook_body_is_refused(hooks: TestClient, defined: perdure.App) -> None:
+    def chunks() -> Any:
+        for _ in range(17):
+            yield b"x" * 65536
+
+    headers = github_headers(b"", "c-1")
+    answer = hooks.post("/api/v1/webhooks/github", content=chunks(), headers=headers)
+    assert answer.status_code == 413
+    nothing_written(defined)
+
+
+def test_replayed_stripe_event_answers_the_same_id(hooks: TestClient, defined: perdure.App) -> None:
+    body = stripe_event("evt_replayed")
+    first = hooks.post("/api/v1/webhooks/stripe", content=body, headers=stripe_headers(body))
+    # A replay signed again later (Stripe retries with a new timestamp) is the same event.
+    again = hooks.post(
+        "/api/v1/webhooks/stripe", content=body, headers=stripe_headers(body, int(time.time()) + 1)
+    )
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["event_id"] == first.json()["event_id"]
+    assert len(defined.emitted_events()) == 1
