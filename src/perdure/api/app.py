@@ -343,6 +343,8 @@ class App:
     emit_async = forms.awaiting(
         emitting.emit, here=starting.on_callers_loop, beside=starting.on_callers_thread
     )
+    emit_recorded = forms.blocking(emitting.emit_recorded)
+    emit_recorded_async = forms.awaiting(emitting.emit_recorded)
     emitted_events = forms.blocking(emitting.emitted_events)
     emitted_events_async = forms.awaiting(emitting.emitted_events)
     get_event = forms.blocking(messaging.get_event)

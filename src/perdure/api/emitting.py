@@ -41,6 +41,29 @@ async def emit(
     exists, wakes and starts only if that commits: the transactional outbox.
     A bad name, key or payload is refused before anything is written.
     """
+    event_id, _ = await _record(core, name, payload, key, conn)
+    return event_id
+
+
+async def emit_recorded(
+    core: Core, name: str, payload: Any = None, *, key: str | None = None
+) -> tuple[int, bool]:
+    """As ``emit`` on the App's pool; the event's id and whether this call recorded it.
+
+    ``False`` means the key (per name) named an event emitted before: nothing
+    was recorded, woken or started, and the id is that first event's (the
+    HTTP API answers 200 rather than 201 then).
+    """
+    return await _record(core, name, payload, key, None)
+
+
+async def _record(
+    core: Core,
+    name: str,
+    payload: Any,
+    key: str | None,
+    conn: caller.Connection | caller.AsyncConnection | None,
+) -> tuple[int, bool]:
     validate_name("event", name)
     key = arguments.optional_text("event key", key, max_length=arguments.MAX_KEY_LENGTH)
     text = serialization.dumps(
@@ -49,7 +72,7 @@ async def emit(
     statement = core.statements.emissions.emit(name, text, key, core.max_payload_bytes)
     run = core.run if conn is None else starting.on_connection(core, conn, "emit")
     row = await run(statement)
-    return int(row["id"])
+    return int(row["id"]), bool(row["created"])
 
 
 async def emitted_events(
