@@ -8,12 +8,13 @@ same methods that block instead; both drive one engine execution.
 from __future__ import annotations
 
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from perdure.api.presenting import owned, presents
-from perdure.engine import arguments, children, parallel, typed, waits
+from perdure.engine import arguments, children, parallel, recorded, typed, waits
 from perdure.engine.arguments import validate_name
 from perdure.engine.executor import Execution, Rollback, call_sync
 from perdure.engine.retry import RetryPolicy, check_policy
@@ -287,6 +288,23 @@ class Context(_Base):
         """Wait durably until the timezone-aware datetime ``when``."""
         await self._sleep_until(when)
 
+    async def now(self) -> datetime:
+        """The current time (aware, UTC), recorded: every replay returns the same time.
+
+        Use it instead of ``datetime.now()`` in a workflow body, whose replays
+        would otherwise see another time. It takes a position in the history
+        like a step (named ``ctx.now``); a test's ``VirtualClock`` sets it.
+        """
+        return await recorded.now(self._execution)
+
+    async def random(self) -> float:
+        """A random float in [0.0, 1.0), recorded: every replay returns the same number."""
+        return await recorded.random_float(self._execution)
+
+    async def uuid4(self) -> uuid.UUID:
+        """A random UUID (version 4), recorded: every replay returns the same one."""
+        return await recorded.uuid4(self._execution)
+
     @overload
     async def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any: ...
 
@@ -487,6 +505,9 @@ class SyncContext(_Base):
         super().__init__(execution)
         self._context = Context(execution)
 
+    now = _blocking(Context.now)
+    random = _blocking(Context.random)
+    uuid4 = _blocking(Context.uuid4)
     sleep = _blocking(Context.sleep)
     sleep_until = _blocking(Context.sleep_until)
     wait_for_signal = _blocking(Context.wait_for_signal)
