@@ -77,6 +77,12 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     help="How long a claimed task stays held without a heartbeat.",
 )
 @click.option(
+    "--detect-nondeterminism",
+    is_flag=True,
+    help="Warn (file:line) when a workflow body calls datetime.now, time.time, random "
+    "or uuid.uuid4 directly instead of ctx.now(), ctx.random(), ctx.uuid4() or a step.",
+)
+@click.option(
     "--poll-seconds",
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
@@ -166,6 +172,7 @@ def worker(
     concurrency: int,
     queues: tuple[str, ...],
     lease_seconds: float,
+    detect_nondeterminism: bool,
     poll_seconds: float,
     blocked_loop_seconds: float,
     shutdown_seconds: float,
@@ -219,6 +226,7 @@ def worker(
             concurrency=concurrency,
             queues=list(queues) or None,
             lease_seconds=lease_seconds,
+            detect_nondeterminism=detect_nondeterminism,
             poll_seconds=poll_seconds,
             blocked_loop_seconds=blocked_loop_seconds,
             shutdown_seconds=shutdown_seconds,
