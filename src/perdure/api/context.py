@@ -202,6 +202,12 @@ class _Base:
         return self._execution.transaction(name, fn, args, kwargs, retry)
 
 
+def _patch_id(patch_id: object) -> str:
+    """A patch id: printable text that fits a step name, or ConfigurationError."""
+    limit = arguments.MAX_LABEL_LENGTH - len(recorded.PATCH)
+    return arguments.text("a patch id", patch_id, max_length=limit, control=False)
+
+
 def _check_step(name: object, fn: object, retry: object) -> None:
     """Refuse a bad step name, a step that is not callable or a retry that is no policy."""
     arguments.label("a step name", name)
@@ -304,6 +310,36 @@ class Context(_Base):
     async def uuid4(self) -> uuid.UUID:
         """A random UUID (version 4), recorded: every replay returns the same one."""
         return await recorded.uuid4(self._execution)
+
+    async def patched(self, patch_id: str) -> bool:
+        """True where the run takes the new code of patch ``patch_id``, False where
+        it replays a history recorded before the patch.
+
+        Change a running workflow's code in place, without a new version::
+
+            if await ctx.patched("send-receipt"):
+                await ctx.step("receipt", send_receipt, order)   # the new code
+            else:
+                ...                                              # the old code
+
+        A run that reaches the call on the new code records a marker (step
+        ``ctx.patched:<patch_id>``) and takes the new branch, on every replay
+        too; a run whose history went past this point before the deploy takes
+        the old one. ``perdure check-replay`` says when no open run needs the
+        old branch any more; see docs/versioning.md.
+        """
+        return await recorded.patched(self._execution, _patch_id(patch_id))
+
+    async def deprecate_patch(self, patch_id: str) -> None:
+        """Retire patch ``patch_id`` once no open run needs its old branch.
+
+        Replace ``if await ctx.patched(id): new else: old`` by
+        ``await ctx.deprecate_patch(id)`` followed by the new code: runs that
+        recorded the marker replay past it, new runs record nothing. Remove the
+        call once no open run holds the marker (``perdure check-replay`` fails
+        on a run that does).
+        """
+        await recorded.deprecate_patch(self._execution, _patch_id(patch_id))
 
     @overload
     async def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any: ...
@@ -508,6 +544,8 @@ class SyncContext(_Base):
     now = _blocking(Context.now)
     random = _blocking(Context.random)
     uuid4 = _blocking(Context.uuid4)
+    patched = _blocking(Context.patched)
+    deprecate_patch = _blocking(Context.deprecate_patch)
     sleep = _blocking(Context.sleep)
     sleep_until = _blocking(Context.sleep_until)
     wait_for_signal = _blocking(Context.wait_for_signal)

@@ -29,6 +29,7 @@ from perdure.types import Step
 
 __all__ = [
     "NondeterministicCall",
+    "PatchStatus",
     "assert_replays",
     "assert_step_ran",
     "check_replay",
@@ -38,6 +39,7 @@ __all__ = [
     "export_runs",
     "fail_step",
     "nondeterministic_calls",
+    "patch_statuses",
     "run_until_complete",
     "step_names",
 ]
@@ -152,4 +154,10 @@ def fail_step(
         faults.remove(fault)
 
 
-from perdure.testing.replay import assert_replays, check_replay, export_runs  # noqa: E402
+from perdure.testing.replay import (  # noqa: E402
+    PatchStatus,
+    assert_replays,
+    check_replay,
+    export_runs,
+    patch_statuses,
+)
