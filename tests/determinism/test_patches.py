@@ -159,3 +159,30 @@ def test_a_bad_patch_id_is_refused(app: perdure.App) -> None:
     handle = app.start("bad_patch")
     assert len(testing.run_until_complete(app, handle)) == 3
     assert testing.step_names(app, handle) == []  # nothing recorded
+
+
+def test_a_plain_def_workflow_uses_the_same_patches(make_app: Any) -> None:
+    old = make_app()
+
+    @old.workflow("sync_order", version=1)
+    def order(ctx: perdure.SyncContext) -> str:
+        ctx.wait_for_signal("go")
+        return "old"
+
+    before = old.start("sync_order")
+    testing.drain(old)
+    new = make_app()
+
+    @new.workflow("sync_order", version=1)
+    def patched_order(ctx: perdure.SyncContext) -> str:
+        result = "new" if ctx.patched("fast-path") else "old"
+        ctx.wait_for_signal("go")
+        return result
+
+    after = new.start("sync_order")
+    testing.drain(new)
+    for handle in (before, after):
+        new.signal(handle.id, "go", None)
+    testing.drain(new)
+    assert (before.result(timeout=5), after.result(timeout=5)) == ("old", "new")
+    assert testing.step_names(new, after)[0] == "ctx.patched:fast-path"
