@@ -1,4 +1,4 @@
-"""ctx.patched: new code for new runs, the old branch for histories recorded before."""
+"""ctx.patched: new code for new runs, the old code path for histories recorded before."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_new_runs_take_the_patch_and_old_histories_replay_the_old_branch(make_ap
     for handle in (before, after):
         new.signal(handle.id, "shipped", None)
     testing.drain(new)
-    assert before.result(timeout=5) == ["charged", "notified"]  # the old branch
+    assert before.result(timeout=5) == ["charged", "notified"]  # the old code path
     assert after.result(timeout=5) == ["charged", "receipt", "notified"]  # replayed: new
 
 

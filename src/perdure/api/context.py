@@ -323,15 +323,15 @@ class Context(_Base):
                 ...                                              # the old code
 
         A run that reaches the call on the new code records a marker (step
-        ``ctx.patched:<patch_id>``) and takes the new branch, on every replay
+        ``ctx.patched:<patch_id>``) and takes the new code path, on every replay
         too; a run whose history went past this point before the deploy takes
         the old one. ``perdure check-replay`` says when no open run needs the
-        old branch any more; see docs/versioning.md.
+        old code path any more; see docs/versioning.md.
         """
         return await recorded.patched(self._execution, _patch_id(patch_id))
 
     async def deprecate_patch(self, patch_id: str) -> None:
-        """Retire patch ``patch_id`` once no open run needs its old branch.
+        """Retire patch ``patch_id`` once no open run needs its old code path.
 
         Replace ``if await ctx.patched(id): new else: old`` by
         ``await ctx.deprecate_patch(id)`` followed by the new code: runs that

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 )
 @json_option(
     "Print [{run_id, workflow, version, ok, problem, patches}] as JSON (exit code as without); "
-    "patches maps each ctx.patched id the run met to whether it took the new branch."
+    "patches maps each ctx.patched id the run met to whether it took the new code path."
 )
 @click.pass_obj
 def check_replay_command(state: CliState, target: str, source: str | None, as_json: bool) -> None:
@@ -38,7 +38,7 @@ def check_replay_command(state: CliState, target: str, source: str | None, as_js
     first diverging position. Appending steps after a run's history is safe.
     Exits 1 if any run would diverge, so CI can block the deploy. For each
     ctx.patched id the code uses, says how many open runs were recorded
-    before the patch: none means its old branch can be removed.
+    before the patch: none means its old code path can be removed.
     """
     from perdure.cli.state import load_app
 

@@ -12,7 +12,7 @@ fails with ``NonDeterminismError``, as a changed step order does.
 ``ctx.patched:<patch_id>``) the first time a run reaches it and answers True;
 a replay that finds the marker at its position answers True again, and one
 that finds another checkpoint there (history recorded by the code before the
-patch) answers False without taking the position, so the old branch replays.
+patch) answers False without taking the position, so the old code replays.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class ReplayReport:
     requested: str | None = None
     error: str | None = None
     #: What ``ctx.patched`` answered in the replay, by patch id: False where
-    #: the run's history predates the patch (it needs the old branch).
+    #: the run's history predates the patch (it needs the old code path).
     patches: tuple[tuple[str, bool], ...] = ()
 
     def describe(self) -> str:

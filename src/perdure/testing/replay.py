@@ -5,7 +5,7 @@ App's workflows (or of runs exported with ``perdure runs export``) and replays
 each against the App's code without side effects. ``perdure check-replay
 myapp:app`` runs it from the command line and exits 1 if any run diverges.
 ``patch_statuses(reports)`` says, per ``ctx.patched`` id, which open runs were
-recorded before the patch (and need its old branch).
+recorded before the patch (and need its old code path).
 """
 
 from __future__ import annotations
@@ -126,36 +126,36 @@ def assert_replays(app: App, runs: list[dict[str, Any]] | None = None) -> list[R
 
 @dataclass(frozen=True)
 class PatchStatus:
-    """Whether the old branch of patch ``patch_id`` is still needed by open runs."""
+    """Whether the old code path of patch ``patch_id`` is still needed by open runs."""
 
     patch_id: str
-    #: Open runs whose history predates the patch: they replay its old branch.
+    #: Open runs whose history predates the patch: they replay its old code path.
     runs_before: tuple[str, ...]
-    #: Open runs that recorded its marker (took the new branch).
+    #: Open runs that recorded its marker (took the new code path).
     runs_after: tuple[str, ...]
 
     @property
     def retirable(self) -> bool:
-        """True when no open run needs the old branch: it can be deleted."""
+        """True when no open run needs the old code path: it can be deleted."""
         return not self.runs_before
 
     def describe(self) -> str:
         """One line for people."""
         if self.retirable:
             return (
-                f"patch {self.patch_id!r}: no open run recorded before it; the old branch "
+                f"patch {self.patch_id!r}: no open run recorded before it; the old code path "
                 f"can go: replace ctx.patched({self.patch_id!r}) by "
                 f"ctx.deprecate_patch({self.patch_id!r}) and keep the new code"
             )
         return (
             f"patch {self.patch_id!r}: {len(self.runs_before)} open run(s) recorded before "
-            "it still replay the old branch; keep it"
+            "it still replay the old code path; keep it"
         )
 
 
 def patch_statuses(reports: list[ReplayReport]) -> list[PatchStatus]:
     """Per patch id met in ``reports`` (from ``check_replay``), which open runs need
-    its old branch; sorted by patch id."""
+    its old code path; sorted by patch id."""
     before: dict[str, list[str]] = {}
     after: dict[str, list[str]] = {}
     for report in reports:
