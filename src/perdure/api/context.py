@@ -8,13 +8,14 @@ same methods that block instead; both drive one engine execution.
 from __future__ import annotations
 
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 from perdure.api.event_match import event_match
 from perdure.api.presenting import owned, presents
-from perdure.engine import arguments, children, event_waits, parallel, typed, waits
+from perdure.engine import arguments, children, event_waits, parallel, recorded, typed, waits
 from perdure.engine.arguments import validate_name
 from perdure.engine.executor import Execution, Rollback, call_sync
 from perdure.engine.retry import RetryPolicy, check_policy
@@ -216,6 +217,12 @@ class _Base:
         return self._execution.transaction(name, fn, args, kwargs, retry)
 
 
+def _patch_id(patch_id: object) -> str:
+    """A patch id: printable text that fits a step name, or ConfigurationError."""
+    limit = arguments.MAX_LABEL_LENGTH - len(recorded.PATCH)
+    return arguments.text("a patch id", patch_id, max_length=limit, control=False)
+
+
 def _check_step(name: object, fn: object, retry: object) -> None:
     """Refuse a bad step name, a step that is not callable or a retry that is no policy."""
     arguments.label("a step name", name)
@@ -301,6 +308,53 @@ class Context(_Base):
     async def sleep_until(self, when: datetime) -> None:
         """Wait durably until the timezone-aware datetime ``when``."""
         await self._sleep_until(when)
+
+    async def now(self) -> datetime:
+        """The current time (aware, UTC), recorded: every replay returns the same time.
+
+        Use it instead of ``datetime.now()`` in a workflow body, whose replays
+        would otherwise see another time. It takes a position in the history
+        like a step (named ``ctx.now``); a test's ``VirtualClock`` sets it.
+        """
+        return await recorded.now(self._execution)
+
+    async def random(self) -> float:
+        """A random float in [0.0, 1.0), recorded: every replay returns the same number."""
+        return await recorded.random_float(self._execution)
+
+    async def uuid4(self) -> uuid.UUID:
+        """A random UUID (version 4), recorded: every replay returns the same one."""
+        return await recorded.uuid4(self._execution)
+
+    async def patched(self, patch_id: str) -> bool:
+        """True where the run takes the new code of patch ``patch_id``, False where
+        it replays a history recorded before the patch.
+
+        Change a running workflow's code in place, without a new version::
+
+            if await ctx.patched("send-receipt"):
+                await ctx.step("receipt", send_receipt, order)   # the new code
+            else:
+                ...                                              # the old code
+
+        A run that reaches the call on the new code records a marker (step
+        ``ctx.patched:<patch_id>``) and takes the new code path, on every replay
+        too; a run whose history went past this point before the deploy takes
+        the old one. ``perdure check-replay`` says when no open run needs the
+        old code path any more; see docs/versioning.md.
+        """
+        return await recorded.patched(self._execution, _patch_id(patch_id))
+
+    async def deprecate_patch(self, patch_id: str) -> None:
+        """Retire patch ``patch_id`` once no open run needs its old code path.
+
+        Replace ``if await ctx.patched(id): new else: old`` by
+        ``await ctx.deprecate_patch(id)`` followed by the new code: runs that
+        recorded the marker replay past it, new runs record nothing. Remove the
+        call once no open run holds the marker (``perdure check-replay`` fails
+        on a run that does).
+        """
+        await recorded.deprecate_patch(self._execution, _patch_id(patch_id))
 
     @overload
     async def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any: ...
@@ -523,6 +577,11 @@ class SyncContext(_Base):
         super().__init__(execution)
         self._context = Context(execution)
 
+    now = _blocking(Context.now)
+    random = _blocking(Context.random)
+    uuid4 = _blocking(Context.uuid4)
+    patched = _blocking(Context.patched)
+    deprecate_patch = _blocking(Context.deprecate_patch)
     sleep = _blocking(Context.sleep)
     sleep_until = _blocking(Context.sleep_until)
     wait_for_signal = _blocking(Context.wait_for_signal)

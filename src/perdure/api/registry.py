@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from perdure.engine import typed
+from perdure.engine import nondeterminism, typed
 from perdure.engine.arguments import INT32_MAX, validate_name
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
 from perdure.errors import UnknownWorkflow, WorkflowDefinitionError
@@ -110,11 +110,19 @@ class WorkflowDef:
         from perdure.api.context import Context, SyncContext
 
         args: tuple[Any, ...] = (self.check_input(input),) if self.takes_input else ()
+        watch = None
+        if execution.env.detect_nondeterminism:
+            watch = nondeterminism.Watch(execution.task.run_id, self.name)
         if self.is_async:
-            return await self.fn(Context(execution), *args)
+            body = self.fn(Context(execution), *args)
+            return await (body if watch is None else watch.run(body))
         loop = asyncio.get_running_loop()
+
+        def blocking() -> Any:
+            return self.fn(SyncContext(execution), *args)
+
         return await loop.run_in_executor(
-            execution.env.threads, lambda: self.fn(SyncContext(execution), *args)
+            execution.env.threads, blocking if watch is None else lambda: watch.call(blocking)
         )
 
 

@@ -91,6 +91,12 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     "plain def steps' ctx.transaction get half as many more (docs/deploying.md).",
 )
 @click.option(
+    "--detect-nondeterminism",
+    is_flag=True,
+    help="Warn (file:line) when a workflow body calls datetime.now, time.time, random "
+    "or uuid.uuid4 directly instead of ctx.now(), ctx.random(), ctx.uuid4() or a step.",
+)
+@click.option(
     "--poll-seconds",
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
@@ -181,6 +187,7 @@ def worker(
     queues: tuple[str, ...],
     lease_seconds: float,
     pool_size: int | None,
+    detect_nondeterminism: bool,
     poll_seconds: float,
     blocked_loop_seconds: float,
     shutdown_seconds: float,
@@ -235,6 +242,7 @@ def worker(
             queues=list(queues) or None,
             lease_seconds=lease_seconds,
             pool_size=pool_size,
+            detect_nondeterminism=detect_nondeterminism,
             poll_seconds=poll_seconds,
             blocked_loop_seconds=blocked_loop_seconds,
             shutdown_seconds=shutdown_seconds,

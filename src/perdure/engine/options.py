@@ -60,6 +60,7 @@ class WorkerKeywords(TypedDict, total=False):
     shutdown_seconds: float
     worker_id: str | None
     exit_when_idle: bool
+    detect_nondeterminism: bool
     prune_after: float | timedelta | None
     prune_archive: bool
     prune_batch: int
@@ -109,6 +110,9 @@ class WorkerOptions:
     #: Stop once nothing is running and nothing is due now: the inline mode of
     #: perdure.testing.drain and App.run_until_complete (same code path).
     exit_when_idle: bool = False
+    #: Report a workflow body's direct calls to the clock, randomness or UUIDs
+    #: (engine.nondeterminism); on in perdure.testing.drain.
+    detect_nondeterminism: bool = False
     #: Retention (engine/retention.py): delete runs that finished longer ago
     #: than this (seconds or a timedelta); None keeps them. Whatever the
     #: setting, the maintenance pass creates history's day partitions ahead.
@@ -146,6 +150,7 @@ class WorkerOptions:
         arguments.flag("exit_when_idle", self.exit_when_idle)
         if self.pool_size is not None:
             arguments.integer("pool_size", self.pool_size, minimum=1, maximum=10_000)
+        arguments.flag("detect_nondeterminism", self.detect_nondeterminism)
         # Each periodic job's options refuse a bad value of their own: made
         # once here, so that a bad option is refused when the worker is made.
         self.prune_after = self.retention.cutoff_seconds

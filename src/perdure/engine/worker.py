@@ -229,6 +229,7 @@ class Worker:
             observer=self.observer,
             committer=committer,
             concurrency=opts.concurrency,
+            detect_nondeterminism=opts.detect_nondeterminism,
         )
 
     async def _register(self, store: AsyncStore) -> None:
