@@ -86,6 +86,10 @@ APP_CASES: dict[str, Case] = {
     "ensure_schema": (_args(), lambda w, r: r is None),
     "emit": (_args("paid", {"n": 1}, key="k"), lambda w, r: isinstance(r, int) and r > 0),
     "emitted_events": (_args(), lambda w, r: r == []),
+    "emit_recorded": (
+        _args("paid", {"n": 2}, key="k2"),
+        lambda w, r: isinstance(r[0], int) and r[0] > 0 and isinstance(r[1], bool),
+    ),
     "record_audit": (
         _args(actor="t", via="cli", source="cli", action="probe", outcome="ok"),
         lambda w, r: isinstance(r, int) and r > 0,
