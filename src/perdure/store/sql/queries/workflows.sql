@@ -79,7 +79,8 @@ SELECT o.workflow, o.version, sum(o.runs)::bigint AS runs,
        ARRAY(SELECT DISTINCT substr(w, length(o.workflow) + 2)::integer
              FROM live, unnest(live.workflows) AS w
              WHERE left(w, length(o.workflow) + 1) = o.workflow || '@'
-               AND substr(w, length(o.workflow) + 2) ~ '^[0-9]{1,9}$'
+               AND substr(w, length(o.workflow) + 2) ~ '^[0-9]+$'
+               AND length(w) - length(o.workflow) <= 10
              ORDER BY 1) AS served
 FROM open o
 WHERE NOT EXISTS (SELECT 1 FROM live
