@@ -74,3 +74,5 @@ def test_the_banner_shows_stranded_runs_and_only_an_operator_moves_them(
         entry = two.audit_log(action="move-version")[0]
         assert (entry.actor, entry.outcome) == ("otto", "ok")
         assert sorted(entry.runs) == sorted(h.id for h in waiting)
+        timeline = web.get(f"/runs/{waiting[0].id}", headers=bearer("vera"))
+        assert timeline.status_code == 200 and "run_version_moved" in timeline.text
