@@ -172,7 +172,7 @@ def stepped(target: perdure.App, version: int) -> None:
 
 
 def test_recorded_runs_stay_pinned_and_a_filter_moves_only_its_runs(
-    make_app: Callable[..., perdure.App], db: psycopg.Connection[Any]
+    make_app: Callable[..., perdure.App], db: psycopg.Connection[Any], pg_url: str, schema: str
 ) -> None:
     one = make_app()
     stepped(one, 1)
@@ -199,6 +199,13 @@ def test_recorded_runs_stay_pinned_and_a_filter_moves_only_its_runs(
             what="the version-2 worker to register",
         )
         assert two.stranded() == [StrandedVersion("stepped", 1, 6, ["stepped"], [2])]
+        listed = {(w.name, w.version): w.stranded for w in two.workflows()}
+        assert listed == {("stepped", 1): 6, ("stepped", 2): 0}
+        table = CliRunner().invoke(
+            cli, ["--database-url", pg_url, "--schema", schema, "workflows", "list"]
+        )
+        assert table.exit_code == 0, table.output
+        assert "stranded 6" in table.output
 
         by_filter = two.move_runs("stepped", 1, 2, filter=RunFilter(tags={"region": "eu"}))
         assert sorted(by_filter.moved) == sorted(h.id for h in eu)

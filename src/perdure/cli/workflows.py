@@ -38,8 +38,8 @@ def list_workflows(state: CliState, as_json: bool, only_stranded: bool) -> None:
     version claims it: a version without a live worker shows "none", and its
     queued runs wait.
 
-    The "stranded" column counts the version's unfinished runs that no live
-    worker serves on their queue; under the table, one line per stranded
+    Under "runs", "stranded N" counts the version's unfinished runs that no
+    live worker serves on their queue; under the table, one line per stranded
     version says what live workers serve instead and how to move the runs
     that have recorded nothing yet (`perdure runs move-version`). With
     --stranded only those versions are listed (with --json: the stranded
@@ -75,7 +75,6 @@ def list_workflows(state: CliState, as_json: bool, only_stranded: bool) -> None:
     table.add_column("registered", no_wrap=True)
     table.add_column("workers", overflow="fold")
     table.add_column("runs", overflow="fold")
-    table.add_column("stranded", justify="right", no_wrap=True)
     for info in found:
         table.add_row(
             render.text(info.name),
@@ -84,8 +83,7 @@ def list_workflows(state: CliState, as_json: bool, only_stranded: bool) -> None:
             kind_text(info.kind, info.definition),
             render.text(render.format_time(info.updated_at, seconds=False)),
             workers_text(info.workers),
-            render.counts_text(info.counts),
-            render.text(info.stranded or None, style="bold red"),
+            runs_text(info.counts, info.stranded),
         )
     out.print(render.fit(table, out.width))
     for entry in waiting:
@@ -118,6 +116,16 @@ def kind_text(kind: str, definition: dict[str, Any]) -> Text:
             f"on {trigger.get('name')}" + (f" {render.compact(match, 40)}" if match else "")
         )
     return render.text("\n".join(lines))
+
+
+def runs_text(counts: dict[str, int], stranded: int) -> Text:
+    """The run counts by status, then, in red, how many of them no live worker serves."""
+    cell = render.counts_text(counts)
+    if stranded:
+        if cell.plain:
+            cell.append("\n")
+        cell.append(f"stranded {stranded}", style="bold red")
+    return cell
 
 
 def workers_text(workers: list[str]) -> Text:
