@@ -134,7 +134,13 @@ def measure(url: str, items: int, mib: int, kind: str) -> dict[str, Any]:
                 if time.monotonic() > deadline or worker.poll() is not None:
                     raise
                 time.sleep(0.2)
-        total = handle.result(timeout=7200)
+        while True:
+            try:
+                total = handle.result(timeout=5)
+                break
+            except perdure.ResultTimeout:
+                if worker.poll() is not None:
+                    raise RuntimeError(f"the worker exited with code {worker.returncode}") from None
         rss = _rss_peak_mib(worker.pid)
         run = handle.get()
         assert run.completed_at is not None

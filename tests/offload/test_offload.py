@@ -247,3 +247,34 @@ def test_bad_configuration_is_refused(tmp_path: Any) -> None:
         perdure.App("postgresql://x/y", offload=FileObjectStore(tmp_path)).payloads.offload.store,  # type: ignore[union-attr]
         FileObjectStore,
     )
+
+
+def test_the_dashboard_and_api_fetch_a_large_output_on_demand(
+    make_app: Callable[..., perdure.App], store_url: str
+) -> None:
+    from starlette.testclient import TestClient
+
+    from perdure.dashboard import DashboardConfig, create_app
+
+    app = make_app(offload=store_url, offload_above=ABOVE, max_payload_bytes=4 * 1024 * 1024)
+    _register(app)
+    text = _big("d")
+    run = app.start("large", text)
+    drain(app)
+    web = create_app(app, DashboardConfig())
+    with TestClient(web, base_url="http://127.0.0.1") as client:
+        answer = client.get(f"/api/v1/runs/{run.id}")
+        assert answer.status_code == 200, answer.text[:500]
+        assert answer.json()["output"]["echo"] == text + "!" * 10
+        page = client.get(f"/runs/{run.id}", headers={"accept": "text/html"})
+        assert page.status_code == 200
+        assert MARKER + "d" in page.text
+
+        # With its object gone, the page and the API show why, not an error.
+        store = app.payloads.offload.store  # type: ignore[union-attr]
+        store.delete(names(store))
+        answer = client.get(f"/api/v1/runs/{run.id}")
+        assert answer.status_code == 200, answer.text[:500]
+        assert "is missing" in str(answer.json()["output"])
+        page = client.get(f"/runs/{run.id}", headers={"accept": "text/html"})
+        assert page.status_code == 200 and "is missing" in page.text
