@@ -168,7 +168,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--mib", type=int, default=1)
     parser.add_argument("--store", choices=["file", "s3"], default="file")
-    with standalone(parser) as (args, server, probe):
+    with standalone(parser) as (args, server, _probe):
         m = measure(server.url, args.items, args.mib, args.store)
         print(
             f"map of {args.items} x {args.mib} MiB via {args.store}: {m['map_s']:.1f} s; "

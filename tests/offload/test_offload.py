@@ -278,3 +278,31 @@ def test_the_dashboard_and_api_fetch_a_large_output_on_demand(
         assert "is missing" in str(answer.json()["output"])
         page = client.get(f"/runs/{run.id}", headers={"accept": "text/html"})
         assert page.status_code == 200 and "is missing" in page.text
+
+
+class _Refusing:
+    """A store whose writes fail (a full disk, a revoked credential)."""
+
+    url = "memory://refusing"
+
+    def put(self, name: str, data: bytes) -> None:
+        raise OSError("no space left on device")
+
+    def get(self, name: str) -> bytes:
+        raise AssertionError("nothing was written")
+
+    def delete(self, names: Any) -> None:
+        """Nothing to delete."""
+
+
+def test_a_failed_upload_writes_no_row(
+    make_app: Callable[..., perdure.App], db: DB, tmp_path: Any
+) -> None:
+    writer = make_app(offload=f"file://{tmp_path}", offload_above=ABOVE, max_payload_bytes=4 << 20)
+    _register(writer)
+    app = make_app(offload=_Refusing(), offload_above=ABOVE, max_payload_bytes=4 << 20)
+    with pytest.raises(perdure.ObjectStoreError, match="no space left on device"):
+        app.start("large", _big("f"))
+    assert db.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+    small = app.start("large", "fits in a row")
+    assert app.get_run(small.id).input == "fits in a row"
