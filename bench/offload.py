@@ -1,15 +1,15 @@
 """Large payloads: a map of 1,000 items each returning 1 MiB, offloaded to an object store.
 
-Usage: python bench/offload.py [--items 1000] [--mib 1] [--store file|s3]
+Usage: python bench/offload.py [--items 1000] [--mib 1] [--store file|s3|none]
        [--database-url URL]
 
 One ``perdure worker offload:app`` process serves, with ``PERDURE_OFFLOAD_URL``
 set to a fresh directory (``file://``) or a moto S3 server started here
-(``s3``). Prints the map's duration (created -> completed, from the
-database), the worker's peak resident memory (VmHWM), and the time of writing
-the same bytes to the same object store alone (one ``put`` per item, in one
-thread), with their ratio. The machine may be shared: the numbers move with
-its load.
+(``s3``), or without it (``none``: payloads in their rows, for comparison).
+Prints the map's duration (created -> completed, from the database), the
+worker's peak resident memory (VmHWM), and the time of writing the same
+bytes to the same object store alone (one ``put`` per item, in one thread),
+with their ratio. The machine may be shared: the numbers move with its load.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ def _free_port() -> int:
 
 def _store_env(kind: str, folder: Path) -> tuple[dict[str, str], Any]:
     """The environment of an empty object store of ``kind``, and the moto server (or None)."""
+    if kind == "none":
+        return {}, None
     if kind == "file":
         return {"PERDURE_OFFLOAD_URL": f"file://{folder / 'objects'}"}, None
     from moto.server import ThreadedMotoServer
@@ -151,7 +153,7 @@ def measure(url: str, items: int, mib: int, kind: str) -> dict[str, Any]:
     expected = items * (mib * MIB // 8) * 8
     if total != expected:
         raise RuntimeError(f"the map returned {total} characters, not {expected}")
-    alone = _store_alone(store_env, items, mib)
+    alone = _store_alone(store_env, items, mib) if store_env else None
     client.close()
     if server is not None:
         server.stop()
@@ -167,14 +169,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--mib", type=int, default=1)
-    parser.add_argument("--store", choices=["file", "s3"], default="file")
+    parser.add_argument("--store", choices=["file", "s3", "none"], default="file")
     with standalone(parser) as (args, server, _probe):
         m = measure(server.url, args.items, args.mib, args.store)
+        alone = m["alone_s"]
+        versus = (
+            "payloads in their rows (no offload)"
+            if alone is None
+            else f"the same bytes to the store alone: {alone:.1f} s "
+            f"(map / alone = {m['map_s'] / alone:.1f}x)"
+        )
         print(
             f"map of {args.items} x {args.mib} MiB via {args.store}: {m['map_s']:.1f} s; "
-            f"the same bytes to the store alone: {m['alone_s']:.1f} s "
-            f"(map / alone = {m['map_s'] / m['alone_s']:.1f}x); "
-            f"worker peak RSS {m['rss_mib']:.0f} MiB",
+            f"{versus}; worker peak RSS {m['rss_mib']:.0f} MiB",
             flush=True,
         )
 
