@@ -99,6 +99,7 @@ def _store_alone(env: dict[str, str], items: int, mib: int) -> float:
     """Seconds to put ``items`` objects of ``mib`` MiB into the store of ``env``, one by one."""
     from perdure.store.offload import from_environment
 
+    os.environ.update(env)  # boto3 reads its credentials from the environment
     offload = from_environment(env)
     assert offload is not None
     began = time.perf_counter()
