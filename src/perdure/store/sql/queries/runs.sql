@@ -639,6 +639,7 @@ WITH doomed AS (
         UNION ALL SELECT g.payload FROM {schema}.signals g JOIN doomed d ON d.id = g.run_id
         UNION ALL SELECT e.value FROM {schema}.events e JOIN doomed d ON d.id = e.run_id
         UNION ALL SELECT t.value FROM {schema}.streams t JOIN doomed d ON d.id = t.run_id
+        UNION ALL SELECT l.records FROM {schema}.step_logs l JOIN doomed d ON d.id = l.run_id
     ) payloads
     WHERE NOT %(archive)s AND %(offloaded)s
       AND jsonb_typeof(v) = 'object' AND jsonb_typeof(v -> '$perdure') = 'object'
