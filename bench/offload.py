@@ -123,6 +123,18 @@ def measure(url: str, items: int, mib: int, kind: str) -> dict[str, Any]:
         PERDURE_BENCH_MIB=str(mib),
         PYTHONPATH=os.pathsep.join([str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]),
     )
+    try:
+        return _measure(url, schema, env, store_env, items, mib)
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _measure(
+    url: str, schema: str, env: dict[str, str], store_env: dict[str, str], items: int, mib: int
+) -> dict[str, Any]:
+    """The map through a worker on ``schema``, then the store alone."""
     command = [sys.executable, "-m", "perdure", "worker", "offload:app", "--log-level", "warning"]
     client = perdure.App(url, schema=schema, max_payload_bytes=16 * MIB)
     client.ensure_schema()
@@ -156,9 +168,6 @@ def measure(url: str, items: int, mib: int, kind: str) -> dict[str, Any]:
         raise RuntimeError(f"the map returned {total} characters, not {expected}")
     alone = _store_alone(store_env, items, mib) if store_env else None
     client.close()
-    if server is not None:
-        server.stop()
-    shutil.rmtree(folder, ignore_errors=True)
     return {"map_s": mapped, "alone_s": alone, "rss_mib": rss}
 
 
