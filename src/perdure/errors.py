@@ -421,3 +421,13 @@ class KeyUnavailable(PerdureError, LookupError):
             f"the payload is encrypted with key {key!r}, which this process does not hold: "
             "add it to PERDURE_ENCRYPTION_KEYS (or PERDURE_ENCRYPTION_KEY_FILE)"
         )
+
+
+class ObjectStoreError(PerdureError):
+    """An offloaded payload cannot be written to or read from its object store.
+
+    On write, nothing references the object (it is uploaded before its row).
+    On read, a missing object or one whose sha256 differs from its reference
+    reads as undecodable: the run that needs it fails alone with
+    ``UndecodablePayload``, and listings show the reason.
+    """
