@@ -227,12 +227,24 @@ $$;
 -- emit_event: the public form, for any language and for triggers on the
 -- user's own tables. The payload is held to 1 MiB, as through Python; the
 -- server's clock stamps the event. Returns the event's id.
+-- SECURITY DEFINER, so its search_path is pinned with the temporary schema
+-- last: the migrator's own path (<schema>, pg_catalog, pg_temp) when created,
+-- then pg_catalog, <schema>, pg_temp below (as migrate.pin_functions does
+-- again for every function after each migration).
 CREATE FUNCTION emit_event(p_name text, p_payload jsonb DEFAULT '{}', p_key text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 BEGIN
     RETURN (SELECT e.id FROM emit_event(p_name, p_payload, p_key, NULL, 1048576) e);
+END
+$$;
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION emit_event(text, jsonb, text) '
+                   'SET search_path = pg_catalog, %I, pg_temp', current_schema());
 END
 $$;
