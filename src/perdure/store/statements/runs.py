@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -105,23 +106,25 @@ class RunStatements(Namespace):
         completion, in order: a cancelled run stays cancelled (not changed), and a
         last checkpoint at a position already final (not written) leaves the task held.
         """
-        lasts = [c.last for c in completions]
-        return self._build(
-            "run_complete",
-            Fenced.decode_each,
-            task_ids=[c.fence.task_id for c in completions],
-            worker_ids=[c.fence.worker_id for c in completions],
-            attempts=[c.fence.attempt for c in completions],
-            positions=[last and last.position for last in lasts],
-            names=[last and last.name for last in lasts],
-            kinds=[last and last.kind for last in lasts],
-            step_attempts=[last and last.attempts for last in lasts],
-            step_outputs=self._build.seal_each(
-                last.output_json if last else None for last in lasts
-            ),
-            started=[last and last.started_at for last in lasts],
-            outputs=self._build.seal_each(c.output_json for c in completions),
-        )
+        seal = self._build.seal
+        rows: list[dict[str, Any]] = []
+        for c in completions:
+            row: dict[str, Any] = {
+                "task_id": c.fence.task_id,
+                "worker_id": c.fence.worker_id,
+                "attempt": c.fence.attempt,
+                "output": seal(c.output_json),
+            }
+            last = c.last
+            if last is not None:
+                row["position"] = last.position
+                row["name"] = last.name
+                row["kind"] = last.kind
+                row["step_attempts"] = last.attempts
+                row["step_output"] = seal(last.output_json)
+                row["started_at"] = last.started_at.isoformat()
+            rows.append(row)
+        return self._build("run_complete", Fenced.decode_each, rows=json.dumps(rows))
 
     def fail(
         self, fence: Fence, error_json: str | None, status: str = "failed", any_state: bool = False

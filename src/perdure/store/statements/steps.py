@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -34,25 +35,28 @@ class StepStatements(Namespace):
         ``event_key``; one of kind 'stream' appends it to stream ``event_key``
         at ``stream_seq``. None may end its task (see ``finish_step_task``).
         """
-        return self._build(
-            "step_checkpoint",
-            Fenced.decode_each,
-            task_ids=[c.fence.task_id for c in checkpoints],
-            worker_ids=[c.fence.worker_id for c in checkpoints],
-            attempts=[c.fence.attempt for c in checkpoints],
-            lease_seconds=[c.lease_seconds for c in checkpoints],
-            positions=[c.position for c in checkpoints],
-            names=[c.name for c in checkpoints],
-            kinds=[c.kind for c in checkpoints],
-            statuses=[c.status for c in checkpoints],
-            step_attempts=[c.attempts for c in checkpoints],
-            outputs=self._build.seal_each(c.output_json for c in checkpoints),
-            errors=self._build.seal_each(c.error_json for c in checkpoints),
-            started=[c.started_at for c in checkpoints],
-            event_keys=[c.event_key for c in checkpoints],
-            stream_seqs=[c.stream_seq for c in checkpoints],
-            stream_closed=[c.stream_closed for c in checkpoints],
-        )
+        seal = self._build.seal
+        rows = [
+            {
+                "task_id": c.fence.task_id,
+                "worker_id": c.fence.worker_id,
+                "attempt": c.fence.attempt,
+                "lease_seconds": c.lease_seconds,
+                "position": c.position,
+                "name": c.name,
+                "kind": c.kind,
+                "status": c.status,
+                "step_attempts": c.attempts,
+                "output": seal(c.output_json),
+                "error": seal(c.error_json),
+                "started_at": c.started_at.isoformat(),
+                "event_key": c.event_key,
+                "stream_seq": c.stream_seq,
+                "stream_closed": c.stream_closed,
+            }
+            for c in checkpoints
+        ]
+        return self._build("step_checkpoint", Fenced.decode_each, rows=json.dumps(rows))
 
     def write(self, checkpoint: Checkpoint) -> Statement[Fenced]:
         """The statement that records one checkpoint: a batch of one, or, for a parallel

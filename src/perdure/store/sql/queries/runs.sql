@@ -121,13 +121,16 @@ LIMIT %(limit)s;
 -- last step ran keeps its checkpoint and stays cancelled; its task is deleted.
 -- Step tasks still queued (a gather that failed fast) are dropped; one
 -- being executed finishes, and its checkpoint deletes its task. The
--- completions come as typed arrays, one per column (the step's columns NULL
--- without a checkpoint). The answer has one row per input, in order.
+-- completions come as one JSON array of objects, a row each (outputs as JSON
+-- texts; the step's keys absent without a checkpoint): one parameter however
+-- many there are. The answer has one row per input, in order.
 WITH input AS (
-    SELECT * FROM unnest(%(task_ids)s::bigint[], %(worker_ids)s::text[], %(attempts)s::integer[],
-                         %(positions)s::integer[], %(names)s::text[], %(kinds)s::text[],
-                         %(step_attempts)s::integer[], %(step_outputs)s::jsonb[],
-                         %(started)s::timestamptz[], %(outputs)s::jsonb[])
+    SELECT i.task_id, i.worker_id, i.attempt, i.position, i.name, i.kind, i.step_attempts,
+           i.step_output::jsonb AS step_output, i.started_at, i.output::jsonb AS output, i.n
+    FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+             task_id bigint, worker_id text, attempt integer, position integer, name text,
+             kind text, step_attempts integer, step_output text, started_at timestamptz,
+             output text))
         WITH ORDINALITY AS i(task_id, worker_id, attempt, position, name, kind, step_attempts,
                              step_output, started_at, output, n)
 ), lease AS (

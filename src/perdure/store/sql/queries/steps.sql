@@ -48,17 +48,20 @@ ORDER BY t.id, s.position;
 -- is in task id order and task rows are locked in that order, as every other
 -- writer of several tasks does. A 'retrying' row may be replaced by a later
 -- attempt (and a step task's 'pending' row by its first); a final row
--- never is. The checkpoints come as typed arrays, one per column (unnest
--- zips them into rows): one parameter per column however many rows there
--- are. The answer has one row per input, in order.
+-- never is. The checkpoints come as one JSON array of objects, a row each
+-- (its output and error as JSON texts, its keys those below): one parameter
+-- however many there are, built and sent with less of the worker's CPU than
+-- an array per column. The answer has one row per input, in order.
 WITH input AS (
-    SELECT * FROM unnest(%(task_ids)s::bigint[], %(worker_ids)s::text[], %(attempts)s::integer[],
-                         %(lease_seconds)s::float8[], %(positions)s::integer[],
-                         %(names)s::text[], %(kinds)s::text[], %(statuses)s::text[],
-                         %(step_attempts)s::integer[], %(outputs)s::jsonb[],
-                         %(errors)s::jsonb[], %(started)s::timestamptz[],
-                         %(event_keys)s::text[], %(stream_seqs)s::integer[],
-                         %(stream_closed)s::boolean[])
+    SELECT i.task_id, i.worker_id, i.attempt, i.lease_seconds, i.position, i.name, i.kind,
+           i.status, i.step_attempts, i.output::jsonb AS output, i.error::jsonb AS error,
+           i.started_at, i.event_key, i.stream_seq, coalesce(i.stream_closed, false) AS
+           stream_closed, i.n
+    FROM ROWS FROM (json_to_recordset(%(rows)s::json) AS (
+             task_id bigint, worker_id text, attempt integer, lease_seconds float8,
+             position integer, name text, kind text, status text, step_attempts integer,
+             output text, error text, started_at timestamptz, event_key text,
+             stream_seq integer, stream_closed boolean))
         WITH ORDINALITY AS i(task_id, worker_id, attempt, lease_seconds, position, name, kind,
                              status, step_attempts, output, error, started_at, event_key,
                              stream_seq, stream_closed, n)
