@@ -5,7 +5,8 @@ Each is a plain record: the fence it is written under, what it records, what
 it publishes. The store turns a list of them into the one statement of its
 kind (``statements.steps.checkpoints``, ``statements.runs.complete``,
 ``statements.runs.insert``, ``statements.tasks.release``), which takes its
-columns as arrays: a single write is a list of one, and the group commit
+rows in one parameter (JSON rows, or an array per column): a single write is a
+list of one, and the group commit
 writes the records of many runs in one call per kind. Nobody outside the
 store builds or reads a write's SQL parameters.
 """
