@@ -17,7 +17,6 @@ from datetime import timedelta
 from typing import Any
 
 from perdure.engine import poison, waits
-from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import Suspend
 from perdure.engine.executor import Execution
 from perdure.errors import EventWaitTimeout
@@ -71,15 +70,9 @@ async def wait_for_event(
             ex.lose_lease()
         if taken.written:
             return _event(ex, name, taken.payload)
-        if (
-            recorded is not None
-            and recorded.wake_at is not None
-            and taken.db_now is not None
-            and taken.db_now >= recorded.wake_at
+        if await waits.time_out(
+            ex, conn, recorded, taken.db_now, position, step_name, "event_wait"
         ):
-            attempt = Attempt(position, step_name, "event_wait", 1, recorded.started_at)
-            timeout_record = ex.checkpoint_record(attempt, "timed_out", None, None)
-            await execute_async(conn, statements.steps.write(timeout_record))
             await execute_async(conn, statements.emissions.unpark(ex.task.run_id, position))
             timed_out = True
         else:

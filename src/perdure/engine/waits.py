@@ -18,6 +18,7 @@ from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import Suspend
 from perdure.engine.executor import Execution
 from perdure.errors import SignalTimeout
+from perdure.store import session
 from perdure.store.rows import Fenced
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
@@ -56,6 +57,28 @@ async def park(
     if not result.leased:
         ex.lose_lease()
     ex.env.observer.run_waiting(ex.task, name, waiting_for)
+
+
+async def time_out(
+    ex: Execution,
+    conn: session.AsyncConnection,
+    recorded: Step | None,
+    db_now: datetime | None,
+    position: int,
+    step_name: str,
+    kind: str,
+) -> bool:
+    """Write the timed-out checkpoint of the wait recorded at ``position`` (a wait of
+    ``kind``) on ``conn`` when the database's clock ``db_now`` has passed its deadline;
+    whether it did. A wait with no deadline, or not yet due, writes nothing."""
+    if recorded is None or recorded.wake_at is None or db_now is None:
+        return False
+    if db_now < recorded.wake_at:
+        return False
+    attempt = Attempt(position, step_name, kind, 1, recorded.started_at)
+    record = ex.checkpoint_record(attempt, "timed_out", None, None)
+    await execute_async(conn, ex.env.store.statements.steps.write(record))
+    return True
 
 
 def _due(ex: Execution, recorded: Step) -> bool:
@@ -122,15 +145,7 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
         taken = await execute_async(conn, take)
         if _taken(ex, taken, name):
             return taken.payload
-        if (
-            recorded is not None
-            and recorded.wake_at is not None
-            and taken.db_now is not None
-            and taken.db_now >= recorded.wake_at
-        ):
-            attempt = Attempt(position, step_name, "signal", 1, recorded.started_at)
-            timeout_record = ex.checkpoint_record(attempt, "timed_out", None, None)
-            await execute_async(conn, statements.steps.write(timeout_record))
+        if await time_out(ex, conn, recorded, taken.db_now, position, step_name, "signal"):
             timed_out = True
         else:
             wake_at = recorded.wake_at if recorded is not None else None
