@@ -304,6 +304,17 @@ class WorkerProcess:
         return {}
 
 
+def rss_peak_mib(pid: int) -> float | None:
+    """The peak resident memory of process ``pid`` in MiB (its VmHWM), or None if gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` and its reaped children, from /proc."""
     try:

@@ -18,19 +18,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from harness import Probe, WorkerProcess, drop_schema, standalone
+from harness import Probe, WorkerProcess, drop_schema, rss_peak_mib, standalone
 
 import perdure
-
-
-def _rss_peak_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def measure(
@@ -44,7 +34,7 @@ def measure(
         try:
             worker.wait_ready(probe)
             mapped = _seconds(app, "bench_map", items)
-            rss = _rss_peak_mib(worker.process.pid)
+            rss = rss_peak_mib(worker.process.pid)
             chained = _seconds(app, "bench_sequence", items) if sequence else None
         finally:
             worker.stop()

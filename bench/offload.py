@@ -49,16 +49,6 @@ async def offload_map(ctx: perdure.Context, items: int) -> int:
     return sum(len(r) for r in results)
 
 
-def _rss_peak_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -156,7 +146,9 @@ def _measure(
             except perdure.ResultTimeout:
                 if worker.poll() is not None:
                     raise RuntimeError(f"the worker exited with code {worker.returncode}") from None
-        rss = _rss_peak_mib(worker.pid)
+        from harness import rss_peak_mib
+
+        rss = rss_peak_mib(worker.pid)
         run = handle.get()
         assert run.completed_at is not None
         mapped = (run.completed_at - run.created_at).total_seconds()
