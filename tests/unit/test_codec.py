@@ -80,7 +80,7 @@ def test_without_any_codec_an_encrypted_payload_reads_as_encrypted() -> None:
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (lambda e: {**e, "data": "A" + e["data"][1:]}, "authentication failed"),
+        (lambda e: {**e, "data": "AB"[e["data"][0] == "A"] + e["data"][1:]}, "authentication failed"),
         (lambda e: {**e, "$perdure": {**e["$perdure"], "key": "k1x"}}, "encrypted (key k1x)"),
         (lambda e: {**e, "data": "not base64!"}, "not base64"),
         (lambda e: {**e, "data": base64.b64encode(b"short").decode()}, "too short"),
@@ -97,8 +97,6 @@ def test_an_altered_envelope_reads_as_a_marker_never_a_value_nor_an_exception(
 ) -> None:
     pipeline = Payloads([AesGcm.from_text(K1)])
     stored = json.loads(pipeline.seal('{"a":"b"}') or "")
-    if stored["data"][0] == "A":
-        stored["data"] = "B" + stored["data"][1:]
     opened = pipeline.open(change(stored))  # type: ignore[operator]
     assert isinstance(opened, Undecodable), opened
     assert reason in str(opened), opened
