@@ -35,6 +35,15 @@ class _Base:
         return self._execution.task.run_id
 
     @property
+    def state(self) -> dict[str, Any]:
+        """A dict the workflow body and its update handlers share in one execution.
+
+        It is not stored: a replay rebuilds it, since the body and the handlers
+        run again in the recorded order (docs/updates.md).
+        """
+        return self._execution.state
+
+    @property
     def workflow(self) -> str:
         """The workflow's name."""
         return self._execution.spec.name

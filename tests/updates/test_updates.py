@@ -1,0 +1,201 @@
+"""Updates: validated before anything is recorded, applied once in order, replied once."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+
+import perdure
+from helpers import BackgroundWorker, wait_until
+
+
+def _cart_app(app: perdure.App) -> list[str]:
+    """Define ``cart`` with updates ``add_item`` (validated) and ``boom`` on ``app``;
+    the list the steps append to."""
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def remember(item: str) -> str:
+        with lock:
+            done.append(item)
+        return item
+
+    @app.workflow("cart")
+    async def cart(ctx: perdure.Context, user: str) -> list[str]:
+        ctx.state["items"] = []
+        await ctx.wait_for_signal("checkout")
+        return list(ctx.state["items"])
+
+    @app.update_handler("cart")
+    async def add_item(ctx: perdure.Context, item: str) -> dict[str, Any]:
+        await ctx.step("remember", remember, item)
+        ctx.state["items"].append(item)
+        return {"count": len(ctx.state["items"]), "item": item}
+
+    @add_item.validator
+    def _check(item: Any) -> None:
+        if not isinstance(item, str) or not item:
+            raise ValueError("an item is a non-empty string")
+
+    @app.update_handler("cart", "boom")
+    async def boom(ctx: perdure.Context) -> None:
+        raise RuntimeError("the handler broke")
+
+    return done
+
+
+def _trace(db: psycopg.Connection[Any], run_id: str) -> tuple[list[Any], list[Any]]:
+    """The run's history events and its steps: everything but the bookkeeping of
+    the wake-up itself (the claim and the park that follows it)."""
+    history = db.execute(
+        "SELECT id, event, step_position, detail FROM history WHERE run_id = %s"
+        " AND event NOT IN ('run_claimed', 'run_waiting') ORDER BY id",
+        (run_id,),
+    ).fetchall()
+    steps = db.execute(
+        "SELECT position, name, status, output FROM steps WHERE run_id = %s ORDER BY position",
+        (run_id,),
+    ).fetchall()
+    return history, steps
+
+
+def test_an_update_is_applied_in_the_run_and_its_reply_returned(
+    app: perdure.App, db: psycopg.Connection[Any]
+) -> None:
+    done = _cart_app(app)
+    with BackgroundWorker(app, concurrency=4):
+        handle = app.start("cart", "ada", key="cart:ada")
+        wait_until(lambda: handle.status() == "waiting", what="the wait")
+        assert app.update("cart:ada", "add_item", "apple", timeout=30) == {
+            "count": 1,
+            "item": "apple",
+        }
+        assert app.update(handle.id, "add_item", "pear", timeout=30)["count"] == 2
+        app.signal(handle.id, "checkout")
+        assert handle.result(timeout=30) == ["apple", "pear"]
+    assert done == ["apple", "pear"]
+    events = [e.event for e in app.history(handle.id)]
+    assert events.count("update_accepted") == 2 and events.count("update_completed") == 2
+    listed = app.updates(handle.id)
+    # Both applied at the wait (position 0), in the order they were sent.
+    assert [(u["name"], u["status"], u["anchor_position"], u["seq"]) for u in listed] == [
+        ("add_item", "completed", 0, 0),
+        ("add_item", "completed", 0, 1),
+    ]
+
+
+def test_a_validator_refusal_writes_nothing_in_the_run(
+    app: perdure.App, db: psycopg.Connection[Any]
+) -> None:
+    done = _cart_app(app)
+    with BackgroundWorker(app, concurrency=4):
+        handle = app.start("cart", "bob")
+        wait_until(lambda: handle.status() == "waiting", what="the wait")
+        before = _trace(db, handle.id)
+        with pytest.raises(perdure.UpdateRejected, match="non-empty string"):
+            app.update(handle.id, "add_item", "", timeout=30)
+        with pytest.raises(perdure.UpdateRejected, match="non-empty string"):
+            app.update(handle.id, "add_item", 42, timeout=30)
+        assert _trace(db, handle.id) == before
+        wait_until(lambda: handle.status() == "waiting", what="the run to wait again")
+        app.signal(handle.id, "checkout")
+        assert handle.result(timeout=30) == []
+    assert done == []
+    assert [u["status"] for u in app.updates(handle.id)] == ["rejected", "rejected"]
+
+
+def test_the_same_update_id_twice_is_applied_once_with_one_reply(
+    app: perdure.App, db: psycopg.Connection[Any]
+) -> None:
+    done = _cart_app(app)
+    with BackgroundWorker(app, concurrency=4):
+        handle = app.start("cart", "cy")
+        wait_until(lambda: handle.status() == "waiting", what="the wait")
+        first = app.update(handle.id, "add_item", "fig", update_id="u-1", timeout=30)
+        again = app.update(handle.id, "add_item", "fig", update_id="u-1", timeout=30)
+        assert first == again == {"count": 1, "item": "fig"}
+        app.signal(handle.id, "checkout")
+        assert handle.result(timeout=30) == ["fig"]
+    assert done == ["fig"]
+    with pytest.raises(perdure.ConfigurationError, match="is update 'add_item'"):
+        app.update(handle.id, "boom", update_id="u-1", timeout=5)
+
+
+def test_a_failing_handler_is_a_typed_reply_and_the_run_goes_on(app: perdure.App) -> None:
+    _cart_app(app)
+    with BackgroundWorker(app, concurrency=4):
+        handle = app.start("cart", "dee")
+        wait_until(lambda: handle.status() == "waiting", what="the wait")
+        with pytest.raises(perdure.UpdateFailed, match="the handler broke"):
+            app.update(handle.id, "boom", timeout=30)
+        assert app.update(handle.id, "add_item", "kiwi", timeout=30)["count"] == 1
+        app.signal(handle.id, "checkout")
+        assert handle.result(timeout=30) == ["kiwi"]
+
+
+def test_bad_requests_are_refused_with_typed_errors(
+    app: perdure.App, db: psycopg.Connection[Any]
+) -> None:
+    _cart_app(app)
+    handle = app.start("cart", "eve")
+    with pytest.raises(perdure.RunNotFound):
+        app.update("no-such-run", "add_item", "x")
+    with pytest.raises(perdure.WorkflowDefinitionError):
+        app.update(handle.id, "bad name!", "x")
+    with pytest.raises(perdure.UpdateRejected, match="no update handler 'nope'"):
+        app.update(handle.id, "nope", "x")
+    with pytest.raises(perdure.SerializationError):
+        app.update(handle.id, "add_item", object())
+    with pytest.raises(perdure.ConfigurationError):
+        app.update(handle.id, "add_item", "x", timeout=-1)
+    with pytest.raises(perdure.UpdateTimeout):
+        app.update(handle.id, "add_item", "x", update_id="late", timeout=0.2)
+    assert [u["update_id"] for u in app.updates(handle.id)] == ["late"]
+    app.cancel(handle.id)
+    with pytest.raises(perdure.InvalidRunState):
+        app.update(handle.id, "add_item", "x", update_id="late", timeout=5)
+    with pytest.raises(perdure.InvalidRunState):
+        app.update(handle.id, "add_item", "y", timeout=5)
+    assert [u["update_id"] for u in app.updates(handle.id)] == ["late"]
+
+
+def test_update_with_start_starts_the_run_by_key_once(app: perdure.App) -> None:
+    _cart_app(app)
+    with BackgroundWorker(app, concurrency=4):
+        first = app.update_with_start(
+            "cart", key="cart:fay", input="fay", update="add_item", payload="a", timeout=30
+        )
+        second = app.update_with_start(
+            "cart", key="cart:fay", input="fay", update="add_item", payload="b", timeout=30
+        )
+        assert (first["count"], second["count"]) == (1, 2)
+        assert len(app.list_runs(workflow="cart")) == 1
+        app.signal("cart:fay", "checkout")
+        assert app.get_run("cart:fay").status in ("running", "waiting", "queued", "completed")
+
+
+def test_a_hundred_concurrent_updates_are_each_applied_once_in_request_order(
+    app: perdure.App, db: psycopg.Connection[Any]
+) -> None:
+    done = _cart_app(app)
+    with BackgroundWorker(app, concurrency=4):
+        handle = app.start("cart", "gus")
+        wait_until(lambda: handle.status() == "waiting", what="the wait")
+        items = [f"item-{i}" for i in range(100)]
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            replies = list(
+                pool.map(lambda i: app.update(handle.id, "add_item", i, timeout=120), items)
+            )
+        app.signal(handle.id, "checkout")
+        result = handle.result(timeout=60)
+    assert sorted(result) == sorted(items) and len(done) == 100 and sorted(done) == sorted(items)
+    # The stated order: the order the requests were written (the updates' ids).
+    by_request = [u["payload"] for u in app.updates(handle.id)]
+    assert result == by_request == done
+    assert sorted(r["count"] for r in replies) == list(range(1, 101))
+    for reply in replies:
+        assert result[reply["count"] - 1] == reply["item"]
