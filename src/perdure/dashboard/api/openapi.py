@@ -87,6 +87,37 @@ SIGNAL_SENT = {
     "required": ["signal_id", "run", "name"],
     "properties": {"signal_id": {"type": "integer"}, "run": _STR, "name": _STR},
 }
+UPDATE = {
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {
+        "name": _STR,
+        "payload": _ANY,
+        "update_id": {
+            "type": "string",
+            "description": "The update's id: sending it again applies nothing new and answers "
+            "the same reply (a new one is made when absent).",
+        },
+        "timeout": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": 300,
+            "description": "Seconds to wait for the reply (long poll; default 30).",
+        },
+    },
+}
+UPDATE_REPLY = {
+    "type": "object",
+    "required": ["run", "name", "update_id", "status"],
+    "properties": {
+        "run": _STR,
+        "name": _STR,
+        "update_id": _STR,
+        "status": {"type": "string", "enum": ["completed", "pending"]},
+        "reply": _ANY,
+    },
+}
 PAGE = {
     "type": "object",
     "required": ["runs", "next_cursor"],
@@ -114,7 +145,8 @@ _REFUSALS = {
     400: "Refused: invalid-argument, invalid-json, too-deep (JSON nested over 201 levels), "
     "invalid-header (a malformed header: numbers are ASCII digits).",
     409: "Refused: key-conflict (the key belongs to a run of another workflow), "
-    "idempotency-key-reused (the key was sent with another request), invalid-run-state.",
+    "idempotency-key-reused (the key was sent with another request), invalid-run-state, "
+    "update-failed (the update's handler raised: its error is the detail).",
     413: "Refused: body-too-large (over 1 MiB; a larger Content-Length is refused unread).",
     415: "Refused: unsupported-media-type (the body must be UTF-8 application/json).",
 }
@@ -237,6 +269,27 @@ PATHS: dict[str, Any] = {
             },
         }
     },
+    "/runs/{ref}/updates": {
+        "post": {
+            "operationId": "updateRun",
+            "summary": "Send an update to a run and wait (long poll) for its reply.",
+            "parameters": [_REF],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/Update"}}
+                },
+            },
+            "responses": {
+                "200": _json("UpdateReply", "The handler's reply."),
+                "202": _json(
+                    "UpdateReply",
+                    "No reply within the timeout (status pending): send the same update_id again.",
+                ),
+                **_problems(400, 404, 409, 422),
+            },
+        }
+    },
     "/runs/{ref}/cancel": _steer(
         "cancel",
         "Cancel an unfinished run.",
@@ -343,6 +396,8 @@ DOCUMENT: dict[str, Any] = {
             "Start": START,
             "Signal": SIGNAL,
             "SignalSent": SIGNAL_SENT,
+            "Update": UPDATE,
+            "UpdateReply": UPDATE_REPLY,
             "Event": EVENT,
             "Problem": PROBLEM,
         },
