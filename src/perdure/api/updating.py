@@ -31,7 +31,7 @@ from perdure.errors import (
 
 #: The first pause between two looks for a reply, and the longest.
 FIRST_POLL_SECONDS = 0.002
-MAX_POLL_SECONDS = 0.05
+MAX_POLL_SECONDS = 0.02
 #: The longest update id.
 MAX_UPDATE_ID_LENGTH = 200
 _FINAL = {"completed", "failed", "cancelled", "compensated", "compensation_failed"}
@@ -115,7 +115,7 @@ async def _reply(
             raise UpdateTimeout(run_id, update_id, name, seconds or 0.0)
         wait = pause if deadline is None else min(pause, max(deadline - time.monotonic(), 0.0))
         await asyncio.sleep(wait)
-        pause = min(pause * 1.5, MAX_POLL_SECONDS)
+        pause = min(pause * 1.25, MAX_POLL_SECONDS)
 
 
 async def update_with_start(
