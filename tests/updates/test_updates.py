@@ -199,3 +199,55 @@ def test_a_hundred_concurrent_updates_are_each_applied_once_in_request_order(
     assert sorted(r["count"] for r in replies) == list(range(1, 101))
     for reply in replies:
         assert result[reply["count"] - 1] == reply["item"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"update_id": "u\x00"}, perdure.ConfigurationError, "NUL"),
+        ({"update_id": "u" * 201}, perdure.ConfigurationError, "200"),
+        ({"update_id": ""}, perdure.ConfigurationError, "empty"),
+        ({"update_id": 7}, perdure.ConfigurationError, "update id"),
+        ({"timeout": "soon"}, perdure.ConfigurationError, "update timeout"),
+    ],
+)
+def test_bad_update_ids_and_timeouts_are_refused_before_anything_is_written(
+    app: perdure.App, kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    _cart_app(app)
+    handle = app.start("cart", "ida")
+    with pytest.raises(error, match=message):
+        app.update(handle.id, "add_item", "x", **kwargs)
+    assert app.updates(handle.id) == []
+
+
+def test_bad_handler_declarations_are_refused(app: perdure.App) -> None:
+    with pytest.raises(perdure.WorkflowDefinitionError, match="async def"):
+
+        @app.update_handler("cart")
+        def plain(ctx: perdure.Context, item: str) -> None: ...
+
+    with pytest.raises(perdure.WorkflowDefinitionError, match=r"\(ctx\) or \(ctx, payload\)"):
+
+        @app.update_handler("cart")
+        async def three(ctx: perdure.Context, a: int, b: int) -> None: ...
+
+    with pytest.raises(perdure.WorkflowDefinitionError, match="invalid update name"):
+        app.update_handler("cart", "no spaces")(three_ok)
+    with pytest.raises(perdure.WorkflowDefinitionError, match="invalid workflow name"):
+        app.update_handler("bad workflow")(three_ok)
+    handler = app.update_handler("cart", "twice")(three_ok)
+    with pytest.raises(perdure.WorkflowDefinitionError, match="defined twice"):
+        app.update_handler("cart", "twice")(other_ok)
+    with pytest.raises(perdure.WorkflowDefinitionError, match="plain def"):
+
+        @handler.validator
+        async def checks(payload: Any) -> None: ...
+
+
+async def three_ok(ctx: perdure.Context, payload: Any) -> None:
+    """A well-formed handler."""
+
+
+async def other_ok(ctx: perdure.Context) -> None:
+    """Another well-formed handler."""
