@@ -251,3 +251,33 @@ async def three_ok(ctx: perdure.Context, payload: Any) -> None:
 
 async def other_ok(ctx: perdure.Context) -> None:
     """Another well-formed handler."""
+
+
+def test_a_sleeping_run_serves_updates_and_still_wakes_at_its_time(
+    app: perdure.App, db: psycopg.Connection[Any]
+) -> None:
+    @app.workflow("timer")
+    async def timer(ctx: perdure.Context) -> list[int]:
+        ctx.state["seen"] = []
+        await ctx.sleep(2)
+        return list(ctx.state["seen"])
+
+    @app.update_handler("timer")
+    async def see(ctx: perdure.Context, n: int) -> int:
+        await ctx.step("see", lambda: n)
+        ctx.state["seen"].append(n)
+        return len(ctx.state["seen"])
+
+    with BackgroundWorker(app, concurrency=4):
+        handle = app.start("timer")
+        wait_until(lambda: handle.status() == "waiting", what="the sleep")
+        wake_at = handle.get().waiting_for["until"]  # type: ignore[index]
+        assert app.update(handle.id, "see", 1, timeout=30) == 1
+        assert app.update(handle.id, "see", 2, timeout=30) == 2
+        # Served without moving the sleep's wake time.
+        waiting = wait_until(lambda: handle.get().waiting_for, what="the sleep again")
+        assert waiting["until"] == wake_at
+        assert handle.result(timeout=30) == [1, 2]
+    sleep = next(s for s in app.steps(handle.id) if s.kind == "sleep")
+    assert sleep.completed_at is not None and sleep.wake_at is not None
+    assert sleep.completed_at >= sleep.wake_at
