@@ -11,6 +11,8 @@
 - ``bench_gather_sleep``: ``ctx.gather`` of ``n`` steps that each sleep 50 ms.
 - ``bench_updates``: waits for signal ``stop``, serving update ``bump`` (one
   no-op step, then the payload back) meanwhile.
+- ``bench_pair``: ``ctx.gather`` of two steps of 0.8 s; when each began.
+- ``bench_diamond``: a graph: a root, two steps of 0.8 s, a join; when each of the two began.
 """
 
 from __future__ import annotations
@@ -147,3 +149,42 @@ _previous: list[str] = []
 for _i in range(CHAIN):
     chain.step(f"link{_i}", depends_on=_previous)(_leaf_async)
     _previous = [f"link{_i}"]
+
+
+PAIR_SECONDS = 0.8
+
+
+async def _began_then_work(ctx: perdure.StepContext | None = None, _: Any = None) -> float:
+    """When the step began (time.time() of this machine); then 0.8 s of work."""
+    began = time.time()
+    await asyncio.sleep(PAIR_SECONDS)
+    return began
+
+
+async def _pair_step() -> float:
+    return await _began_then_work()
+
+
+@app.workflow("bench_pair")
+async def bench_pair(ctx: perdure.Context, _: Any = None) -> list[float]:
+    """``ctx.gather`` of two 0.8 s steps: when each began."""
+    return list(await ctx.gather(ctx.step("left", _pair_step), ctx.step("right", _pair_step)))
+
+
+diamond = app.graph("bench_diamond")
+
+
+@diamond.step()
+async def top(ctx: perdure.StepContext, _: Any) -> int:
+    """The diamond's root."""
+    return 0
+
+
+diamond.step("left", depends_on=[top])(_began_then_work)
+diamond.step("right", depends_on=[top])(_began_then_work)
+
+
+@diamond.step(depends_on=["left", "right"])
+async def bottom(ctx: perdure.StepContext, began: dict[str, float]) -> list[float]:
+    """The join: when each of the two middle steps began."""
+    return [began["left"], began["right"]]

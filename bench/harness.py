@@ -27,7 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,15 +64,18 @@ class Server:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def start_server(url: str | None) -> Server:
-    """Use the server at ``url``, or start a private embedded one in a temporary folder."""
+def start_server(url: str | None, max_connections: int = 200) -> Server:
+    """Use the server at ``url``, or start a private embedded one in a temporary folder
+    (allowing ``max_connections``)."""
     from perdure.store import embedded
 
     if url is not None:
         return Server(url, _pgbench_dir())
     base = Path(tempfile.mkdtemp(prefix="perdure-bench-", dir="/tmp"))
     base.chmod(0o755)  # the server runs as another account when we are root
-    server = embedded.ensure_server(base / "pg", max_connections=200, settings=SERVER_SETTINGS)
+    server = embedded.ensure_server(
+        base / "pg", max_connections=max_connections, settings=SERVER_SETTINGS
+    )
     return Server(server.url, embedded.bin_dir(), base)
 
 
@@ -242,7 +246,11 @@ class WorkerProcess:
             PYTHONPATH=os.pathsep.join([str(BENCH_DIR), os.environ.get("PYTHONPATH", "")]),
         )
         self.stats_file = stats_file
+        #: Its id, so that its own listener is found (the last statement on a
+        #: listener connection may be a heartbeat, or UNLISTEN).
+        self.worker_id = f"bench-{uuid.uuid4().hex[:12]}"
         command = [sys.executable, "-m", "perdure", "worker", "bench_app:app"]
+        command += ["--worker-id", self.worker_id]
         if concurrency is not None:  # None: the worker's default
             command += ["--concurrency", str(concurrency)]
         command += ["--log-level", "warning"]
@@ -262,14 +270,13 @@ class WorkerProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the worker exited with code {self.process.returncode}")
             listening = probe.query_one(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE application_name LIKE 'perdure-worker-%%-listen'"
-                " AND state = 'idle' AND query LIKE 'LISTEN%%'"
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                (f"perdure-worker-{self.worker_id}"[:50] + "-listen",),
             )
             if listening:
                 return
             time.sleep(0.05)
-        raise RuntimeError("the worker did not start listening within 60 s")
+        raise RuntimeError(f"the worker did not start listening within {timeout:.0f} s")
 
     def connections(self, probe: Probe) -> int:
         """The worker's connections to the server now, its listener left out."""
@@ -331,11 +338,13 @@ def server_cpu_seconds(probe: Probe) -> float | None:
 @contextlib.contextmanager
 def standalone(
     parser: argparse.ArgumentParser,
+    connections: Callable[[argparse.Namespace], int] | None = None,
 ) -> Iterator[tuple[argparse.Namespace, Server, Probe]]:
-    """For a script run alone: its arguments (plus --database-url), the server and a probe."""
+    """For a script run alone: its arguments (plus --database-url), the server and a probe
+    (a server of its own allows ``connections(args)``, by default 200)."""
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args()
-    server = start_server(args.database_url)
+    server = start_server(args.database_url, connections(args) if connections else 200)
     probe = Probe(server.url)
     try:
         yield args, server, probe

@@ -346,6 +346,20 @@ class SignalTimeout(PerdureError, TimeoutError):
         )
 
 
+class EventWaitTimeout(PerdureError, TimeoutError):
+    """A ``ctx.wait_for_event`` reached its timeout before a matching event was emitted."""
+
+    def __init__(self, run_id: str, name: str, timeout: float | None) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.timeout = timeout
+        super().__init__(
+            f"run {run_id} waited {timeout:g} s for event {name!r} in vain"
+            if timeout is not None
+            else f"run {run_id} waited for event {name!r} in vain"
+        )
+
+
 class EventTimeout(PerdureError, TimeoutError):
     """A caller waited for a run's event and the run did not publish it in time."""
 

@@ -183,6 +183,47 @@ class HistoryEvent:
     duration: float | None = None
 
 
+@dataclass(frozen=True)
+class EmittedEvent:
+    """An event recorded by ``app.emit`` (or ``emit_event`` in SQL), as a wait receives it.
+
+    Not a run's published value (``ctx.set_event``): an emitted event belongs
+    to the application, and starts or wakes the runs that wait on a match of it.
+    """
+
+    id: int
+    name: str
+    #: The emitter's idempotency key, if it gave one.
+    key: str | None
+    payload: Any
+    emitted_at: datetime
+
+    @staticmethod
+    def from_record(record: dict[str, Any]) -> EmittedEvent:
+        """The event of a wait's recorded output (the JSON object emit_event stores)."""
+        at = record["emitted_at"]
+        return EmittedEvent(
+            id=int(record["id"]),
+            name=str(record["name"]),
+            key=record.get("key"),
+            payload=record.get("payload"),
+            emitted_at=at if isinstance(at, datetime) else datetime.fromisoformat(str(at)),
+        )
+
+
+@dataclass(frozen=True)
+class EventTrigger:
+    """Start a run of the workflow for each event ``name`` whose payload contains ``match``.
+
+    Given to ``@app.workflow(..., on_event=...)``. The run's input is the
+    event's payload; its key is ``event:<event id>:<workflow>``, so each event
+    starts one run of the workflow, exactly once.
+    """
+
+    name: str
+    match: dict[str, Any] = field(default_factory=dict)
+
+
 class RunPage(list[Run]):
     """One page of a run listing, newest first: a list of runs plus ``next_cursor``.
 
@@ -215,6 +256,8 @@ class PruneResult:
     #: True when a partition could not be dropped for a lock held too long by
     #: writers of history; the next pass tries again.
     postponed: bool = False
+    #: Emitted events (app.emit) recorded before the cutoff, deleted (0 in a dry run).
+    events: int = 0
     #: Audit entries older than the cutoff deleted (in a dry run: 0); None when
     #: the pass ran as a role other than the schema's owner, which keeps them.
     audit: int | None = None

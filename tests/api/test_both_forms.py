@@ -110,6 +110,20 @@ APP_CASES: dict[str, Case] = {
     ),
     "count_runs": (_args(), lambda w, r: r["completed"] == 1 and r["failed"] == 1),
     "ensure_schema": (_args(), lambda w, r: r is None),
+    "emit": (_args("paid", {"n": 1}, key="k"), lambda w, r: isinstance(r, int) and r > 0),
+    "emitted_events": (_args(), lambda w, r: r == []),
+    "emit_recorded": (
+        _args("paid", {"n": 2}, key="k2"),
+        lambda w, r: isinstance(r[0], int) and r[0] > 0 and isinstance(r[1], bool),
+    ),
+    "record_audit": (
+        _args(actor="t", via="cli", source="cli", action="probe", outcome="ok"),
+        lambda w, r: isinstance(r, int) and r > 0,
+    ),
+    "audit_log": (
+        _args(actor="t"),
+        lambda w, r: isinstance(r, list) and all(e.actor == "t" for e in r),
+    ),
     "events": (_args(done_id), lambda w, r: [(e["key"], e["value"]) for e in r] == [("e", 7)]),
     "fork": (
         lambda w: ((w.done.id,), {"from_step": "a"}),

@@ -341,11 +341,11 @@ def test_cancelling_a_waiting_caller_leaves_the_app_usable(app: perdure.App) -> 
 def test_sync_workflow_transaction_step_runs_on_a_sync_connection(
     app: perdure.App, db: psycopg.Connection[Any], schema: str
 ) -> None:
-    db.execute("CREATE TABLE audit (what text)")
+    db.execute("CREATE TABLE user_notes (what text)")
 
     def write(conn: psycopg.Connection[Any], what: str) -> str:
         assert isinstance(conn, psycopg.Connection)
-        conn.execute(f"INSERT INTO {schema}.audit VALUES (%s)", (what,))
+        conn.execute(f"INSERT INTO {schema}.user_notes VALUES (%s)", (what,))
         return what
 
     @app.workflow("audited")
@@ -355,7 +355,7 @@ def test_sync_workflow_transaction_step_runs_on_a_sync_connection(
     handle = app.start("audited", "hello")
     with BackgroundWorker(app, **FAST):
         assert handle.result(timeout=20) == "hello"
-    assert db.execute("SELECT what FROM audit").fetchall() == [("hello",)]
+    assert db.execute("SELECT what FROM user_notes").fetchall() == [("hello",)]
 
 
 def test_a_workflow_without_input_and_a_start_by_function(app: perdure.App) -> None:

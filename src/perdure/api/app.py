@@ -17,6 +17,8 @@ from perdure.api import (
     auditing,
     core,
     draining,
+    emitting,
+    event_match,
     forms,
     manage,
     messaging,
@@ -41,6 +43,7 @@ from perdure.errors import ConfigurationError, WorkflowDefinitionError
 from perdure.store import encryption
 from perdure.store.codec import Codec, Payloads
 from perdure.store.statements import Statements
+from perdure.types import EventTrigger
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -191,6 +194,7 @@ class App:
         queue: str | None = None,
         retry: RetryPolicy | None = None,
         max_lapses: int = DEFAULT_MAX_LAPSES,
+        on_event: str | EventTrigger | Sequence[str | EventTrigger] | None = None,
     ) -> Callable[[F], F]:
         """Decorate ``def`` or ``async def wf(ctx, input)`` as a durable workflow.
 
@@ -201,6 +205,12 @@ class App:
         running it), the reaper fails the run (after its compensations), so a
         run that kills every worker cannot cycle forever. It is stored with the
         definition, so every worker applies the same threshold.
+
+        ``on_event`` (an event name, an [`EventTrigger`][perdure.EventTrigger]
+        with a match, or a list of them): each emitted event that matches
+        starts one run, exactly once, with the event's payload as input and
+        the key ``event:<event id>:<workflow>`` (docs/events.md). The
+        triggers are recorded when the workflow is registered.
         """
         check_policy("retry", retry)
 
@@ -218,6 +228,7 @@ class App:
                     fn,
                     retry or DEFAULT_WORKFLOW_RETRY,
                     max_lapses=max_lapses,
+                    triggers=event_match.triggers(str(wf_name), on_event),
                 )
             )
             return fn
@@ -364,6 +375,14 @@ class App:
     pause_async = forms.awaiting(messaging.pause)
     resume = forms.blocking(messaging.resume)
     resume_async = forms.awaiting(messaging.resume)
+    emit = forms.blocking(emitting.emit, beside=starting.on_callers_thread)
+    emit_async = forms.awaiting(
+        emitting.emit, here=starting.on_callers_loop, beside=starting.on_callers_thread
+    )
+    emit_recorded = forms.blocking(emitting.emit_recorded)
+    emit_recorded_async = forms.awaiting(emitting.emit_recorded)
+    emitted_events = forms.blocking(emitting.emitted_events)
+    emitted_events_async = forms.awaiting(emitting.emitted_events)
     get_event = forms.blocking(messaging.get_event)
     get_event_async = forms.awaiting(messaging.get_event)
     read_stream = forms.iterating(messaging.read_stream)

@@ -8,18 +8,21 @@ same methods that block instead; both drive one engine execution.
 from __future__ import annotations
 
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
+from perdure.api.event_match import event_match
 from perdure.api.presenting import owned, presents
-from perdure.engine import arguments, children, parallel, typed, waits
+from perdure.engine import arguments, children, event_waits, parallel, recorded, typed, waits
 from perdure.engine.arguments import validate_name
 from perdure.engine.executor import Execution, Rollback, call_sync
 from perdure.engine.retry import RetryPolicy, check_policy
 from perdure.errors import ConfigurationError, UnknownWorkflow
 from perdure.ids import new_run_id
 from perdure.steps import StepCall
+from perdure.types import EmittedEvent
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -36,11 +39,7 @@ class _Base:
 
     @property
     def state(self) -> dict[str, Any]:
-        """A dict the workflow body and its update handlers share in one execution.
-
-        It is not stored: a replay rebuilds it, since the body and the handlers
-        run again in the recorded order (docs/updates.md).
-        """
+        """A dict the body and its update handlers share; not stored, a replay rebuilds it."""
         return self._execution.state
 
     @property
@@ -67,8 +66,7 @@ class _Base:
     def scheduled_at(self) -> datetime | None:
         """The tick this run covers (aware, UTC) if a schedule started it, else None.
 
-        The same on every replay and retry: a report uses it, not the clock,
-        to know which period it covers.
+        The same on every replay and retry: a report uses it, not the clock.
         """
         return self._execution.task.scheduled_at
 
@@ -174,6 +172,19 @@ class _Base:
         seconds = arguments.optional_seconds("signal timeout", timeout)
         return waits.wait_for_signal(self._execution, name, seconds, typed.of(kind))
 
+    def _wait_event(
+        self,
+        name: str,
+        match: dict[str, Any] | None,
+        lookback: float | timedelta,
+        timeout: float | timedelta | None,
+    ) -> Coroutine[Any, Any, EmittedEvent]:
+        validate_name("event", name)
+        wanted = event_match(name, match, self._execution.env.max_payload_bytes)
+        back = arguments.seconds("event lookback", lookback)
+        seconds = arguments.optional_seconds("event timeout", timeout)
+        return event_waits.wait_for_event(self._execution, name, wanted, back, seconds)
+
     def _publish(
         self, kind: str, key: str, value: Any, closed: bool = False
     ) -> Coroutine[Any, Any, None]:
@@ -208,6 +219,12 @@ class _Base:
     ) -> Coroutine[Any, Any, Any]:
         _check_step(name, fn, retry)
         return self._execution.transaction(name, fn, args, kwargs, retry)
+
+
+def _patch_id(patch_id: object) -> str:
+    """A patch id: printable text that fits a step name, or ConfigurationError."""
+    limit = arguments.MAX_LABEL_LENGTH - len(recorded.PATCH)
+    return arguments.text("a patch id", patch_id, max_length=limit, control=False)
 
 
 def _check_step(name: object, fn: object, retry: object) -> None:
@@ -296,6 +313,53 @@ class Context(_Base):
         """Wait durably until the timezone-aware datetime ``when``."""
         await self._sleep_until(when)
 
+    async def now(self) -> datetime:
+        """The current time (aware, UTC), recorded: every replay returns the same time.
+
+        Use it instead of ``datetime.now()`` in a workflow body, whose replays
+        would otherwise see another time. It takes a position in the history
+        like a step (named ``ctx.now``); a test's ``VirtualClock`` sets it.
+        """
+        return await recorded.now(self._execution)
+
+    async def random(self) -> float:
+        """A random float in [0.0, 1.0), recorded: every replay returns the same number."""
+        return await recorded.random_float(self._execution)
+
+    async def uuid4(self) -> uuid.UUID:
+        """A random UUID (version 4), recorded: every replay returns the same one."""
+        return await recorded.uuid4(self._execution)
+
+    async def patched(self, patch_id: str) -> bool:
+        """True where the run takes the new code of patch ``patch_id``, False where
+        it replays a history recorded before the patch.
+
+        Change a running workflow's code in place, without a new version::
+
+            if await ctx.patched("send-receipt"):
+                await ctx.step("receipt", send_receipt, order)   # the new code
+            else:
+                ...                                              # the old code
+
+        A run that reaches the call on the new code records a marker (step
+        ``ctx.patched:<patch_id>``) and takes the new code path, on every replay
+        too; a run whose history went past this point before the deploy takes
+        the old one. ``perdure check-replay`` says when no open run needs the
+        old code path any more; see docs/versioning.md.
+        """
+        return await recorded.patched(self._execution, _patch_id(patch_id))
+
+    async def deprecate_patch(self, patch_id: str) -> None:
+        """Retire patch ``patch_id`` once no open run needs its old code path.
+
+        Replace ``if await ctx.patched(id): new else: old`` by
+        ``await ctx.deprecate_patch(id)`` followed by the new code: runs that
+        recorded the marker replay past it, new runs record nothing. Remove the
+        call once no open run holds the marker (``perdure check-replay`` fails
+        on a run that does).
+        """
+        await recorded.deprecate_patch(self._execution, _patch_id(patch_id))
+
     @overload
     async def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any: ...
 
@@ -316,6 +380,27 @@ class Context(_Base):
         rebuilt as that type (InvalidPayload if it does not fit).
         """
         return await self._wait(name, timeout, type)
+
+    async def wait_for_event(
+        self,
+        name: str,
+        match: dict[str, Any] | None = None,
+        *,
+        lookback: float | timedelta = 0.0,
+        timeout: float | timedelta | None = None,
+    ) -> EmittedEvent:
+        """Wait durably for an emitted event ``name`` whose payload contains ``match``.
+
+        ``match`` is a JSON object the payload must contain (PostgreSQL's
+        ``payload @> match``: ``{"order_id": 9182}`` matches a payload with
+        that and any other fields); None matches every event of the name. An
+        event emitted up to ``lookback`` (seconds or timedelta) before the
+        wait began counts too. Each event wakes a run once: a second wait
+        takes the next matching event. After ``timeout`` (None waits forever)
+        raises [`EventWaitTimeout`][perdure.errors.EventWaitTimeout]. Returns the
+        [`EmittedEvent`][perdure.EmittedEvent], the same on every replay.
+        """
+        return await self._wait_event(name, match, lookback, timeout)
 
     async def set_event(self, key: str, value: Any) -> None:
         """Publish ``value`` under ``key`` for ``app.get_event(run_id, key)`` to read."""
@@ -496,9 +581,15 @@ class SyncContext(_Base):
         super().__init__(execution)
         self._context = Context(execution)
 
+    now = _blocking(Context.now)
+    random = _blocking(Context.random)
+    uuid4 = _blocking(Context.uuid4)
+    patched = _blocking(Context.patched)
+    deprecate_patch = _blocking(Context.deprecate_patch)
     sleep = _blocking(Context.sleep)
     sleep_until = _blocking(Context.sleep_until)
     wait_for_signal = _blocking(Context.wait_for_signal)
+    wait_for_event = _blocking(Context.wait_for_event)
     set_event = _blocking(Context.set_event)
     write_stream = _blocking(Context.write_stream)
     close_stream = _blocking(Context.close_stream)

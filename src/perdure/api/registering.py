@@ -34,6 +34,10 @@ async def record(core: Core, store: AsyncStore) -> None:
                 max_lapses=d.max_lapses,
             )
         )
+        if d.kind == "function":
+            found = getattr(d, "triggers", ())
+            pairs = [(t.name, t.match) for t in found]
+            await store.execute(core.statements.emissions.set_triggers(d.name, pairs))
     await queues.register(core, store)
     await schedules.register(core, store)
 

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from perdure.engine import typed
+from perdure.engine import nondeterminism, typed
 from perdure.engine.arguments import INT32_MAX, validate_name
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy
 from perdure.errors import UnknownWorkflow, WorkflowDefinitionError
+from perdure.types import EventTrigger
 
 if TYPE_CHECKING:
     from perdure.engine.executor import Execution
@@ -59,6 +60,8 @@ class WorkflowDef:
     max_lapses: int = DEFAULT_MAX_LAPSES
     #: Its update handlers by name (the registry's, shared by every version).
     updates: dict[str, Any] = field(default_factory=dict)
+    #: The emitted events that start a run of it (``on_event``).
+    triggers: tuple[EventTrigger, ...] = ()
 
     def __post_init__(self) -> None:
         validate_identity("workflow", self.name, self.version, self.queue)
@@ -89,7 +92,10 @@ class WorkflowDef:
 
     def definition(self) -> dict[str, Any]:
         """What the workflow registry records of a function workflow."""
-        return {"takes_input": self.takes_input, "async": self.is_async}
+        recorded: dict[str, Any] = {"takes_input": self.takes_input, "async": self.is_async}
+        if self.triggers:
+            recorded["on_event"] = [{"name": t.name, "match": t.match} for t in self.triggers]
+        return recorded
 
     def check_input(self, value: Any) -> Any:
         """``value`` as the workflow's input annotation declares it (InvalidPayload if not)."""
@@ -110,11 +116,19 @@ class WorkflowDef:
             from perdure.api.update_defs import WorkflowUpdates
 
             execution.update_handlers = WorkflowUpdates(self.updates)
+        watch = None
+        if execution.env.detect_nondeterminism:
+            watch = nondeterminism.Watch(execution.task.run_id, self.name)
         if self.is_async:
-            return await self.fn(Context(execution), *args)
+            body = self.fn(Context(execution), *args)
+            return await (body if watch is None else watch.run(body))
         loop = asyncio.get_running_loop()
+
+        def blocking() -> Any:
+            return self.fn(SyncContext(execution), *args)
+
         return await loop.run_in_executor(
-            execution.env.threads, lambda: self.fn(SyncContext(execution), *args)
+            execution.env.threads, blocking if watch is None else lambda: watch.call(blocking)
         )
 
 

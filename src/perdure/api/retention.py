@@ -30,7 +30,8 @@ async def prune(
     ``batch_size`` runs is one short transaction that skips rows others
     hold; live runs, runs with live children and children of live runs
     are never touched. Then the day partitions of history that end
-    before the cutoff are dropped whole. ``dry_run`` only counts. Raises
+    before the cutoff are dropped whole, and the emitted events (``app.emit``)
+    recorded before it are deleted. ``dry_run`` only counts runs. Raises
     MaintenanceBusy while another pass (a worker's) runs on the schema.
     """
     arguments.flag("archive", archive)

@@ -84,7 +84,7 @@ async def start(
     if queue is not None:
         validate_name("queue", queue)
     if conn is not None:
-        run = _on_connection(core, conn)
+        run = on_connection(core, conn)
         return await _start(
             core, run, workflow, input, key, version, delay, priority, timeout, options, queue
         )
@@ -126,7 +126,7 @@ async def start_many(
         raise ConfigurationError(f"keys has {len(named)} items, inputs has {len(items)}")
     run: Callable[[Statement[Any]], Awaitable[Any]] = core.run
     if conn is not None:
-        run = _on_connection(core, conn)
+        run = on_connection(core, conn)
     name, resolved = _local(core, workflow, version)
     await core.ready()
     target = resolved or (name, version or 0, None)
@@ -204,8 +204,10 @@ def on_callers_thread(options: dict[str, Any]) -> bool:
     return caller.is_sync(options.get("conn"))
 
 
-def _on_connection(core: Core, conn: object) -> Callable[[Statement[Any]], Awaitable[Any]]:
-    """Run statements on the caller's connection ``conn``."""
+def on_connection(
+    core: Core, conn: object, operation: str = "start"
+) -> Callable[[Statement[Any]], Awaitable[Any]]:
+    """Run statements on the caller's connection ``conn`` (given to ``operation``)."""
     if caller.is_sync(conn):
         sync_conn: caller.Connection = conn  # type: ignore[assignment]
 
@@ -224,7 +226,7 @@ def _on_connection(core: Core, conn: object) -> Callable[[Statement[Any]], Await
 
         return run_async
     raise ConfigurationError(
-        "conn must be a psycopg.Connection (start_async also takes an AsyncConnection), "
+        f"conn must be a psycopg.Connection ({operation}_async also takes an AsyncConnection), "
         f"not {type(conn).__name__}"
     )
 

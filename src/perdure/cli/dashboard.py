@@ -21,6 +21,7 @@ from perdure.dashboard.config import (
     TOKENS_ENV,
     TOKENS_FILE_ENV,
 )
+from perdure.dashboard.hooks_config import WEBHOOKS_ENV, WEBHOOKS_FILE_ENV
 from perdure.dashboard.roles import ROLES
 
 if TYPE_CHECKING:
@@ -90,6 +91,13 @@ def dashboard_options(command: F) -> F:
                 help=f"The role of proxy users mapped to nothing (default viewer; none: refused; "
                 f"${PROXY_DEFAULT_ENV}).",
             ),
+            _auth_option(
+                "--webhooks-file",
+                metavar="PATH",
+                help=f"Accept signed webhooks from the sources of this TOML (or .json) file "
+                f"at /api/v1/webhooks/<source>; default: ${WEBHOOKS_FILE_ENV} "
+                f"(and ${WEBHOOKS_ENV}).",
+            ),
         ]
     ):
         command = option(command)
@@ -121,6 +129,7 @@ def make_config(host: str, port: int, token: str | None, read_only: bool) -> Das
         proxy_groups_header=auth.get("proxy_groups_header"),
         proxy_roles=auth.get("proxy_role") or (),
         proxy_default_role=auth.get("proxy_default_role"),
+        webhooks_file=auth.get("webhooks_file"),
     )
 
 

@@ -57,6 +57,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "perdure.cli.embedded:embedded",
         "Manage the embedded PostgreSQL server (the default database).",
     ),
+    "events": (
+        "perdure.cli.events:events",
+        "Emit application events and list the latest, with the runs each woke or started.",
+    ),
     "keys": (
         "perdure.cli.keys:keys",
         "Make payload encryption keys (PERDURE_ENCRYPTION_KEYS).",

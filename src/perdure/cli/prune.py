@@ -46,8 +46,9 @@ def prune(
 
     Runs still live, runs with live children and children of live runs are
     left alone; the work goes in batches while workers keep working. Then the
-    day partitions of history older than the cutoff are dropped whole.
-    Workers can do this by themselves: perdure worker --prune-after 30d.
+    day partitions of history older than the cutoff are dropped whole, and
+    the emitted events recorded before the cutoff are deleted. Workers can do
+    this by themselves: perdure worker --prune-after 30d.
     """
     with state.app() as app:
         result = app.prune(finished_before, archive=archive, batch_size=batch_size, dry_run=dry_run)
@@ -63,6 +64,8 @@ def prune(
             f"{verb} {result.runs} run(s) that finished before {cutoff}, "
             f"in {result.batches} batch(es)"
         )
+    if result.events:
+        click.echo(f"deleted {result.events} emitted event(s) recorded before {cutoff}")
     dropped = ", ".join(result.partitions) or "none"
     click.echo(f"history partitions {'to drop' if dry_run else 'dropped'}: {dropped}")
     if result.postponed:

@@ -44,11 +44,18 @@ def describe_database(app: App, embedded_server: bool) -> str:
 
 
 def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: bool) -> str:
-    """One line saying which worker serves which workflows and queues, on which database."""
-    workflows = ", ".join(f"{name}@{version}" for name, version in sorted(app.registry.all()))
+    """One line saying which worker serves which workflows and queues, on which database,
+    and which emitted events start which workflows."""
+    found = app.registry.all()
+    workflows = ", ".join(f"{name}@{version}" for name, version in sorted(found))
+    triggers = sorted(
+        f"{d.name} on {t.name}" for d in found.values() for t in getattr(d, "triggers", ())
+    )
+    started = f"; started by events: {', '.join(triggers)}" if triggers else ""
     return (
         f"perdure worker {worker_id} serving workflows {workflows} "
-        f"on queues {', '.join(queues)}; database: {describe_database(app, embedded_server)}"
+        f"on queues {', '.join(queues)}{started}; "
+        f"database: {describe_database(app, embedded_server)}"
     )
 
 
@@ -75,6 +82,19 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     default=30.0,
     show_default=True,
     help="How long a claimed task stays held without a heartbeat.",
+)
+@click.option(
+    "--pool-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Most statement connections the worker opens (default: concurrency + 4, at most 20); "
+    "plain def steps' ctx.transaction get half as many more (docs/deploying.md).",
+)
+@click.option(
+    "--detect-nondeterminism",
+    is_flag=True,
+    help="Warn (file:line) when a workflow body calls datetime.now, time.time, random "
+    "or uuid.uuid4 directly instead of ctx.now(), ctx.random(), ctx.uuid4() or a step.",
 )
 @click.option(
     "--poll-seconds",
@@ -166,6 +186,8 @@ def worker(
     concurrency: int,
     queues: tuple[str, ...],
     lease_seconds: float,
+    pool_size: int | None,
+    detect_nondeterminism: bool,
     poll_seconds: float,
     blocked_loop_seconds: float,
     shutdown_seconds: float,
@@ -219,6 +241,8 @@ def worker(
             concurrency=concurrency,
             queues=list(queues) or None,
             lease_seconds=lease_seconds,
+            pool_size=pool_size,
+            detect_nondeterminism=detect_nondeterminism,
             poll_seconds=poll_seconds,
             blocked_loop_seconds=blocked_loop_seconds,
             shutdown_seconds=shutdown_seconds,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.text import Text
@@ -25,10 +25,12 @@ def workflows() -> None:
 def list_workflows(state: CliState, as_json: bool) -> None:
     """List registered workflow versions: queue, live workers, run counts by status.
 
-    A workflow is registered when a worker serving it starts, or by
-    ``perdure migrate --app APP``. A run is pinned to the version that started
-    it and only a worker with that version claims it: a version without a
-    live worker shows "none", and its queued runs wait.
+    A workflow started by emitted events shows its triggers under its kind
+    (``on order.paid {"status": "ok"}``). A workflow is registered when a
+    worker serving it starts, or by ``perdure migrate --app APP``. A run is
+    pinned to the version that started it and only a worker with that
+    version claims it: a version without a live worker shows "none", and its
+    queued runs wait.
     """
     with state.app() as app:
         found = app.workflows()
@@ -46,7 +48,7 @@ def list_workflows(state: CliState, as_json: bool) -> None:
     table.add_column("workflow", overflow="fold")
     table.add_column("version", justify="right", no_wrap=True)
     table.add_column("queue", overflow="fold")
-    table.add_column("kind", no_wrap=True)
+    table.add_column("kind", overflow="fold")
     table.add_column("registered", no_wrap=True)
     table.add_column("workers", overflow="fold")
     table.add_column("runs", overflow="fold")
@@ -55,7 +57,7 @@ def list_workflows(state: CliState, as_json: bool) -> None:
             render.text(info.name),
             render.text(info.version),
             render.text(info.queue),
-            render.text(info.kind),
+            kind_text(info.kind, info.definition),
             render.text(render.format_time(info.updated_at, seconds=False)),
             workers_text(info.workers),
             render.counts_text(info.counts),
@@ -67,6 +69,17 @@ def list_workflows(state: CliState, as_json: bool) -> None:
             "`perdure runs list --workflow NAME` finds the others",
             style="dim",
         )
+
+
+def kind_text(kind: str, definition: dict[str, Any]) -> Text:
+    """The workflow's kind, then one line per event trigger: ``on NAME MATCH``."""
+    lines = [kind]
+    for trigger in definition.get("on_event") or []:
+        match = trigger.get("match") or {}
+        lines.append(
+            f"on {trigger.get('name')}" + (f" {render.compact(match, 40)}" if match else "")
+        )
+    return render.text("\n".join(lines))
 
 
 def workers_text(workers: list[str]) -> Text:

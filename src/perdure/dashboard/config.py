@@ -7,6 +7,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from perdure.dashboard import hooks_config
+from perdure.dashboard.hooks_config import WebhookSource
 from perdure.dashboard.roles import (
     MIN_TOKEN_LENGTH,
     NamedToken,
@@ -59,7 +61,8 @@ class DashboardConfig:
     ``proxy``: trust an authenticating proxy's user header from its addresses.
     One of the three is mandatory when ``host`` is not a loopback address.
     ``read_only``: no action is shown or accepted. ``refresh_seconds``: how
-    often live pages fetch fresh data (0: never).
+    often live pages fetch fresh data (0: never). ``webhooks``: the sources
+    whose signed deliveries ``POST /api/v1/webhooks/{source}`` accepts.
     """
 
     host: str = "127.0.0.1"
@@ -69,6 +72,7 @@ class DashboardConfig:
     refresh_seconds: float = 3.0
     tokens: tuple[NamedToken, ...] = ()
     proxy: ProxyAuth | None = None
+    webhooks: tuple[WebhookSource, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -85,6 +89,10 @@ class DashboardConfig:
             isinstance(t, NamedToken) for t in self.tokens
         ):
             raise ConfigurationError("tokens must be a tuple of NamedToken")
+        if not isinstance(self.webhooks, tuple) or not all(
+            isinstance(w, WebhookSource) for w in self.webhooks
+        ):
+            raise ConfigurationError("webhooks must be a tuple of WebhookSource")
         if self.proxy is not None and not isinstance(self.proxy, ProxyAuth):
             raise ConfigurationError(f"proxy must be a ProxyAuth, not {self.proxy!r}")
         names = [t.name for t in self.all_tokens]
@@ -126,13 +134,15 @@ class DashboardConfig:
         proxy_groups_header: str | None = None,
         proxy_roles: Sequence[str] = (),
         proxy_default_role: str | None = None,
+        webhooks_file: str | None = None,
     ) -> DashboardConfig:
         """A config from options, each defaulting to its environment variable.
 
         The token defaults to PERDURE_DASHBOARD_TOKEN (an empty one is none);
         named tokens come from PERDURE_TOKENS and the tokens file
         (``tokens_file`` or PERDURE_TOKENS_FILE); proxy trust from
-        PERDURE_TRUSTED_PROXIES and the PERDURE_PROXY_* variables.
+        PERDURE_TRUSTED_PROXIES and the PERDURE_PROXY_* variables; webhook
+        sources from ``webhooks_file`` (or PERDURE_WEBHOOKS_FILE) and PERDURE_WEBHOOKS.
         """
         env = os.environ
         token = token or env.get(TOKEN_ENV) or None
@@ -151,7 +161,8 @@ class DashboardConfig:
                 roles=parse_role_map(list(proxy_roles) or env.get(PROXY_ROLES_ENV, "").split(",")),
                 default_role=None if default == "none" else check_role(default, "default role"),
             )
-        return cls(host, port, token, read_only, refresh_seconds, tokens, proxy)
+        webhooks = hooks_config.load(webhooks_file)
+        return cls(host, port, token, read_only, refresh_seconds, tokens, proxy, webhooks)
 
     @property
     def url(self) -> str:

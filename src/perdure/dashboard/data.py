@@ -31,6 +31,8 @@ from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, Workfl
 COUNT_CAP = 10_000
 #: The workflows page counts the statuses of each version's newest runs.
 RECENT_RUNS = 1_000
+#: The events page shows the newest emitted events.
+RECENT_EVENTS = 100
 #: A worker whose heartbeat is older than this is not counted as running.
 LIVE_SECONDS = 60.0
 #: What the overview shows of a schedule (perdure.ScheduleInfo), when it has them.
@@ -226,6 +228,11 @@ class DashboardData:
             parent=parent,
             definition=definition,
         )
+
+    def events(self) -> list[dict[str, Any]]:
+        """The latest RECENT_EVENTS emitted events, with the runs each woke and started."""
+        found: list[dict[str, Any]] = self.app.emitted_events(limit=RECENT_EVENTS)
+        return found
 
     def workflows(self) -> list[WorkflowInfo]:
         """Registered workflow versions, with the statuses of each one's newest runs.

@@ -1,4 +1,4 @@
-"""The pages: overview, runs, one run, workflows, and the error pages."""
+"""The pages: overview, runs, one run, workflows, events, and the error pages."""
 
 from __future__ import annotations
 
@@ -198,6 +198,13 @@ def audit(request: Request) -> Response:
     return board.render(request, "audit.html", context)
 
 
+def events(request: Request) -> Response:
+    """The latest emitted events, with the runs each woke or started."""
+    board = dashboard_of(request)
+    context = {"page": "events", "events": board.data.events(), "live": False}
+    return board.render(request, "events.html", context)
+
+
 def login(request: Request) -> Response:
     """The login form (for a dashboard with a token)."""
     next_path = request.query_params.get("next", "/")
@@ -244,5 +251,6 @@ def routes() -> list[Route]:
         Route("/find", find, name="find"),
         Route("/workflows", workflows, name="workflows"),
         Route("/audit", audit, name="audit"),
+        Route("/events", events, name="events"),
         Route("/login", login, name="login", methods=["GET"]),
     ]

@@ -66,10 +66,16 @@ def _arrived(signal: str, steps: list[Step], signals: list[dict[str, Any]]) -> b
 
 
 def _wait_line(waiting_for: dict[str, Any], now: datetime) -> str | None:
-    """``signal packed · times out in 1 d``, ``a timer · wakes in 5 min``, or None."""
+    """``signal packed · times out in 1 d``, ``event order.paid matching {...} · times
+    out in 1 d``, ``a timer · wakes in 5 min``, or None."""
     until = waiting_for.get("until")
-    if "signal" in waiting_for:
-        line = f"signal {waiting_for['signal']}"
+    if "signal" in waiting_for or "event" in waiting_for:
+        if "signal" in waiting_for:
+            line = f"signal {waiting_for['signal']}"
+        else:
+            match = waiting_for.get("match")
+            line = f"event {waiting_for['event']}"
+            line += f" matching {fmt.compact(match, 80)}" if match else ""
         deadline = fmt.due(until, now).removeprefix("due ")
         return f"{line} · times out {deadline}" if deadline else line
     if "sleep" in waiting_for:

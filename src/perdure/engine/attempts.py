@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, Protocol
 
-from perdure.engine import faults, serialization, steplogs
+from perdure.engine import faults, nondeterminism, serialization, steplogs
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import Disconnected, StaleHistory, Suspend, Unwind
 from perdure.engine.deferred import DeferredCheckpoint
@@ -71,7 +71,7 @@ async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body)
     try:
         try:
             faults.hit("before_step", attempt.name)
-            with steplogs.capture() as logged:
+            with steplogs.capture() as logged, nondeterminism.in_step():
                 text, decoded = await body(attempt)
         except (Suspend, Unwind, StaleHistory, asyncio.CancelledError):
             raise

@@ -9,6 +9,13 @@ task's queue), whether work is left for it after another worker answered
 first, and which executions stop because the heartbeat found their tasks
 taken. Its callbacks run on the wakeup thread and reach the event loop only
 through ``call_soon_threadsafe``.
+
+Only the first LISTENERS workers of a queue listen on the shared channel
+(``shared``); a listener too busy to take work left after a notification
+passes the call on to the next live worker of its queues (by id), on that
+worker's own channel, which checks at once and passes it on in turn when it
+is full too. A schedule changed elsewhere nudges the ticker
+(engine/schedules.py).
 """
 
 from __future__ import annotations
@@ -25,11 +32,21 @@ from perdure.engine.executions import Executions
 from perdure.engine.maintenance import Heartbeat
 from perdure.engine.observer import Observer, task_fields
 from perdure.engine.options import WorkerOptions
-from perdure.engine.wakeup import Wakeup
+from perdure.engine.schedules import Nudge
+from perdure.engine.wakeup import (
+    CONFIRM_SECONDS,
+    FORWARDED,
+    LATE_CONFIRM_SECONDS,
+    LISTENERS,
+    STAGGER_SECONDS,
+    STAGGER_WAVE,
+    Wakeup,
+)
 from perdure.engine.watchdog import LoopWatch, StepsInFlight
 from perdure.store.listener import Listener
 from perdure.store.statements import Statements
 from perdure.store.statements.queues import WAKE_PREFIX
+from perdure.store.statements.schedules import SCHEDULES_PAYLOAD
 
 log = logging.getLogger("perdure.worker")
 
@@ -62,8 +79,13 @@ class Attendance:
         #: Notifications another worker answered first, checked by this one:
         #: [left alone, woken for] (engine/wakeup.py).
         self.wake_checks = [0, 0]
+        #: Calls this worker passed on to the next worker, being full.
+        self.forwarded = 0
         self.heartbeat: Heartbeat | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: Wakeup | None = None
+        #: What tells the ticker of a schedule changed elsewhere.
+        self.nudge = Nudge(asyncio.Event(), self.listening)
 
     def wakeup(
         self,
@@ -90,38 +112,101 @@ class Attendance:
         watch = LoopWatch(
             loop, options.blocked_loop_seconds, steps.steps.get, self.observer.loop_blocked
         )
-        return Wakeup(
+        self._wakeup = Wakeup(
             url,
             self.statements.channel,
             name,
             chores=[heartbeat, watch],
             place=self.place,
             confirm=self.confirm,
+            own_channel=self.statements.queues.worker_channel(self.worker_id),
+            shared=self.shared,
         )
+        return self._wakeup
+
+    def listening(self) -> bool:
+        """Whether notifications of the shared channel reach this worker now."""
+        wakeup = self._wakeup
+        return wakeup is not None and wakeup.connected.is_set() and wakeup.listening_shared
+
+    def rank(self) -> int:
+        """This worker's first place among the workers of its queues (0 until told)."""
+        ranks = self.heartbeat.queue_ranks if self.heartbeat is not None else {}
+        return min(ranks.values(), default=0)
+
+    def shared(self) -> bool:
+        """Whether this worker listens on the shared channel: it is among the first
+        LISTENERS workers of one of its queues (or has not been told its place)."""
+        return self.rank() < LISTENERS
+
+    def lag(self) -> float:
+        """How long after a task's due time this worker's timer for it ends: at once
+        for the first worker of its queues, when it would check a notification for
+        the others (the first claims it, the others find it taken with one query)."""
+        rank = self.rank()
+        if rank == 0:
+            return 0.0
+        if rank == 1:
+            return CONFIRM_SECONDS
+        return LATE_CONFIRM_SECONDS + (rank - 2) % STAGGER_WAVE * STAGGER_SECONDS
 
     def place(self, payload: str) -> int | None:
         """Where this worker stands in answering a notification (engine/wakeup.py):
-        by its rank among the workers of the task's queue. Another worker's call
+        by its rank among the workers of the task's queue (the first, when full,
+        checks at once to pass the call on). Another worker's call
         (a slot freed in a queue limited across workers, steps more than it can
         run) is checked by all within CONFIRM_SECONDS."""
         if payload in self._queues:
             ranks = self.heartbeat.queue_ranks if self.heartbeat is not None else {}
-            return ranks.get(payload, 0)
+            rank = ranks.get(payload, 0)
+            if rank == 0 and self.free_slots() <= 0:
+                # Full: not woken for nothing; it checks at once, and passes
+                # the call on when the work is still there.
+                return FORWARDED
+            return rank
         if payload.startswith(WAKE_PREFIX) and payload != self._own_wake:
             return 1
+        if payload == SCHEDULES_PAYLOAD:
+            self._call(self.nudge.event.set)
         return None
 
-    def confirm(self, listener: Listener) -> bool:
+    def confirm(self, listener: Listener) -> bool | float:
         """Whether work is left for this worker after a notification another answered
-        first (on the wakeup thread: one query, instead of a claim through the loop)."""
+        first (on the wakeup thread: one query, instead of a claim through the loop);
+        or, for work due later, in how many seconds to check again (engine/wakeup.py):
+        the first worker of the queue wakes for it on time, the others only check,
+        a moment after, that it took it. Full, it passes the call on to the next
+        worker of its queues when work is due now."""
         if self.free_slots() <= 0:
+            self._pass_on(listener)
             return False
         woken = True
         if self.claims.unlimited and not self.claims.throttled:
             due = listener.execute(self.claims.due())
             woken = due is not None and time.monotonic() + due < self.wait_until
+            if woken and due is not None and due > 0 and self.rank() > 0:
+                self.wake_checks[0] += 1
+                return due + self.lag()
         self.wake_checks[woken] += 1
         return woken
+
+    def _pass_on(self, listener: Listener) -> None:
+        """Tell the next live worker of each served queue (on its own channel) that
+        work is due now which this full worker cannot take."""
+        if self.heartbeat is None:
+            return
+        due = listener.execute(self.claims.due())
+        if due is None or due > 0:
+            return
+        fresh = self.heartbeat.lease_seconds
+        queues = sorted(self._queues)
+        successor = listener.execute(
+            self.statements.workers.next_worker(self.worker_id, queues, fresh)
+        )
+        if successor is None:
+            return  # the last of its queues' workers: the fallback poll covers the rest
+        listener.execute(self.statements.queues.forward(successor, self.worker_id))
+        self.forwarded += 1
 
     def _call(self, callback: Callable[..., object], *args: object) -> None:
         """Run ``callback(*args)`` on the worker's loop (from the wakeup thread)."""

@@ -19,7 +19,7 @@ from perdure.engine import poison, serialization
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import StaleHistory, Suspend
 from perdure.engine.executor import Execution
-from perdure.engine.waits import FOREVER_SECONDS, _park
+from perdure.engine.waits import FOREVER_SECONDS, park
 from perdure.errors import ChildFailed, RunKeyConflict, UnknownWorkflow
 from perdure.store.store import execute_async
 from perdure.store.writes import Start
@@ -122,7 +122,7 @@ async def child_result(ex: Execution, child_run_id: str, workflow: str) -> Any:
             await ex.checkpoint(attempt, "failed", None, text, conn=conn)
             failure = ChildFailed(name, child_run_id, status.value, row["error"])
         else:
-            await _park(
+            await park(
                 ex,
                 position,
                 name,

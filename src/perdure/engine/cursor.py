@@ -32,6 +32,9 @@ class ReplayCursor:
     requested: tuple[int, str] = (0, "")
     #: Set once the code asked for another step than the one recorded.
     diverged: NonDeterminismError | None = None
+    #: What ``ctx.patched`` answered, by patch id: True where the run takes the
+    #: new code (its marker recorded), False where its history predates the patch.
+    patches: dict[str, bool] = field(default_factory=dict)
 
     @classmethod
     def of(cls, run_id: str, workflow: str, version: int, steps: Iterable[Step]) -> ReplayCursor:
@@ -55,6 +58,31 @@ class ReplayCursor:
             )
             raise self.diverged
         return position, recorded
+
+    def patch(self, patch_id: str, marker: str) -> bool | None:
+        """Whether the history took patch ``patch_id`` here: True if its ``marker``
+        is recorded at the position (taken), False if another checkpoint is (the
+        history predates the patch), None if nothing is recorded yet (new code).
+
+        The first answer for a patch id holds for the rest of the execution.
+        """
+        if patch_id in self.patches:
+            return self.patches[patch_id]
+        recorded = self.history.get(self.position)
+        if recorded is None:
+            return None
+        taken = self.skip_marker(marker)
+        self.patches[patch_id] = taken
+        return taken
+
+    def skip_marker(self, marker: str) -> bool:
+        """Take the position if a patch's ``marker`` is recorded there; whether it was."""
+        recorded = self.history.get(self.position)
+        if recorded is None or recorded.name != marker or recorded.kind != "step":
+            return False
+        self.requested = (self.position, marker)
+        self.position += 1
+        return True
 
     def jump(self, position: int) -> None:
         """Move to ``position`` (a step task goes straight to its own step)."""

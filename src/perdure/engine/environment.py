@@ -69,6 +69,9 @@ class ExecutionEnv:
     #: Tasks the worker executes at once: an execution that runs a batch of
     #: step tasks in its one slot runs at most this many at a time.
     concurrency: int = 64
+    #: Report the clock, randomness and UUIDs read directly in a workflow body
+    #: (engine.nondeterminism).
+    detect_nondeterminism: bool = False
     #: Batches of step tasks still running after the execution that
     #: claimed them moved on (a gather that failed fast); the worker waits
     #: for them, then cancels them, before it stops (engine.parallel.wind_down).

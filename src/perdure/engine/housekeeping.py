@@ -48,13 +48,15 @@ class Ticker:
     name = "ticker"
     on_duty = True
 
-    def __init__(self, store: AsyncStore, options: TickerOptions) -> None:
-        """Tick the schedules of ``store``."""
-        self.store, self.options = store, options
+    def __init__(
+        self, store: AsyncStore, options: TickerOptions, nudge: schedules.Nudge | None = None
+    ) -> None:
+        """Tick the schedules of ``store``; ``nudge`` tells of schedules changed elsewhere."""
+        self.store, self.options, self.nudge = store, options, nudge
 
     async def run(self) -> None:
         """Tick due schedules until cancelled."""
-        await schedules.tick_loop(self.store, self.options.poll_seconds)
+        await schedules.tick_loop(self.store, self.options.poll_seconds, self.nudge)
 
 
 class Retention:

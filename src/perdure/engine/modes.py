@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from perdure.engine.housekeeping import Reaper, Retention, Status, Ticker
 from perdure.engine.observer import Observer
 from perdure.engine.options import WorkerOptions
+from perdure.engine.schedules import Nudge
 from perdure.engine.services import Job
 from perdure.store.store import AsyncStore
 
@@ -33,12 +34,13 @@ class Serving:
         self.queues = list(queues)
         self.observer = observer
 
-    def jobs(self, store: AsyncStore) -> list[Job]:
-        """The periodic jobs beside the claim loop."""
+    def jobs(self, store: AsyncStore, nudge: Nudge | None = None) -> list[Job]:
+        """The periodic jobs beside the claim loop (``nudge``: the ticker's, see
+        engine/schedules.py)."""
         opts = self.options
         return [
             *self._essential(store),
-            Ticker(store, opts.ticker),
+            Ticker(store, opts.ticker, nudge),
             Retention(store, opts.retention, self.observer.maintenance_pass),
         ]
 
@@ -63,7 +65,7 @@ class Inline(Serving):
     #: It stops once nothing is due: it does not wait for a stuck thread.
     counts_stuck_threads = False
 
-    def jobs(self, store: AsyncStore) -> list[Job]:
+    def jobs(self, store: AsyncStore, nudge: Nudge | None = None) -> list[Job]:
         """The status report and the reaper only."""
         return self._essential(store)
 

@@ -16,6 +16,10 @@ from perdure.errors import ConfigurationError
 #: (migration 0016): a worker's fallback poll never waits longer.
 NOTIFY_HORIZON_SECONDS = 60.0
 
+#: A worker's statement pool holds at most this many connections unless
+#: ``pool_size`` says otherwise (fewer with a small concurrency).
+DEFAULT_POOL_SIZE = 20
+
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,6 +32,7 @@ else:
     from typing_extensions import Unpack
 
 __all__ = [
+    "DEFAULT_POOL_SIZE",
     "NOTIFY_HORIZON_SECONDS",
     "Unpack",
     "WorkerArguments",
@@ -55,11 +60,13 @@ class WorkerKeywords(TypedDict, total=False):
     shutdown_seconds: float
     worker_id: str | None
     exit_when_idle: bool
+    detect_nondeterminism: bool
     prune_after: float | timedelta | None
     prune_archive: bool
     prune_batch: int
     maintenance_seconds: float
     connect_seconds: float
+    pool_size: int | None
 
 
 class WorkerArguments(WorkerKeywords, total=False):
@@ -103,6 +110,9 @@ class WorkerOptions:
     #: Stop once nothing is running and nothing is due now: the inline mode of
     #: perdure.testing.drain and App.run_until_complete (same code path).
     exit_when_idle: bool = False
+    #: Report a workflow body's direct calls to the clock, randomness or UUIDs
+    #: (engine.nondeterminism); on in perdure.testing.drain.
+    detect_nondeterminism: bool = False
     #: Retention (engine/retention.py): delete runs that finished longer ago
     #: than this (seconds or a timedelta); None keeps them. Whatever the
     #: setting, the maintenance pass creates history's day partitions ahead.
@@ -115,6 +125,11 @@ class WorkerOptions:
     maintenance_seconds: float = 3600.0
     #: Seconds to wait at start for the database to accept connections.
     connect_seconds: float = 30.0
+    #: The most statement connections the worker's pool holds; None:
+    #: concurrency + 4, at most DEFAULT_POOL_SIZE. Plain ``def`` steps'
+    #: ``ctx.transaction`` get a pool of half as many (at least 2), so a worker
+    #: opens at most ``client_connections`` through the URL (a pooler's).
+    pool_size: int | None = None
 
     def __post_init__(self) -> None:
         arguments.integer("concurrency", self.concurrency, minimum=1, maximum=10_000)
@@ -133,10 +148,28 @@ class WorkerOptions:
         arguments.integer("claim_batch", self.claim_batch, minimum=1, maximum=10_000)
         arguments.optional_text("worker_id", self.worker_id, max_length=200)
         arguments.flag("exit_when_idle", self.exit_when_idle)
+        if self.pool_size is not None:
+            arguments.integer("pool_size", self.pool_size, minimum=1, maximum=10_000)
+        arguments.flag("detect_nondeterminism", self.detect_nondeterminism)
         # Each periodic job's options refuse a bad value of their own: made
         # once here, so that a bad option is refused when the worker is made.
         self.prune_after = self.retention.cutoff_seconds
         _ = (self.reaper, self.ticker, self.status)
+
+    @property
+    def statement_pool_size(self) -> int:
+        """The most connections of the worker's statement pool."""
+        return self.pool_size or min(self.concurrency + 4, DEFAULT_POOL_SIZE)
+
+    @property
+    def transaction_pool_size(self) -> int:
+        """The most connections of plain ``def`` steps' ``ctx.transaction`` pool."""
+        return max(2, self.statement_pool_size // 2)
+
+    @property
+    def client_connections(self) -> int:
+        """The most connections the worker opens through its URL (a pooler's, if any)."""
+        return self.statement_pool_size + self.transaction_pool_size
 
     @property
     def reaper(self) -> ReaperOptions:

@@ -70,6 +70,9 @@ GATHER_BATCH = 128
 HEAD_START_SECONDS = 0.5
 HEAD_START_RATE = 2000.0
 HEAD_START_MAX_SECONDS = 120.0
+#: A worker with fewer slots than this hands the step tasks it cannot run
+#: at once to the fleet without a head start (see share_the_rest).
+FEW_SLOTS = 8
 #: Fewer at once when the step is a plain ``def``: they share the worker's threads.
 GATHER_BATCH_THREADS = 8
 _FINAL = (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED, StepStatus.SKIPPED)
@@ -202,10 +205,18 @@ def batch_size(env: ExecutionEnv, most: int) -> int:
 
 async def share_the_rest(env: ExecutionEnv, task: ClaimedTask, claimed: int, limit: int) -> None:
     """When a batch took all it could (``claimed == limit``), more steps may wait
-    out their head start: wake the other workers, which set their timers for
-    them and join after it, as ``task``'s worker cannot run them all at once."""
-    if claimed == limit:
-        await env.store.execute(env.store.statements.queues.wake(task.fence.worker_id))
+    out their head start, as ``task``'s worker cannot run them all at once. A
+    worker with fewer than FEW_SLOTS slots (a single-slot worker of heavy steps)
+    lets the fleet claim them now: it would reach them only after its batch.
+    Another wakes the other workers, which set their timers for them and join
+    after the head start."""
+    if claimed != limit:
+        return
+    statements = env.store.statements
+    if env.concurrency < FEW_SLOTS:
+        await env.store.execute(statements.steps.release(task.run_id))
+    else:
+        await env.store.execute(statements.queues.wake(task.fence.worker_id))
 
 
 def head_start(steps: int) -> float:

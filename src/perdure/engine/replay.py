@@ -15,7 +15,7 @@ import asyncio
 import functools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from perdure.engine.control import ReplayEnd, StaleHistory, Suspend, Unwind
@@ -41,6 +41,9 @@ class ReplayReport:
     recorded: str | None = None
     requested: str | None = None
     error: str | None = None
+    #: What ``ctx.patched`` answered in the replay, by patch id: False where
+    #: the run's history predates the patch (it needs the old code path).
+    patches: tuple[tuple[str, bool], ...] = ()
 
     def describe(self) -> str:
         """One line for people."""
@@ -66,6 +69,19 @@ async def replay_run(
     if getattr(spec, "kind", "function") == "graph":
         return _check_graph(spec, run_id, steps)
     cursor = ReplayCursor.of(run_id, spec.name, spec.version, steps)
+    report = await _replay(spec, threads, cursor, input, steps)
+    return replace(report, patches=tuple(sorted(cursor.patches.items())))
+
+
+async def _replay(
+    spec: Spec,
+    threads: ThreadPoolExecutor,
+    cursor: ReplayCursor,
+    input: Any,
+    steps: Sequence[Step],
+) -> ReplayReport:
+    """Feed ``cursor``'s history to the workflow code; the report of where it stopped."""
+    run_id = cursor.run_id
     task = _replaying(spec, run_id, input)
     env = ExecutionEnv(None, lease_seconds=0.0, threads=threads)
     # The writer's store is None: any write ends the replay (ReplayEnd).

@@ -14,6 +14,8 @@ one at a time does the work; the others skip their turn. A pass:
    first), then deletes the default partition's old entries of gone runs;
 4. deletes the audit entries older than the cutoff, when the pass runs as
    the schema's owner (the audit table is append-only for other roles).
+5. deletes the emitted events (``app.emit``) recorded before the cutoff, in
+   batches, with the record of which runs each woke or started.
 """
 
 from __future__ import annotations
@@ -78,9 +80,17 @@ async def prune(
         # longer would stall every writer queued behind this DDL.
         postponed = True
         log.warning("history partitions busy; dropping them is postponed to the next pass")
+    events = 0
+    while True:
+        deleted = await store.execute(statements.emissions.prune(cutoff, batch_size), conn)
+        events += deleted
+        if deleted < batch_size:
+            break
     # The audit record keeps as long as history; only the owner may delete it.
     audit = await store.execute(statements.audits.prune(cutoff), conn)
-    return PruneResult(cutoff, total, batches, archive, False, dropped, postponed, audit)
+    return PruneResult(
+        cutoff, total, batches, archive, False, dropped, postponed, audit=audit, events=events
+    )
 
 
 async def maintenance_pass(

@@ -13,7 +13,9 @@ run (invariant 5).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -154,31 +156,67 @@ async def tick_due(store: AsyncStore, limit: int = 100) -> Ticked:
     return Ticked(started, advanced, seconds)
 
 
-async def tick_loop(store: AsyncStore, poll_seconds: float) -> None:
-    """Tick due schedules until cancelled: sleep until the next tick, at most ``poll_seconds``.
+#: How long the ticker sleeps at most while schedule changes are notified:
+#: the same safety net as the claim loop's fallback poll.
+QUIET_SECONDS = 60.0
 
-    The cap is how soon a schedule added, changed or resumed elsewhere is
-    seen. A round that advanced nothing although schedules were due (another
-    worker holds them, or they cannot start) waits the whole ``poll_seconds``,
-    so a broken schedule is not retried in a busy loop. A database outage is
-    logged and retried with capped backoff.
+
+@dataclass(frozen=True)
+class Nudge:
+    """What tells the ticker that a schedule was written, changed, paused or resumed.
+
+    ``event`` is set (on the loop) when the wakeup channel carries the
+    schedules' payload; ``listening()`` says whether such notifications
+    arrive now (the worker's LISTEN connection is up).
+    """
+
+    event: asyncio.Event
+    listening: Callable[[], bool]
+
+
+async def tick_loop(store: AsyncStore, poll_seconds: float, nudge: Nudge | None = None) -> None:
+    """Tick due schedules until cancelled: sleep until the next tick, or until told.
+
+    The ticker wakes for the next tick it knows of, to the moment. A schedule
+    added, changed or resumed elsewhere notifies (``nudge``): while those
+    notifications arrive the ticker sleeps at most QUIET_SECONDS between two
+    looks, else at most ``poll_seconds`` (also with a test's virtual clock,
+    which moves without telling anyone). A round that advanced nothing
+    although schedules were due (another worker holds them, or they cannot
+    start) waits the whole ``poll_seconds``, so a broken schedule is not
+    retried in a busy loop. A database outage is logged and retried with
+    capped backoff.
     """
     backoff = 0.0
     while True:
+        if nudge is not None:
+            nudge.event.clear()  # a change from here on is seen by this round or the next
         try:
             ticked = await tick_due(store)
             backoff = 0.0
             if ticked.advanced:
                 continue  # look again at once: next ticks moved
+            cap = _cap(store, poll_seconds, nudge)
             seconds = ticked.seconds
-            wait = poll_seconds if seconds is None else min(max(seconds, 0.005), poll_seconds)
+            wait = cap if seconds is None else min(max(seconds, 0.005), cap)
             if seconds is not None and seconds <= 0:
                 wait = poll_seconds
         except (Exception, Disconnected) as exc:
             backoff = min(max(backoff * 2, 0.25), 5.0)
             log.warning("ticking schedules failed (%s); retrying in %.2f s", exc, backoff)
             wait = backoff
-        await asyncio.sleep(wait)
+        if nudge is None:
+            await asyncio.sleep(wait)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(nudge.event.wait(), wait)
+
+
+def _cap(store: AsyncStore, poll_seconds: float, nudge: Nudge | None) -> float:
+    """The longest the ticker sleeps: QUIET_SECONDS while changes are notified."""
+    if nudge is None or not nudge.listening() or store.statements.clock.is_virtual:
+        return poll_seconds
+    return max(poll_seconds, QUIET_SECONDS)
 
 
 async def trigger(store: AsyncStore, name: str) -> Started | None:

@@ -26,7 +26,7 @@ from perdure.types import Step, StepStatus
 FOREVER_SECONDS = 100 * 365 * 86400.0
 
 
-async def _park(
+async def park(
     ex: Execution,
     position: int,
     name: str,
@@ -37,6 +37,7 @@ async def _park(
     seconds: float | None = None,
     conn: Any = None,
 ) -> None:
+    """Park the run at the wait at ``position``: hand its task back due at the wake time."""
     statements = ex.env.store.statements
     stmt = statements.steps.wait(
         ex.task.fence,
@@ -82,7 +83,7 @@ async def sleep(
             # Claimed before its time without being woken: wait for the same time.
             until, seconds = recorded.wake_at, None
         if ex.update_handlers is None:
-            await _park(
+            await park(
                 ex, position, "sleep", "sleep", {"sleep": True}, wake_at=until, seconds=seconds
             )
             raise Suspend()
@@ -91,7 +92,7 @@ async def sleep(
             # before is served now, one sent after sees the run waiting.
             await execute_async(conn, ex.env.store.statements.runs.lock(ex.task.run_id))
             if not await updates.pending(ex, conn):
-                await _park(
+                await park(
                     ex,
                     position,
                     "sleep",
@@ -184,7 +185,7 @@ async def _take_or_park(
             timed_out = True
         else:
             wake_at = recorded.wake_at if recorded is not None else None
-            await _park(
+            await park(
                 ex,
                 position,
                 step_name,

@@ -4,6 +4,13 @@ The ``tasks`` triggers NOTIFY ``<schema>_wakeup`` (the payload: the task's
 queue) when a task becomes ready. A worker holds one dedicated connection
 (the direct URL: LISTEN needs a session) on a thread of its own, which sets
 ``Wakeup.event`` on the event loop when a notification is its to answer.
+PostgreSQL delivers a notification to every session listening on its
+channel, so only the first LISTENERS workers of a queue listen on the shared
+channel (``shared()``); every worker also listens on a channel of its own,
+for a call passed on to it alone by a worker too busy to answer it. What a
+start costs the workers does not grow with the fleet's size. (The server
+still signals every listening session of the database for each
+notification; a session not listening on its channel drops it at once.)
 Between notifications, at least every ``TICK_SECONDS``, the thread runs
 its chores (the heartbeat, the loop watch): they go on while the event loop
 is blocked by a step that does not yield. If the connection drops, the
@@ -36,6 +43,12 @@ CONFIRM_SECONDS = 0.01
 LATE_CONFIRM_SECONDS = 0.2
 STAGGER_SECONDS = 0.004
 STAGGER_WAVE = 25
+#: How many workers of a queue (the first by id) listen on the shared
+#: channel: the first answers, the second covers for it at once when it is
+#: full or gone, the third when both are.
+LISTENERS = 3
+#: The place of a call passed on to this worker alone: it checks at once.
+FORWARDED = -1
 
 
 class Chore(Protocol):
@@ -61,10 +74,14 @@ class Wakeup:
     queue); ``1``, it checks ``CONFIRM_SECONDS`` later, with
     ``confirm(listener)`` (one cheap query on this thread), whether work is
     left that it should wake up for: the first worker was full, dead or
-    slow; ``n > 1``, it checks ``LATE_CONFIRM_SECONDS + (n - 2) %
+    slow (or, for work due later, when to check again: only the first
+    worker sets a timer for it); ``n > 1``, it checks ``LATE_CONFIRM_SECONDS + (n - 2) %
     STAGGER_WAVE * STAGGER_SECONDS`` later, for when the first two were.
     A check pending covers the notifications that come before it is made:
     however many come, a worker checks at most about five times a second.
+    Only the workers that ``shared()`` says so listen on the shared channel
+    (their ranks are below LISTENERS); with ``own_channel``, a call passed
+    on to this worker alone (the workers before it full) is checked at once.
     """
 
     def __init__(
@@ -74,11 +91,18 @@ class Wakeup:
         application_name: str = "perdure-listen",
         chores: Sequence[Chore] = (),
         place: Callable[[str], int | None] = lambda payload: 0,
-        confirm: Callable[[Listener], bool] = lambda listener: True,
+        confirm: Callable[[Listener], bool | float] = lambda listener: True,
+        own_channel: str | None = None,
+        shared: Callable[[], bool] = lambda: True,
     ) -> None:
-        """Listen on ``channel`` of the server at ``url`` once ``start`` is called."""
+        """Listen on ``channel`` of the server at ``url`` once ``start`` is called
+        (while ``shared()`` says so), and on ``own_channel`` if given."""
         self.url = url
         self.channel = channel
+        self.own_channel = own_channel
+        self.shared = shared
+        #: Whether the connection LISTENs on the shared channel now.
+        self.listening_shared = False
         self.application_name = application_name
         self.chores = list(chores)
         self.place = place
@@ -111,14 +135,14 @@ class Wakeup:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.event.set)
 
-    def _notified(self, payload: str) -> None:
-        place = self.place(payload)
+    def _notified(self, channel: str, payload: str) -> None:
+        place = FORWARDED if channel == self.own_channel else self.place(payload)
         if place is None:
             return
         if place == 0:
             self._wake()
             return
-        at = time.monotonic() + CONFIRM_SECONDS
+        at = time.monotonic() + (0.0 if place == FORWARDED else CONFIRM_SECONDS)
         if place > 1:
             at += LATE_CONFIRM_SECONDS + (place - 2) % STAGGER_WAVE * STAGGER_SECONDS
         if self._confirm_at is None or at < self._confirm_at:
@@ -129,13 +153,24 @@ class Wakeup:
         timeout = TICK_SECONDS
         if self._confirm_at is not None:
             timeout = min(timeout, max(self._confirm_at - time.monotonic(), 0.0))
-        payload = listener.wait(timeout)
-        if payload is not None:
-            self._notified(payload)
+        came = listener.wait_on(timeout)
+        if came is not None:
+            self._notified(*came)
         if self._confirm_at is not None and time.monotonic() >= self._confirm_at:
             self._confirm_at = None
-            if self.confirm(listener):
-                self._wake()
+            found = self.confirm(listener)
+            if isinstance(found, bool):
+                if found:
+                    self._wake()
+            else:  # work due later: check again then
+                self._confirm_at = time.monotonic() + found
+
+    def _sync(self, listener: Listener) -> None:
+        """LISTEN on the shared channel, or stop, as ``shared()`` now says."""
+        want = self.shared()
+        if want != self.listening_shared:
+            listener.listen(self.channel, on=want)
+            self.listening_shared = want
 
     def _tend(self, listener: Listener | None) -> None:
         for chore in self.chores:
@@ -152,6 +187,9 @@ class Wakeup:
         while not self._stopping.is_set():
             try:
                 with Listener(self.url, self.channel, self.application_name) as listener:
+                    self.listening_shared = True
+                    if self.own_channel is not None:
+                        listener.listen(self.own_channel)
                     self.connected.set()
                     # Anything that became ready while we were not listening is
                     # found by one claim attempt.
@@ -160,6 +198,7 @@ class Wakeup:
                     while not self._stopping.is_set():
                         self._listen(listener)
                         self._tend(listener)
+                        self._sync(listener)
             except Exception as exc:
                 self.connected.clear()
                 if self._stopping.is_set():

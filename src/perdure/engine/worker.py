@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from perdure.engine import dispatch, modes, parallel
+from perdure.engine import capacity, dispatch, modes, parallel
 from perdure.engine.attendance import Attendance
 from perdure.engine.claiming import Claims
 from perdure.engine.commit import Committer
@@ -177,7 +177,7 @@ class Worker:
             self.url,
             self.statements,
             min_size=1,
-            max_size=opts.concurrency + 4,
+            max_size=opts.statement_pool_size,
             max_idle=10.0,
             name=name,
             unavailable=Disconnected,
@@ -192,10 +192,11 @@ class Worker:
             store.endpoints.session_url, f"{name}-listen", opts, self._steps, env.lost_tasks
         )
         duty = self.attendance.heartbeat.duty if self.attendance.heartbeat else None
-        self.jobs = [Runner(job, duty) for job in self.mode.jobs(store)]
+        self.jobs = [Runner(job, duty) for job in self.mode.jobs(store, self.attendance.nudge)]
         services = Services([wakeup, *self.jobs, committer])
         try:
             await self._register(store)
+            await capacity.check(store, opts, name)
             self.store = store
             self.observer.worker_started(self)
             services.start()
@@ -228,6 +229,7 @@ class Worker:
             observer=self.observer,
             committer=committer,
             concurrency=opts.concurrency,
+            detect_nondeterminism=opts.detect_nondeterminism,
         )
 
     async def _register(self, store: AsyncStore) -> None:
@@ -313,7 +315,9 @@ class Worker:
         self.observer.worker_idle(free - len(claimed))
         due = await self.claims.next_due(store)
         if due is not None:
-            timeout = min(timeout, max(due, 0.0))
+            # Due later: the first worker of the queue wakes for it on time,
+            # the others a moment later, when it was taken (engine/attendance.py).
+            timeout = min(timeout, due + self.attendance.lag() if due > 0 else 0.0)
             if due <= 0:
                 # Claimable work was left behind: another worker was claiming
                 # it, or its queue got a global limit since this worker last

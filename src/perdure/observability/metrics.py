@@ -182,6 +182,8 @@ class WorkerMetrics(Observer):
         )
         self.queues = _QueueDepth(self)
         r.register(self.queues)
+        self.events = _EventCounts(self)
+        r.register(self.events)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.port: int | None = None
@@ -340,24 +342,71 @@ class _QueueDepth(Collector):
         return [depth, oldest]
 
     def _read(self) -> list[QueueInfo] | None:
-        worker, loop = self.metrics._worker, self.metrics._loop
-        store = worker.store if worker is not None else None
-        if worker is None or store is None or loop is None or loop.is_closed():
-            return None
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            # Scraped from inside an event loop (the worker's own, perhaps):
-            # waiting here could block the very statement the wait is for.
-            return None
-        future = asyncio.run_coroutine_threadsafe(
-            store.execute(store.statements.queues.list()), loop
+        return read_now(
+            self.metrics, lambda st: st.queues.list(), "the queues' depth", self.timeout
         )
-        try:
-            return future.result(self.timeout)
-        except BaseException as exc:
-            future.cancel()
-            log.warning("metrics: could not read the queues' depth (%s)", exc)
-            return None
+
+
+#: The window of ``perdure_events_recent``, in seconds.
+EVENTS_WINDOW = 300.0
+
+
+class _EventCounts(Collector):
+    """``perdure_events_recent``: events emitted in the last five minutes, by outcome."""
+
+    timeout = 5.0
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> Iterable[Metric]:
+        """The family, without reading the database."""
+        return [self._family()]
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "perdure_events_recent",
+            "Events emitted (app.emit, emit_event) in the last 5 minutes, by outcome: "
+            "in (all of them), matched (woke or started a run), unmatched.",
+            labels=["outcome"],
+        )
+
+    def collect(self) -> Iterable[Metric]:
+        """Count the recent events now; leave the series out if the database does not answer."""
+        row = read_now(
+            self.metrics, lambda st: st.emissions.counts(EVENTS_WINDOW), "the events", self.timeout
+        )
+        if row is None:
+            return []
+        family = self._family()
+        emitted, matched = float(row["emitted"]), float(row["matched"])
+        family.add_metric(["in"], emitted)
+        family.add_metric(["matched"], matched)
+        family.add_metric(["unmatched"], emitted - matched)
+        return [family]
+
+
+def read_now(
+    metrics: WorkerMetrics, make: Callable[[Any], Any], what: str, timeout: float
+) -> Any | None:
+    """Run the statement ``make(statements)`` on the observed worker's pool, at scrape time;
+    None when no worker is observed, when scraped from an event loop, or on any error."""
+    worker, loop = metrics._worker, metrics._loop
+    store = worker.store if worker is not None else None
+    if worker is None or store is None or loop is None or loop.is_closed():
+        return None
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        # Scraped from inside an event loop (the worker's own, perhaps):
+        # waiting here could block the very statement the wait is for.
+        return None
+    future = asyncio.run_coroutine_threadsafe(store.execute(make(store.statements)), loop)
+    try:
+        return future.result(timeout)
+    except BaseException as exc:
+        future.cancel()
+        log.warning("metrics: could not read %s (%s)", what, exc)
+        return None

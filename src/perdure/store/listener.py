@@ -63,9 +63,19 @@ class Listener:
 
     def wait(self, timeout: float) -> str | None:
         """Wait up to ``timeout`` s for a notification; its payload (None if none came)."""
+        came = self.wait_on(timeout)
+        return None if came is None else came[1]
+
+    def wait_on(self, timeout: float) -> tuple[str, str] | None:
+        """Wait up to ``timeout`` s for a notification; its channel and payload."""
         for came in self.conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
-            return came.payload
+            return came.channel, came.payload
         return None
+
+    def listen(self, channel: str, *, on: bool = True) -> None:
+        """LISTEN on one more ``channel`` (or, with ``on=False``, UNLISTEN it)."""
+        verb = "LISTEN {}" if on else "UNLISTEN {}"
+        self.conn.execute(sql.SQL(verb).format(sql.Identifier(channel)))
 
     def execute(self, stmt: Statement[T]) -> T:
         """Run one statement (its own transaction)."""

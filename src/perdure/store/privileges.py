@@ -27,7 +27,7 @@ from perdure.store import migrate as migrations
 
 _TABLES = sql.SQL("SELECT, INSERT, UPDATE, DELETE")
 
-#: The SQL functions a client role may execute (migrations 0011 and 0017):
+#: The SQL functions a client role may execute (migrations 0011, 0017 and 0020):
 #: the documented entry points of docs/any-language.md, by signature.
 PUBLIC_FUNCTIONS = (
     "start_run(text, jsonb, text, integer, interval, integer, jsonb, text, text, interval)",
@@ -38,6 +38,7 @@ PUBLIC_FUNCTIONS = (
     "get_event(text, text)",
     "read_stream(text, text, integer, integer)",
     "send_signal(text, text, jsonb, text)",
+    "emit_event(text, jsonb, text)",
 )
 
 #: The kinds of grant ``grant`` gives, as named in ``perdure migrate``'s options.

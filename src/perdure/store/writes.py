@@ -28,6 +28,8 @@ CHECKPOINT_EVENTS = {
     "retrying": "step_retry_scheduled",
     "timed_out": "signal_timed_out",
 }
+#: A wait for an emitted event that timed out (kind 'event_wait') says so.
+EVENT_WAIT_TIMED_OUT = "event_wait_timed_out"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,8 @@ class Checkpoint:
     @property
     def event(self) -> str:
         """The history event this checkpoint writes."""
+        if self.status == "timed_out" and self.kind == "event_wait":
+            return EVENT_WAIT_TIMED_OUT
         return CHECKPOINT_EVENTS[self.status]
 
 

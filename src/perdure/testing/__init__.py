@@ -5,6 +5,12 @@ the worker's own code path (a ``Worker`` in ``exit_when_idle``
 mode), and returns when nothing is due. With ``App(clock=VirtualClock())``,
 ``clock.advance(days=7)`` followed by ``drain(app)`` finishes a week-long
 ``ctx.sleep`` at once.
+
+``drain`` and ``run_until_complete`` watch workflow bodies for direct calls
+to the clock, randomness and UUIDs (``datetime.now()``, ``time.time()``,
+``random.randint()``, ``uuid.uuid4()``...): each is logged as a warning with
+its file and line, and ``nondeterministic_calls()`` collects them for a test
+to assert on. Pass ``detect_nondeterminism=False`` to turn this off.
 """
 
 from __future__ import annotations
@@ -16,11 +22,14 @@ from typing import Any
 from perdure.api import draining, forms
 from perdure.api.app import App
 from perdure.api.handle import RunHandle
-from perdure.engine import faults
+from perdure.engine import faults, nondeterminism
+from perdure.engine.nondeterminism import NondeterministicCall
 from perdure.engine.options import Unpack, WorkerArguments
 from perdure.types import Step
 
 __all__ = [
+    "NondeterministicCall",
+    "PatchStatus",
     "assert_replays",
     "assert_step_ran",
     "check_replay",
@@ -29,13 +38,20 @@ __all__ = [
     "drain_async",
     "export_runs",
     "fail_step",
+    "nondeterministic_calls",
+    "patch_statuses",
     "run_until_complete",
     "step_names",
 ]
 
 
 async def drain_async(app: App, **options: Unpack[WorkerArguments]) -> dict[str, int]:
-    """Run all work due now, inline, until none is due; counts of what happened."""
+    """Run all work due now, inline, until none is due; counts of what happened.
+
+    Workflow bodies run under the detector of direct calls to the clock,
+    randomness and UUIDs unless ``detect_nondeterminism=False`` is passed.
+    """
+    options.setdefault("detect_nondeterminism", True)
     return await draining.drain(app.worker_async, **options)
 
 
@@ -49,8 +65,29 @@ def drain(app: App, **options: Unpack[WorkerArguments]) -> dict[str, int]:
 
 
 def run_until_complete(app: App, run: RunHandle | str, **options: Unpack[WorkerArguments]) -> Any:
-    """Drain ``app`` and return the run's result (ResultTimeout if it still waits)."""
+    """Drain ``app`` and return the run's result (ResultTimeout if it still waits).
+
+    Like [`drain`][perdure.testing.drain], it watches workflow bodies for direct
+    calls to the clock, randomness and UUIDs.
+    """
+    options.setdefault("detect_nondeterminism", True)
     return app.run_until_complete(run, **options)
+
+
+@contextmanager
+def nondeterministic_calls() -> Iterator[list[NondeterministicCall]]:
+    """Collect the direct calls to the clock, randomness or UUIDs that workflow
+    bodies make while the block runs (under ``drain``, ``run_until_complete``
+    or a worker started with ``detect_nondeterminism=True``).
+
+    Each is a [`NondeterministicCall`][perdure.testing.NondeterministicCall]:
+    the run, the workflow, what was called (``datetime.now``, ``random.randint``...),
+    the file and the line. ``assert not calls`` after the block fails a test
+    whose workflow would replay differently; calls made inside a step are fine
+    and never collected.
+    """
+    with nondeterminism.collect() as found:
+        yield found
 
 
 def step_names(app: App, run: RunHandle | str) -> list[str]:
@@ -117,4 +154,10 @@ def fail_step(
         faults.remove(fault)
 
 
-from perdure.testing.replay import assert_replays, check_replay, export_runs  # noqa: E402
+from perdure.testing.replay import (  # noqa: E402
+    PatchStatus,
+    assert_replays,
+    check_replay,
+    export_runs,
+    patch_statuses,
+)

@@ -4,6 +4,8 @@
 App's workflows (or of runs exported with ``perdure runs export``) and replays
 each against the App's code without side effects. ``perdure check-replay
 myapp:app`` runs it from the command line and exits 1 if any run diverges.
+``patch_statuses(reports)`` says, per ``ctx.patched`` id, which open runs were
+recorded before the patch (and need its old code path).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import json
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -119,3 +122,48 @@ def assert_replays(app: App, runs: list[dict[str, Any]] | None = None) -> list[R
     bad = [r.describe() for r in reports if not r.ok]
     assert not bad, "runs that would not replay after this deploy:\n  " + "\n  ".join(bad)
     return reports
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    """Whether the old code path of patch ``patch_id`` is still needed by open runs."""
+
+    patch_id: str
+    #: Open runs whose history predates the patch: they replay its old code path.
+    runs_before: tuple[str, ...]
+    #: Open runs that recorded its marker (took the new code path).
+    runs_after: tuple[str, ...]
+
+    @property
+    def retirable(self) -> bool:
+        """True when no open run needs the old code path: it can be deleted."""
+        return not self.runs_before
+
+    def describe(self) -> str:
+        """One line for people."""
+        if self.retirable:
+            return (
+                f"patch {self.patch_id!r}: no open run recorded before it; the old code path "
+                f"can go: replace ctx.patched({self.patch_id!r}) by "
+                f"ctx.deprecate_patch({self.patch_id!r}) and keep the new code"
+            )
+        return (
+            f"patch {self.patch_id!r}: {len(self.runs_before)} open run(s) recorded before "
+            "it still replay the old code path; keep it"
+        )
+
+
+def patch_statuses(reports: list[ReplayReport]) -> list[PatchStatus]:
+    """Per patch id met in ``reports`` (from ``check_replay``), which open runs need
+    its old code path; sorted by patch id."""
+    before: dict[str, list[str]] = {}
+    after: dict[str, list[str]] = {}
+    for report in reports:
+        for patch_id, taken in report.patches:
+            before.setdefault(patch_id, [])
+            after.setdefault(patch_id, [])
+            (after if taken else before)[patch_id].append(report.run_id)
+    return [
+        PatchStatus(patch_id, tuple(before[patch_id]), tuple(after[patch_id]))
+        for patch_id in sorted(before)
+    ]

@@ -13,7 +13,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 
 from perdure.api.app import App
-from perdure.dashboard.api import openapi, runs, waiting
+from perdure.dashboard.api import inbound, openapi, runs, waiting
 from perdure.dashboard.api.gate import ApiGate
 from perdure.dashboard.api.problems import HANDLERS
 from perdure.dashboard.config import DashboardConfig
@@ -21,6 +21,8 @@ from perdure.dashboard.security import Guard, LoopbackHostOnly, SecurityHeaders
 
 #: Where the API is mounted.
 PREFIX = "/api/v1"
+#: Where webhooks are posted, under PREFIX: they pass by their signature, not the gate.
+WEBHOOKS = "/webhooks"
 
 
 def routes() -> list[Route]:
@@ -38,6 +40,8 @@ def routes() -> list[Route]:
         Route("/runs/{ref}/result", waiting.result, methods=["GET"]),
         Route("/runs/{ref}/events/{key}", waiting.event, methods=["GET"]),
         Route("/runs/{ref}/streams/{key}", waiting.stream, methods=["GET"]),
+        Route("/events", inbound.emit, methods=["POST"]),
+        Route(f"{WEBHOOKS}/{{source}}", inbound.webhook, methods=["POST"]),
     ]
 
 
@@ -54,6 +58,7 @@ def create_api(app: App, config: DashboardConfig, guard: Guard | None = None) ->
         exception_handlers=HANDLERS,
     )
     api.state.perdure_app = app
+    api.state.webhooks = {source.name: source for source in config.webhooks}
     return api
 
 

@@ -16,6 +16,11 @@
 
 Every POST that passes is recorded in the audit record with its outcome
 (``perdure.dashboard.audit_trail``).
+
+Webhook deliveries (``POST /webhooks/{source}``) are the exception: they
+carry no token and prove their source by its signature
+(``perdure.dashboard.api.inbound``), so the gate lets them through
+(a read-only server refuses them, 403).
 """
 
 from __future__ import annotations
@@ -53,6 +58,13 @@ class ApiGate:
         """Answer a refused request with a problem; pass (and audit) the others."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        relative = scope["path"][len(scope.get("root_path", "")) :]
+        if scope["method"] == "POST" and relative.startswith("/webhooks/"):
+            inner = self.app
+            if self.config.read_only:
+                inner = problem(403, "read-only", "this server is read-only")
+            await inner(scope, receive, send)
             return
         conn = HTTPConnection(scope)
         principal = self.guard.identify(conn, cookie=False)

@@ -131,6 +131,30 @@ EVENT = {
     "required": ["key", "value"],
     "properties": {"key": _STR, "value": _ANY},
 }
+EMIT = {
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "description": "The event's name (a perdure name)."},
+        "payload": {"description": "A JSON value; absent or null: {}."},
+        "key": {
+            "type": "string",
+            "description": "Idempotency key, per name: the same key again records nothing "
+            "and answers the first event's id (200).",
+        },
+    },
+}
+EMITTED = {
+    "type": "object",
+    "required": ["event_id", "name", "key", "created"],
+    "properties": {
+        "event_id": {"type": "integer"},
+        "name": _STR,
+        "key": _NULLABLE_STR,
+        "created": {"type": "boolean", "description": "False: a replay of an earlier event."},
+    },
+}
 
 
 def _json(schema: str, description: str) -> dict[str, Any]:
@@ -147,6 +171,10 @@ _REFUSALS = {
     409: "Refused: key-conflict (the key belongs to a run of another workflow), "
     "idempotency-key-reused (the key was sent with another request), invalid-run-state, "
     "update-failed (the update's handler raised: its error is the detail).",
+    401: "Refused: unauthorized (no token, or one no entry knows); for a webhook "
+    "bad-signature (a missing or wrong signature or token, or a Stripe timestamp "
+    "outside the tolerance): nothing is written.",
+    404: "Refused: not-found, run-not-found.",
     413: "Refused: body-too-large (over 1 MiB; a larger Content-Length is refused unread).",
     415: "Refused: unsupported-media-type (the body must be UTF-8 application/json).",
 }
@@ -349,6 +377,51 @@ PATHS: dict[str, Any] = {
             },
         }
     },
+    "/events": {
+        "post": {
+            "operationId": "emitEvent",
+            "summary": "Emit an event: wakes the runs waiting for it, starts triggered workflows.",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Emit"}}},
+            },
+            "responses": {
+                "201": _json("Emitted", "Recorded."),
+                "200": _json("Emitted", "The key named an earlier event: nothing recorded."),
+                **_problems(400),
+            },
+        }
+    },
+    "/webhooks/{source}": {
+        "post": {
+            "operationId": "receiveWebhook",
+            "summary": "A signed webhook delivery from a configured source, emitted as an event "
+            "once per delivery id (GitHub X-GitHub-Delivery, Stripe's event id).",
+            "security": [],
+            "parameters": [
+                _param("source", "path", "The source's name in the webhooks config."),
+                _param(
+                    "X-Hub-Signature-256",
+                    "header",
+                    "GitHub: sha256=<hex HMAC-SHA256 of the raw body>.",
+                ),
+                _param(
+                    "Stripe-Signature",
+                    "header",
+                    "Stripe: t=<unix time>,v1=<hex HMAC-SHA256 of t.body> (v1 may repeat).",
+                ),
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ANY}},
+            },
+            "responses": {
+                "201": _json("Emitted", "Recorded as a new event."),
+                "200": _json("Emitted", "A replayed delivery: nothing recorded, same event id."),
+                **_problems(400, 401, 403, 404, 413, 415),
+            },
+        }
+    },
     "/openapi.json": {
         "get": {
             "operationId": "openapi",
@@ -370,6 +443,8 @@ for _path, _item in PATHS.items():
         _guards: tuple[int, ...] = (400, 401, 403, 413, 415) if _method == "post" else (400, 401)
         if _path.startswith(("/runs/{ref}/events", "/runs/{ref}/streams")):
             _guards = (400, 401, 403)
+        if _path.startswith("/webhooks/"):
+            continue
         _op["responses"] = {**_problems(*_guards), **_op["responses"]}
 
 DOCUMENT: dict[str, Any] = {
@@ -377,7 +452,8 @@ DOCUMENT: dict[str, Any] = {
     "info": {
         "title": "perdure",
         "version": "1",
-        "description": "Start, steer and await durable workflow runs from any language.",
+        "description": "Start, steer and await durable workflow runs from any language; "
+        "emit events, and receive signed webhooks as events.",
     },
     "servers": [{"url": "/api/v1"}],
     "security": [{"bearer": []}],
@@ -399,6 +475,8 @@ DOCUMENT: dict[str, Any] = {
             "Update": UPDATE,
             "UpdateReply": UPDATE_REPLY,
             "Event": EVENT,
+            "Emit": EMIT,
+            "Emitted": EMITTED,
             "Problem": PROBLEM,
         },
     },

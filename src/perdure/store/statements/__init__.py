@@ -21,6 +21,7 @@ from perdure.store.queries import render
 from perdure.store.statement import Builder
 from perdure.store.statements.audits import AuditStatements
 from perdure.store.statements.demos import DemoStatements
+from perdure.store.statements.emissions import EmissionStatements
 from perdure.store.statements.events import EventStatements, StreamStatements
 from perdure.store.statements.history import HistoryStatements
 from perdure.store.statements.queues import QueueStatements
@@ -74,6 +75,8 @@ class Statements:
         self.updates = UpdateStatements(build)
         self.events = EventStatements(build)
         self.streams = StreamStatements(build)
+        #: Emitted events (app.emit), their waits and triggers; not ``events``.
+        self.emissions = EmissionStatements(build)
         self.queues = QueueStatements(build)
         self.schedules = ScheduleStatements(build)
         self.workers = WorkerStatements(build)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -62,6 +63,21 @@ class QueueStatements(Namespace):
     def wake_payload(worker_id: str) -> str:
         """The payload of ``wake`` sent by ``worker_id``: its own listener ignores it."""
         return f"{WAKE_PREFIX}{worker_id}"
+
+    def worker_channel(self, worker_id: str) -> str:
+        """The channel only ``worker_id`` LISTENs on: a call passed on to it by another
+        worker of its queues (under PostgreSQL's 63-byte limit, whatever the id)."""
+        digest = hashlib.sha1(f"{self._build.schema}:{worker_id}".encode()).hexdigest()
+        return f"perdure_w_{digest[:24]}"
+
+    def forward(self, worker_id: str, payload: str) -> Statement[None]:
+        """Pass a call on to ``worker_id`` alone (its own channel; see queue_wake)."""
+        return self._build(
+            "queue_wake",
+            lambda found: None,
+            channel=self.worker_channel(worker_id),
+            payload=payload,
+        )
 
     def wake(self, worker_id: str) -> Statement[None]:
         """Wake the other workers for work no trigger announces (see queue_wake)."""

@@ -8,6 +8,10 @@ from perdure.store import rows
 from perdure.store.statement import Namespace, Row, Statement, first
 from perdure.types import ScheduleInfo
 
+#: The payload on the wakeup channel that tells the ticker a schedule changed
+#: (no queue name starts with "!").
+SCHEDULES_PAYLOAD = "!schedules"
+
 
 def _due(found: list[Row]) -> tuple[list[str], float | None]:
     row = found[0]
@@ -44,6 +48,8 @@ class ScheduleStatements(Namespace):
             max_catchup=max_catchup,
             source=source,
             next_tick=next_tick,
+            channel=self._build.channel,
+            payload=SCHEDULES_PAYLOAD,
         )
 
     def get(self, name: str) -> Statement[Row | None]:
@@ -56,7 +62,14 @@ class ScheduleStatements(Namespace):
 
     def set_paused(self, name: str, paused: bool) -> Statement[ScheduleInfo | None]:
         """Pause or resume a schedule; None if there is none of that name."""
-        return self._build("schedule_set_paused", first(rows.schedule), name=name, paused=paused)
+        return self._build(
+            "schedule_set_paused",
+            first(rows.schedule),
+            name=name,
+            paused=paused,
+            channel=self._build.channel,
+            payload=SCHEDULES_PAYLOAD,
+        )
 
     def due(self, limit: int = 100) -> Statement[tuple[list[str], float | None]]:
         """The names of the schedules due now, and the seconds until the next tick of any."""

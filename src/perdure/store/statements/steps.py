@@ -204,6 +204,10 @@ class StepStatements(Namespace):
             kinds=list(kinds),
         )
 
+    def release(self, run_id: str) -> Statement[None]:
+        """Make the run's step tasks still in their head start claimable by all now."""
+        return self._build("step_release", lambda found: None, run_id=run_id)
+
     def record(
         self,
         run_id: str,

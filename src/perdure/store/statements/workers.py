@@ -56,6 +56,33 @@ class WorkerStatements(Namespace):
             fresh_seconds=fresh_seconds,
         )
 
+    def server_connections(self, name: str) -> Statement[tuple[int, int, int, int]]:
+        """The server's max_connections, those reserved for superusers, the client
+        connections open now, and those of the worker named ``name`` (see
+        worker_server_connections)."""
+        return self._build(
+            "worker_server_connections",
+            lambda found: (
+                int(found[0]["allowed"]),
+                int(found[0]["reserved"]),
+                int(found[0]["used"]),
+                int(found[0]["own"]),
+            ),
+            name=name,
+        )
+
+    def next_worker(
+        self, worker_id: str, queues: list[str], fresh_seconds: float
+    ) -> Statement[str | None]:
+        """The next live worker after ``worker_id`` serving one of ``queues`` (see worker_next)."""
+        return self._build(
+            "worker_next",
+            lambda found: found[0]["next"] if found else None,
+            worker_id=worker_id,
+            queues=queues,
+            fresh_seconds=fresh_seconds,
+        )
+
     def mark_lost(self, stale_seconds: float) -> Statement[None]:
         """Mark workers with stale heartbeats as lost."""
         return self._build("worker_mark_lost", lambda found: None, stale_seconds=stale_seconds)

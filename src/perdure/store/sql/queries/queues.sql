@@ -95,5 +95,6 @@ ORDER BY n.name;
 -- limited across workers finished (one of them may claim the next now), or
 -- steps wait out a head start that their scheduler cannot run alone (each
 -- sets its timer and joins after it). Not at their next poll. The payload
--- names the sender, whose own listener ignores it.
+-- names the sender, whose own listener ignores it. Also a call passed on to
+-- one worker alone, on its own channel, by a worker too busy to answer it.
 SELECT pg_notify(%(channel)s, %(payload)s);

@@ -5,6 +5,9 @@
 -- An existing one takes the new definition; its next tick is recomputed only
 -- when its cron or time zone changed, so a worker restart neither skips nor
 -- repeats a tick, and its pause state is kept. Returns the row as it is now.
+-- A schedule written or changed tells the duty holder's ticker at once
+-- (NOTIFY on the wakeup channel, payload %(payload)s): it sleeps until the
+-- next tick it knows of, and looks again only when told or every minute.
 WITH up AS (
     INSERT INTO {schema}.schedules AS s (name, cron, timezone, workflow, input, catchup,
                                          max_catchup, source, next_tick, created_at, updated_at)
@@ -21,7 +24,7 @@ WITH up AS (
                             EXCLUDED.catchup, EXCLUDED.max_catchup, EXCLUDED.source)
     RETURNING s.*
 )
-SELECT * FROM up
+SELECT up.* FROM up, LATERAL (SELECT pg_notify(%(channel)s, %(payload)s)) AS nudge
 UNION ALL
 SELECT * FROM {schema}.schedules WHERE name = %(name)s AND NOT EXISTS (SELECT 1 FROM up);
 
@@ -44,11 +47,15 @@ DELETE FROM {schema}.schedules WHERE name = %(name)s RETURNING name;
 -- name: schedule_set_paused
 -- Pause or resume a schedule. A paused schedule's ticks are not started;
 -- next_tick stays where it was, so on resume the ticks missed meanwhile are
--- handled by the schedule's catch-up policy.
-UPDATE {schema}.schedules
-SET paused = %(paused)s, updated_at = {now}
-WHERE name = %(name)s
-RETURNING *;
+-- handled by the schedule's catch-up policy. The ticker is told, as by
+-- schedule_upsert.
+WITH up AS (
+    UPDATE {schema}.schedules
+    SET paused = %(paused)s, updated_at = {now}
+    WHERE name = %(name)s
+    RETURNING *
+)
+SELECT up.* FROM up, LATERAL (SELECT pg_notify(%(channel)s, %(payload)s)) AS nudge;
 
 -- name: schedule_due
 -- For a ticker: the schedules due now (at most %(limit)s, the most overdue

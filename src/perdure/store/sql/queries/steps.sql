@@ -87,7 +87,7 @@ WITH input AS (
         started_at = EXCLUDED.started_at, completed_at = EXCLUDED.completed_at
     WHERE {schema}.steps.status IN ('pending', 'retrying', 'waiting')
       AND {schema}.steps.name = EXCLUDED.name
-    RETURNING run_id, position, name, status, attempts, error, worker_id, started_at
+    RETURNING run_id, position, name, kind, status, attempts, error, worker_id, started_at
 ), event AS (
     -- The entry's duration is the attempt's: from its start to this checkpoint.
     -- From the written rows themselves: a join of the CTEs would be planned as
@@ -98,7 +98,8 @@ WITH input AS (
     SELECT run_id, {now},
            CASE status WHEN 'completed' THEN 'step_completed' WHEN 'failed' THEN 'step_failed'
                        WHEN 'retrying' THEN 'step_retry_scheduled'
-                       WHEN 'timed_out' THEN 'signal_timed_out' END,
+                       WHEN 'timed_out' THEN CASE kind WHEN 'event_wait' THEN 'event_wait_timed_out'
+                                                       ELSE 'signal_timed_out' END END,
            position, name, attempts, worker_id, error,
            coalesce(%(now)s::timestamptz, clock_timestamp()) - started_at
     FROM checkpoint
@@ -495,3 +496,16 @@ SELECT position, name, kind, status, attempts, output, error, worker_id, started
 FROM {schema}.archive_steps
 WHERE run_id = %(run_id)s
 ORDER BY position;
+
+-- name: step_release
+-- Let every worker claim a run's step tasks now that still wait out the
+-- head start of the worker that scheduled them (a 'pending' step, never
+-- attempted): that worker has too few slots to reach them soon. The tasks'
+-- trigger notifies the queue's workers. Steps waiting for a retry or a
+-- snooze keep their time.
+UPDATE {schema}.tasks t SET available_at = {now}
+FROM {schema}.steps s
+WHERE t.run_id = %(run_id)s AND t.kind = 'step' AND t.status = 'ready'
+  AND t.available_at > {now}
+  AND s.run_id = t.run_id AND s.position = t.step_position
+  AND s.status = 'pending' AND s.attempts = 0;

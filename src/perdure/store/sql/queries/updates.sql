@@ -2,7 +2,7 @@
 
 -- name: update_request
 -- Record update %(update_id)s of run %(run_id)s unless it exists, and wake the
--- run if it waits, through request_update (migration 0020): the run's status.
+-- run if it waits, through request_update (migration 0021): the run's status.
 SELECT {schema}.request_update(%(run_id)s, %(update_id)s, %(name)s, %(payload)s::jsonb,
                                {now}) AS run_status;
 

@@ -38,6 +38,13 @@ SELECT (SELECT count(*) FROM live) AS rank,
                         '{}'::jsonb)
         FROM alive, unnest(alive.queues) AS q) AS queue_ranks;
 
+-- name: worker_next
+-- The next live worker (by id) after %(worker_id)s serving one of %(queues)s:
+-- the one a worker too busy to answer a call passes it on to.
+SELECT min(id) AS next FROM {schema}.workers
+WHERE status = 'running' AND id > %(worker_id)s AND queues && %(queues)s::text[]
+  AND heartbeat_at > {now} - make_interval(secs => %(fresh_seconds)s);
+
 -- name: worker_mark_lost
 -- Workers whose heartbeat is older than %(stale_seconds)s are marked lost, so
 -- listings tell a dead worker from a live one.
@@ -66,3 +73,13 @@ SELECT pg_advisory_unlock(hashtext('perdure.maintenance:' || %(schema)s)) AS unl
 -- name: worker_report_stuck
 -- How many of a worker's threads run a step nobody waits for any more.
 UPDATE {schema}.workers SET stuck_threads = %(stuck)s WHERE id = %(worker_id)s;
+
+-- name: worker_server_connections
+-- What the server allows and what is in use, for a worker's check at start
+-- that its connections fit: max_connections, those reserved for superusers,
+-- the client connections open now, and those of the worker named %(name)s.
+SELECT current_setting('max_connections')::int AS allowed,
+       current_setting('superuser_reserved_connections')::int AS reserved,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend') AS used,
+       (SELECT count(*) FROM pg_stat_activity
+        WHERE application_name LIKE %(name)s || '%%') AS own;

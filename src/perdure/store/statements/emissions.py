@@ -1,0 +1,123 @@
+"""The statements on emitted events, their waits and triggers: ``sql/queries/emissions.sql``.
+
+An emitted event (``app.emit``) is not a run's published event (``ctx.set_event``,
+``statements.events``): see the glossary in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from perdure.store.rows import Fence, Fenced
+from perdure.store.statement import Namespace, Row, Statement, all_rows, count, first
+
+
+def _none(found: list[Row]) -> None:
+    return None
+
+
+class EmissionStatements(Namespace):
+    """The statements on emitted events: ``statements.emissions``."""
+
+    def emit(self, name: str, payload_json: str, key: str | None, max_bytes: int) -> Statement[Row]:
+        """Record event ``name`` (once per key), wake its waits, start its triggers' runs:
+        the event's ``id``, ``created``, and how many runs it ``woke`` and ``started``."""
+
+        def decode(found: list[Row]) -> Row:
+            return found[0]
+
+        return self._build(
+            "emission_emit",
+            decode,
+            name=name,
+            payload=payload_json,
+            key=key,
+            max_bytes=max_bytes,
+        )
+
+    def lock(self, name: str) -> Statement[None]:
+        """The wait's exclusive lock on event name ``name``, to the end of the transaction."""
+        return self._build("emission_lock", _none, name=name)
+
+    def take(
+        self,
+        fence: Fence,
+        *,
+        position: int,
+        step_name: str,
+        name: str,
+        match: dict[str, Any],
+        since: datetime | None,
+        lookback: float,
+    ) -> Statement[Fenced]:
+        """The event for the wait at ``position``: delivered already, or taken now
+        (``written``, the event record as ``payload``), with the statement's time."""
+        return self._build(
+            "emission_take",
+            Fenced.decode,
+            position=position,
+            step_name=step_name,
+            name=name,
+            match=json.dumps(match),
+            since=since,
+            lookback=lookback,
+            **fence.params(),
+        )
+
+    def park(
+        self,
+        fence: Fence,
+        *,
+        position: int,
+        name: str,
+        match: dict[str, Any],
+        since: datetime | None,
+        lookback: float,
+    ) -> Statement[None]:
+        """File the wait at ``position`` for emitters of ``name`` to find."""
+        return self._build(
+            "emission_park",
+            _none,
+            position=position,
+            name=name,
+            match=json.dumps(match),
+            since=since,
+            lookback=lookback,
+            **fence.params(),
+        )
+
+    def unpark(self, run_id: str, position: int) -> Statement[None]:
+        """Remove the filed wait at ``position`` of run ``run_id`` (it timed out)."""
+        return self._build("emission_unpark", _none, run_id=run_id, position=position)
+
+    def recent(self, name: str | None = None, limit: int = 50) -> Statement[list[Row]]:
+        """The latest events, newest first, with the runs each ``woke`` and ``started``."""
+        return self._build("emission_list", all_rows, name=name, limit=limit)
+
+    def counts(self, seconds: float) -> Statement[Row | None]:
+        """How many events were ``emitted`` in the last ``seconds``, and how many of them
+        ``matched`` (woke or started) a run."""
+        return self._build("emission_counts", first(dict), seconds=seconds)
+
+    def prune(self, cutoff: datetime, limit: int) -> Statement[int]:
+        """Delete up to ``limit`` events emitted before ``cutoff``; how many."""
+        return self._build("emission_prune", count("pruned"), cutoff=cutoff, limit=limit)
+
+    def set_triggers(
+        self, workflow: str, triggers: Sequence[tuple[str, dict[str, Any]]]
+    ) -> Statement[None]:
+        """Make ``triggers`` ((event name, match) pairs) the ones that start ``workflow``."""
+        return self._build(
+            "emission_triggers_set",
+            _none,
+            workflow=workflow,
+            names=[name for name, _ in triggers],
+            matches=[json.dumps(match) for _, match in triggers],
+        )
+
+    def triggers(self) -> Statement[list[Row]]:
+        """Every event trigger: workflow, event name, match."""
+        return self._build("emission_triggers_list", all_rows)
