@@ -360,6 +360,74 @@ class WorkflowInfo:
     #: True when ``counts`` are those of the workflow's newest runs only (the
     #: listing counts at most 10,000 runs per workflow, so its cost is bounded).
     counts_capped: bool = False
+    #: Unfinished runs of this version that no live worker serves on their
+    #: queue (see [`App.stranded`][perdure.App.stranded]); 0 when served.
+    stranded: int = 0
+
+
+@dataclass(frozen=True)
+class StrandedVersion:
+    """A workflow version with unfinished runs that no live worker can claim.
+
+    No worker that is running, with a fresh heartbeat, has this version's code
+    on the runs' queue, so they wait. ``served`` are the versions of the
+    workflow live workers do serve: where [`App.move_runs`][perdure.App.move_runs]
+    can move the runs that have recorded nothing yet.
+    """
+
+    workflow: str
+    version: int
+    #: How many unfinished runs wait.
+    runs: int
+    #: The queues they wait on.
+    queues: list[str]
+    #: The versions of this workflow that live workers serve (any queue).
+    served: list[int]
+
+    @property
+    def message(self) -> str:
+        """One sentence for an operator: what waits, and what live workers serve."""
+        noun = "run" if self.runs == 1 else "runs"
+        verb = "waits" if self.runs == 1 else "wait"
+        served = (
+            "live workers serve version " + ", ".join(str(v) for v in self.served)
+            if self.served
+            else "no live worker serves this workflow"
+        )
+        return (
+            f"{self.runs} {noun} of {self.workflow}@{self.version} {verb} for a worker "
+            f"that serves version {self.version}; {served}"
+        )
+
+
+@dataclass(frozen=True)
+class SkippedRun:
+    """A run ``app.move_runs`` left where it was, and why."""
+
+    run_id: str
+    #: "recorded": it has recorded steps (it stays pinned to its version);
+    #: "held": a worker is executing it; "not movable": it is not an
+    #: unfinished run of the workflow version (finished, another version, unknown).
+    reason: str
+
+
+@dataclass(frozen=True)
+class MovedRuns:
+    """What [`App.move_runs`][perdure.App.move_runs] moved, or would move with ``dry_run``."""
+
+    workflow: str
+    from_version: int
+    to_version: int
+    dry_run: bool
+    #: The ids of the runs moved (with ``dry_run``: that would be moved now).
+    moved: list[str]
+    #: The runs matched or named but left pinned, each with its reason.
+    skipped: list[SkippedRun] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """How many runs were moved (or would be)."""
+        return len(self.moved)
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,11 @@ APP_CASES: dict[str, Case] = {
     "ensure_schema": (_args(), lambda w, r: r is None),
     "emit": (_args("paid", {"n": 1}, key="k"), lambda w, r: isinstance(r, int) and r > 0),
     "emitted_events": (_args(), lambda w, r: r == []),
+    "stranded": (_args(), lambda w, r: isinstance(r, list)),
+    "move_runs": (
+        _args("echo", 2, 1, dry_run=True),
+        lambda w, r: r.moved == [] and r.skipped == [],
+    ),
     "emit_recorded": (
         _args("paid", {"n": 2}, key="k2"),
         lambda w, r: isinstance(r[0], int) and r[0] > 0 and isinstance(r[1], bool),

@@ -26,6 +26,7 @@ from perdure.api import (
     registering,
     retention,
     starting,
+    stranding,
     updating,
 )
 from perdure.api import queues as queueing
@@ -349,6 +350,10 @@ class App:
     retry_runs_async = forms.awaiting(manage.retry_runs)
     prune = forms.blocking(retention.prune)
     prune_async = forms.awaiting(retention.prune)
+    stranded = forms.blocking(stranding.stranded)
+    stranded_async = forms.awaiting(stranding.stranded)
+    move_runs = forms.blocking(stranding.move_runs)
+    move_runs_async = forms.awaiting(stranding.move_runs)
 
     # Who did what --------------------------------------------------------------------
 

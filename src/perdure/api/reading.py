@@ -9,6 +9,7 @@ one [`RunFilter`][perdure.RunFilter].
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -137,8 +138,14 @@ async def workers(core: Core) -> list[WorkerInfo]:
 
 async def workflows(core: Core) -> list[WorkflowInfo]:
     """Registered workflow versions with run counts by status and the live workers
-    that serve each (a version no live worker has gets none of its runs claimed)."""
-    return await core.read(core.statements.workflows.list())
+    that serve each (a version no live worker has gets none of its runs claimed),
+    and how many of its unfinished runs no live worker serves (``stranded``)."""
+    found = await core.read(core.statements.workflows.list())
+    waiting = {
+        (s.workflow, s.version): s.runs
+        for s in await core.read(core.statements.workflows.stranded())
+    }
+    return [replace(w, stranded=waiting.get((w.name, w.version), 0)) for w in found]
 
 
 async def count_runs(

@@ -32,6 +32,7 @@ AUDITED: dict[tuple[str, ...], str] = {
     ("runs", "pause"): "pause",
     ("runs", "resume"): "resume",
     ("runs", "start"): "start",
+    ("runs", "move-version"): "move-version",
     ("schedules", "pause"): "schedule-pause",
     ("schedules", "resume"): "schedule-resume",
     ("schedules", "remove"): "schedule-remove",

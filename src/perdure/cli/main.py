@@ -104,9 +104,10 @@ class PerdureGroup(click.Group):
         module_name, _, attr = COMMANDS[cmd_name][0].partition(":")
         command: click.Command = getattr(importlib.import_module(module_name), attr)
         if cmd_name == "runs":
-            from perdure.cli import manage, run_logs, run_start, run_updates
+            from perdure.cli import manage, move_version, run_logs, run_start, run_updates
 
             manage.attach(command)  # type: ignore[arg-type]
+            command.add_command(move_version.move_version)  # type: ignore[attr-defined]
             run_start.attach(command)  # type: ignore[arg-type]
             run_logs.attach(command)  # type: ignore[arg-type]
             run_updates.attach(command)  # type: ignore[arg-type]

@@ -21,8 +21,14 @@ def workflows() -> None:
 
 @workflows.command("list")
 @json_option("Print a JSON array instead of a table.")
+@click.option(
+    "--stranded",
+    "only_stranded",
+    is_flag=True,
+    help="Only the versions with runs no live worker serves (exit code 3 if any).",
+)
 @click.pass_obj
-def list_workflows(state: CliState, as_json: bool) -> None:
+def list_workflows(state: CliState, as_json: bool, only_stranded: bool) -> None:
     """List registered workflow versions: queue, live workers, run counts by status.
 
     A workflow started by emitted events shows its triggers under its kind
@@ -31,14 +37,31 @@ def list_workflows(state: CliState, as_json: bool) -> None:
     pinned to the version that started it and only a worker with that
     version claims it: a version without a live worker shows "none", and its
     queued runs wait.
+
+    Under "runs", "stranded N" counts the version's unfinished runs that no
+    live worker serves on their queue; under the table, one line per stranded
+    version says what live workers serve instead and how to move the runs
+    that have recorded nothing yet (`perdure runs move-version`). With
+    --stranded only those versions are listed (with --json: the stranded
+    versions, each with workflow, version, runs, queues and the versions
+    live workers serve), and the exit code is 3 when there is one: a check
+    for a deploy script.
     """
     with state.app() as app:
         found = app.workflows()
+        waiting = app.stranded()
+    if only_stranded:
+        found = [w for w in found if w.stranded]
     if as_json:
-        render.echo_json(found)
+        render.echo_json(waiting if only_stranded else found)
+        if only_stranded and waiting:
+            raise SystemExit(3)
         return
     out = render.console()
-    if not found:
+    if only_stranded and not waiting:
+        out.print("no stranded version: a live worker serves every unfinished run", style="dim")
+        return
+    if not found and not waiting:
         out.print(
             "no workflow is registered; start a worker or run `perdure migrate --app APP`",
             style="dim",
@@ -60,15 +83,28 @@ def list_workflows(state: CliState, as_json: bool) -> None:
             kind_text(info.kind, info.definition),
             render.text(render.format_time(info.updated_at, seconds=False)),
             workers_text(info.workers),
-            render.counts_text(info.counts),
+            runs_text(info.counts, info.stranded),
         )
     out.print(render.fit(table, out.width))
+    for entry in waiting:
+        out.print(f"stranded: {entry.message}", style="red")
+        if entry.served:
+            out.print(
+                f"  start a worker with version {entry.version}, or move the runs that recorded "
+                f"nothing yet: perdure runs move-version --workflow {entry.workflow} "
+                f"--version {entry.version} --to {max(entry.served)} --dry-run",
+                style="dim",
+            )
+        else:
+            out.print(f"  start a worker with version {entry.version}", style="dim")
     if any(info.counts_capped for info in found):
         out.print(
             "run counts are those of each workflow's newest 10,000 runs; "
             "`perdure runs list --workflow NAME` finds the others",
             style="dim",
         )
+    if only_stranded and waiting:
+        raise SystemExit(3)
 
 
 def kind_text(kind: str, definition: dict[str, Any]) -> Text:
@@ -80,6 +116,16 @@ def kind_text(kind: str, definition: dict[str, Any]) -> Text:
             f"on {trigger.get('name')}" + (f" {render.compact(match, 40)}" if match else "")
         )
     return render.text("\n".join(lines))
+
+
+def runs_text(counts: dict[str, int], stranded: int) -> Text:
+    """The run counts by status, then, in red, how many of them no live worker serves."""
+    cell = render.counts_text(counts)
+    if stranded:
+        if cell.plain:
+            cell.append("\n")
+        cell.append(f"stranded {stranded}", style="bold red")
+    return cell
 
 
 def workers_text(workers: list[str]) -> Text:

@@ -188,6 +188,43 @@ async def start(request: Request) -> Response:
     return RedirectResponse(f"{url}?done=start", status_code=303)
 
 
+async def move(request: Request) -> Response:
+    """Move the runs of a workflow version no live worker serves that recorded nothing yet
+    to the version the form names (``perdure runs move-version``), then show the
+    workflows page with what moved and what stays pinned. Operators and admins only;
+    audited as ``move-version`` with the runs moved."""
+    board = dashboard_of(request)
+    name = request.path_params["name"]
+    version = request.path_params["version"]
+    detail: dict[str, object] = {"workflow": f"{name}@{version}"}
+    if board.config.read_only:
+        await audit(request, "move-version", "refused", [], {**detail, "status": 403})
+        raise HTTPException(403, "this dashboard is read-only")
+    form = await request.form()
+    await checked_post(board, request, form, "move-version", [])
+    await check_role(request, "move-version", [])
+    to_text = form.get("to")
+    to_text = to_text if isinstance(to_text, str) else ""
+    detail["to"] = to_text[:20]
+    try:
+        result = await run_in_threadpool(board.data.move_runs, name, version, to_text)
+    except PerdureError as exc:
+        await audit(request, "move-version", "error", [], {**detail, "error": str(exc)})
+        return await run_in_threadpool(
+            workflows_page, request, status=400, problem=f"move refused: {exc}"
+        )
+    await audit(
+        request,
+        "move-version",
+        "ok",
+        result.moved,
+        {**detail, "pinned": len(result.skipped)},
+    )
+    url = request.url_for("workflows").path
+    query = f"moved={result.count}&pinned={len(result.skipped)}&to={result.to_version}"
+    return RedirectResponse(f"{url}?{query}#wf-{name}-{version}", status_code=303)
+
+
 async def login(request: Request) -> Response:
     """Check the token typed in the login form; on success set the session cookie."""
     board = dashboard_of(request)
@@ -226,6 +263,7 @@ def routes() -> list[Route]:
     return [
         Route("/runs/{ref}/{action}", act, methods=["POST"], name="act"),
         Route("/workflows/{name}/{version:int}/start", start, methods=["POST"], name="start"),
+        Route("/workflows/{name}/{version:int}/move", move, methods=["POST"], name="move"),
         Route("/login", login, methods=["POST"], name="login_post"),
         Route("/logout", logout, methods=["POST"], name="logout"),
     ]

@@ -25,7 +25,16 @@ from perdure.dashboard import redact
 from perdure.dashboard.api.limits import json_depth
 from perdure.engine.serialization import MAX_DEPTH
 from perdure.errors import ConfigurationError, DatabaseUnavailable
-from perdure.types import HistoryEvent, QueueInfo, Run, Step, WorkerInfo, WorkflowInfo
+from perdure.types import (
+    HistoryEvent,
+    MovedRuns,
+    QueueInfo,
+    Run,
+    Step,
+    StrandedVersion,
+    WorkerInfo,
+    WorkflowInfo,
+)
 
 #: Counts of runs per status stop here (see App.count_runs): "10,000+".
 COUNT_CAP = 10_000
@@ -280,6 +289,22 @@ class DashboardData:
         """
         payload = parse_json(payload_text, "payload", "nothing was sent")
         return self.app.signal(ref, name, payload, key=key or None)
+
+    def stranded(self) -> list[StrandedVersion]:
+        """The workflow versions whose unfinished runs no live worker serves (read on
+        the primary: who is live now is what matters)."""
+        return self.app.stranded()
+
+    def move_runs(self, workflow: str, version: int, to_text: str) -> MovedRuns:
+        """Move the runs of ``workflow@version`` that recorded nothing yet to the version
+        ``to_text`` names (``perdure runs move-version``); what moved and what stayed."""
+        try:
+            target = int(to_text.strip())
+        except ValueError:
+            raise ConfigurationError(
+                f"the version to move to must be a number, not {to_text!r}; no run was moved"
+            ) from None
+        return self.app.move_runs(workflow, version, target)
 
     def start(self, workflow: str, version: int, input_text: str, key: str, queue: str) -> str:
         """Start a run of ``workflow`` version ``version`` with the JSON ``input_text``

@@ -76,8 +76,14 @@ def runs(request: Request) -> Response:
         "sizes": query.PAGE_SIZES,
         "statuses": [s.value for s in RunStatus],
         "live": asked.cursor is None,
+        "stranded": [] if is_fragment(request) else _stranded(board, asked.filter.workflow),
     }
     return board.render(request, "runs.html", context)
+
+
+def _stranded(board: Any, workflow: str | None = None) -> list[Any]:
+    """The stranded versions (of ``workflow`` only, when given) for the banner."""
+    return [s for s in board.data.stranded() if workflow is None or s.workflow == workflow]
 
 
 def run(request: Request) -> Response:
@@ -146,7 +152,8 @@ def workflows_page(
     problem: str | None = None,
     form: dict[str, str] | None = None,
 ) -> Response:
-    """The workflows page, optionally with the error of a refused start."""
+    """The workflows page, optionally with the error of a refused start or move, and the
+    outcome of a move (``?moved=N&pinned=M``)."""
     board = dashboard_of(request)
     found = board.data.workflows()
     drawings = {(w.name, w.version): dag.layout(w.definition) for w in found}
@@ -157,8 +164,22 @@ def workflows_page(
         "recent": RECENT_RUNS,
         "problem": problem,
         "form": form or {},
+        "stranded": _stranded(board),
+        "move_done": _move_done(request),
     }
     return board.render(request, "workflows.html", context, status=status)
+
+
+def _move_done(request: Request) -> str | None:
+    """The line saying what a move did, from the redirect's query (numbers only)."""
+    moved, pinned = request.query_params.get("moved"), request.query_params.get("pinned")
+    if moved is None or not moved.isdigit() or not (pinned or "0").isdigit():
+        return None
+    to = request.query_params.get("to", "")
+    line = f"{int(moved)} run(s) moved to version {int(to) if to.isdigit() else '?'}"
+    if pinned and int(pinned):
+        line += f"; {int(pinned)} stay pinned (they recorded steps, or a worker holds them)"
+    return line
 
 
 #: The most audit entries one page shows.

@@ -5,7 +5,13 @@
   the outage out, and a restart would not bring the database back.
 - ``/readyz`` (readiness): 200 once the worker has started, while it is not
   stopping (SIGTERM turns it to 503 at once) and its last heartbeat reached
-  the database less than ``STALE_BEATS`` heartbeat intervals ago.
+  the database less than ``STALE_BEATS`` heartbeat intervals ago. Its body
+  names the workflow versions whose unfinished runs no live worker serves
+  (one ``stranded:`` line each; ``/readyz?format=json`` or ``Accept:
+  application/json`` gives ``{"ready", "reason", "stranded": [...]}``).
+  Stranded versions do not change the status code: they are the fleet's
+  matter, not this worker's, and taking ready workers out of service would
+  not serve those runs (see docs/versioning.md, "Runs no worker serves").
 
 Every other path serves the Prometheus registry, as before.
 """
@@ -13,6 +19,7 @@ Every other path serves the Prometheus registry, as before.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -24,11 +31,14 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 if TYPE_CHECKING:
     from perdure.engine.observer import WorkerView
+    from perdure.types import StrandedVersion
 
 #: The event loop must run a callback within this many seconds to count as alive.
 LOOP_SECONDS = 5.0
 #: Readiness fails after this many heartbeat intervals without a heartbeat.
 STALE_BEATS = 3
+#: How long /readyz waits for the stranded versions before it leaves them out.
+STRANDED_SECONDS = 2.0
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
@@ -41,6 +51,8 @@ class Health:
         self.worker: WorkerView | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.last_beat = time.monotonic()
+        #: Reads the stranded versions (None: unknown); set by WorkerMetrics.
+        self.stranded: Callable[[float], list[StrandedVersion] | None] | None = None
 
     def started(self, worker: WorkerView) -> None:
         """The worker runs on the current event loop."""
@@ -83,6 +95,30 @@ class Health:
             return False, f"no heartbeat reached the database for {age:.0f} s"
         return True, "ok"
 
+    def readiness(self, as_json: bool) -> tuple[bool, str]:
+        """Whether ready, and the /readyz body: the reason, then the stranded versions."""
+        ok, reason = self.ready()
+        found = self.stranded(STRANDED_SECONDS) if self.stranded and self.worker else None
+        if as_json:
+            stranded = (
+                None
+                if found is None
+                else [
+                    {
+                        "workflow": s.workflow,
+                        "version": s.version,
+                        "runs": s.runs,
+                        "queues": s.queues,
+                        "served": s.served,
+                        "message": s.message,
+                    }
+                    for s in found
+                ]
+            )
+            return ok, json.dumps({"ready": ok, "reason": reason, "stranded": stranded}) + "\n"
+        lines = [reason, *(f"stranded: {s.message}" for s in found or ())]
+        return ok, "".join(f"{line}\n" for line in lines)
+
 
 def serve(
     host: str, port: int, registry: CollectorRegistry, health: Health
@@ -92,17 +128,28 @@ def serve(
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        if path in ("/healthz", "/readyz"):
-            ok, reason = health.alive() if path == "/healthz" else health.ready()
-            status = "200 OK" if ok else "503 Service Unavailable"
-            start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+        if path == "/healthz":
+            ok, reason = health.alive()
+            start_response(_status(ok), [("Content-Type", "text/plain; charset=utf-8")])
             return [f"{reason}\n".encode()]
+        if path == "/readyz":
+            as_json = "format=json" in environ.get("QUERY_STRING", "") or (
+                "application/json" in environ.get("HTTP_ACCEPT", "")
+            )
+            ok, body = health.readiness(as_json)
+            kind = "application/json" if as_json else "text/plain; charset=utf-8"
+            start_response(_status(ok), [("Content-Type", kind)])
+            return [body.encode()]
         return metrics(environ, start_response)  # type: ignore[no-any-return]
 
     server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_Quiet)
     thread = threading.Thread(target=server.serve_forever, name="perdure-metrics", daemon=True)
     thread.start()
     return server, thread
+
+
+def _status(ok: bool) -> str:
+    return "200 OK" if ok else "503 Service Unavailable"
 
 
 class _Quiet(WSGIRequestHandler):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import builtins
+from collections.abc import Sequence
+
 from perdure.store import rows
 from perdure.store.statement import Namespace, Row, Statement, first
-from perdure.types import WorkflowInfo
+from perdure.types import StrandedVersion, WorkflowInfo
 
 
 class WorkflowStatements(Namespace):
@@ -56,4 +59,50 @@ class WorkflowStatements(Namespace):
             lambda found: [rows.workflow(r) for r in found],
             stale_seconds=stale_seconds,
             cap=cap,
+        )
+
+    def stranded(self, stale_seconds: float = 60.0) -> Statement[builtins.list[StrandedVersion]]:
+        """The workflow versions whose unfinished runs no live worker can claim.
+
+        A worker is live as for ``list``.
+        """
+        return self._build(
+            "workflow_stranded",
+            lambda found: [
+                StrandedVersion(
+                    workflow=r["workflow"],
+                    version=int(r["version"]),
+                    runs=int(r["runs"]),
+                    queues=list(r["queues"] or []),
+                    served=[int(v) for v in r["served"] or []],
+                )
+                for r in found
+            ],
+            stale_seconds=stale_seconds,
+        )
+
+    def move_runs(
+        self,
+        *,
+        workflow: str,
+        from_version: int,
+        to_version: int,
+        ids: Sequence[str],
+        statuses: Sequence[str],
+        dry_run: bool,
+    ) -> Statement[builtins.list[Row]]:
+        """Move those of ``ids`` that recorded nothing and no worker holds to ``to_version``.
+
+        One row per given run of ``workflow`` at ``from_version`` in
+        ``statuses``: ``id``, ``status``, ``recorded``, ``held``, ``movable``.
+        """
+        return self._build(
+            "workflow_move_runs",
+            lambda found: [dict(r) for r in found],
+            workflow=workflow,
+            from_version=from_version,
+            to_version=to_version,
+            ids=list(ids),
+            statuses=list(statuses),
+            dry_run=dry_run,
         )
