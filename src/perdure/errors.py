@@ -463,3 +463,13 @@ class UpdateTimeout(PerdureError, TimeoutError):
         super().__init__(
             f"update {name!r} ({update_id}) of run {run_id} got no reply within {timeout:g} s"
         )
+
+
+class ObjectStoreError(PerdureError):
+    """An offloaded payload cannot be written to or read from its object store.
+
+    On write, nothing references the object (it is uploaded before its row).
+    On read, a missing object or one whose sha256 differs from its reference
+    reads as undecodable: the run that needs it fails alone with
+    ``UndecodablePayload``, and listings show the reason.
+    """

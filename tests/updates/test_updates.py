@@ -281,3 +281,34 @@ def test_a_sleeping_run_serves_updates_and_still_wakes_at_its_time(
     sleep = next(s for s in app.steps(handle.id) if s.kind == "sleep")
     assert sleep.completed_at is not None and sleep.wake_at is not None
     assert sleep.completed_at >= sleep.wake_at
+
+
+@pytest.mark.parametrize("encrypted", [True, False])
+def test_an_updates_payload_and_reply_go_through_the_codec(
+    make_app: Any, db: psycopg.Connection[Any], encrypted: bool
+) -> None:
+    """With encryption on, the updates table holds envelopes, never the payload or
+    the reply in clear; with it off, both are there (the check can fail)."""
+    from perdure.store.encryption import AesGcm, generate_key_line
+
+    marker = "zq-update-marker-51c"
+    app = make_app(codec=AesGcm.from_text(generate_key_line("k1"))) if encrypted else make_app()
+    _cart_app(app)
+    with BackgroundWorker(app, concurrency=4):
+        handle = app.start("cart", "ada")
+        wait_until(lambda: handle.status() == "waiting", what="the wait")
+        reply = app.update(handle.id, "add_item", marker, update_id="u-enc", timeout=30)
+        assert reply == {"count": 1, "item": marker}
+        # The reply reads back in clear through the App, again with the same id.
+        assert app.update(handle.id, "add_item", marker, update_id="u-enc", timeout=30) == reply
+        listed = app.updates(handle.id)
+        assert [(u["payload"], u["result"]) for u in listed] == [(marker, reply)]
+    stored = db.execute(
+        "SELECT payload::text, result::text FROM updates WHERE run_id = %s", (handle.id,)
+    ).fetchall()
+    assert len(stored) == 1
+    for column in stored[0]:
+        if encrypted:
+            assert marker not in column and "aes256gcm" in column, column
+        else:
+            assert marker in column, column

@@ -43,6 +43,7 @@ from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_poli
 from perdure.errors import ConfigurationError, WorkflowDefinitionError
 from perdure.store import encryption
 from perdure.store.codec import Codec, Payloads
+from perdure.store.offload import ObjectStore
 from perdure.store.statements import Statements
 from perdure.types import EventTrigger
 
@@ -71,6 +72,8 @@ class App:
         direct_url: str | None = None,
         codec: Codec | Sequence[Codec] | None = None,
         compress_above: int | None = None,
+        offload: ObjectStore | str | None = None,
+        offload_above: int | None = None,
     ) -> None:
         """Create an App; nothing connects until the first call that needs the database.
 
@@ -82,6 +85,11 @@ class App:
         last: the last encodes, each decodes), else encrypted with the keys of
         ``PERDURE_ENCRYPTION_KEYS`` or ``PERDURE_ENCRYPTION_KEY_FILE``, which
         always decrypt too. Without either, payloads are stored as plain JSON.
+        A sealed payload over ``offload_above`` bytes (else
+        ``PERDURE_OFFLOAD_ABOVE``, default 256 KiB) is written to the object
+        store ``offload`` (an ObjectStore, ``file:///path`` or
+        ``s3://bucket/prefix``; else ``PERDURE_OFFLOAD_URL``; off when
+        neither is set) and its row keeps a reference (docs/large-payloads.md).
 
         ``max_payload_bytes`` (1 KiB to 128 MiB) caps every encoded input, step
         output, signal payload and result; a larger one is refused with
@@ -112,7 +120,9 @@ class App:
             ),
             arguments.integer("pool_size", pool_size, minimum=1, maximum=1000),
             direct_url,
-            encryption.payloads(codec, compress_above),
+            encryption.payloads(
+                codec, compress_above, offload=offload, offload_above=offload_above
+            ),
         )
 
     # Configuration ---------------------------------------------------------------

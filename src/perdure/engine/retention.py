@@ -14,6 +14,8 @@ one at a time does the work; the others skip their turn. A pass:
    first), then deletes the default partition's old entries of gone runs;
 4. deletes the audit entries older than the cutoff, when the pass runs as
    the schema's owner (the audit table is append-only for other roles).
+   The offloaded payloads (store/offload.py) of the runs deleted (not
+   archived) are deleted from their object store after each batch.
 5. deletes the emitted events (``app.emit``) recorded before the cutoff, in
    batches, with the record of which runs each woke or started.
 """
@@ -56,11 +58,13 @@ async def prune(
         return PruneResult(cutoff, count, 0, archive, True, doomed)
     total = batches = 0
     while True:
-        pruned = await store.execute(
+        pruned, refs = await store.execute(
             statements.runs.prune(cutoff, limit=batch_size, archive=archive), conn
         )
         batches += 1
         total += pruned
+        if refs:
+            await delete_objects(store, refs)
         if pruned < batch_size:
             break
     dropped: list[str] = []
@@ -91,6 +95,22 @@ async def prune(
     return PruneResult(
         cutoff, total, batches, archive, False, dropped, postponed, audit=audit, events=events
     )
+
+
+async def delete_objects(store: AsyncStore, refs: list[str]) -> None:
+    """Delete the offloaded payloads ``refs`` of pruned runs (in a thread: stores block).
+
+    After their rows are gone: a failure leaves objects no row references
+    (logged), never a row referencing a missing object.
+    """
+    offload = store.statements.payloads.offload
+    if offload is None:
+        return
+    try:
+        deleted = await asyncio.to_thread(offload.delete_refs, refs)
+        log.info("deleted %d offloaded payload(s) of pruned runs", deleted)
+    except Exception as exc:
+        log.warning("deleting %d offloaded payload(s) failed: %s", len(refs), exc)
 
 
 async def maintenance_pass(

@@ -32,13 +32,15 @@ import base64
 import binascii
 import functools
 import json
+import threading
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from perdure.errors import ConfigurationError, KeyUnavailable
+from perdure.errors import ConfigurationError, KeyUnavailable, ObjectStoreError
 from perdure.store.loaders import Undecodable, too_deep, undecodable
+from perdure.store.offload import Offload, Pending
 
 __all__ = [
     "ENVELOPE",
@@ -167,11 +169,14 @@ class Payloads:
         *,
         compress_above: int | None = None,
         telemetry_payloads: bool = False,
+        offload: Offload | None = None,
     ) -> None:
         """A pipeline encoding with the last of ``codecs``, compressing above ``compress_above``.
 
         ``telemetry_payloads``: error messages (which may carry user data)
         still go to logs and traces while payloads are encrypted.
+        ``offload``: sealed payloads above its size go to its object store
+        (store/offload.py); the row keeps a reference.
         """
         for codec in codecs:
             if not isinstance(codec, Codec) or not isinstance(getattr(codec, "name", None), str):
@@ -190,6 +195,8 @@ class Payloads:
         self.decoders = {codec.name: codec for codec in codecs}
         self.compress_above = compress_above
         self.telemetry_payloads = telemetry_payloads
+        self.offload = offload
+        self._pending = threading.local()
 
     @property
     def encrypts(self) -> bool:
@@ -208,16 +215,47 @@ class Payloads:
     @property
     def plain(self) -> bool:
         """Whether new payloads are stored as plain JSON."""
-        return self.codec is None and self.compress_above is None
+        return self.codec is None and self.compress_above is None and self.offload is None
 
     def __repr__(self) -> str:
         names = ",".join(self.decoders) or "none"
-        return f"Payloads(codecs={names}, compress_above={self.compress_above})"
+        return (
+            f"Payloads(codecs={names}, compress_above={self.compress_above}, "
+            f"offload={self.offload!r})"
+        )
 
     # Writing -------------------------------------------------------------------
 
     def seal(self, text: str | None) -> str | None:
-        """The stored form of payload JSON ``text``: itself, or its envelope (None stays None)."""
+        """The stored form of payload JSON ``text``: itself, or its envelope (None stays None).
+
+        With an offload, a sealed form above its size is replaced by a
+        reference; the object to upload waits in ``take_pending`` (of this
+        thread) until the statement carrying the reference takes it.
+        """
+        sealed = self._seal(text)
+        offload = self.offload
+        if sealed is None or offload is None or len(sealed) <= offload.above:
+            return sealed
+        data = sealed.encode("utf-8")
+        if len(data) <= offload.above:
+            return sealed
+        header, pending = offload.header(data)
+        queue: list[Pending] | None = getattr(self._pending, "queue", None)
+        if queue is None:
+            queue = self._pending.queue = []
+        queue.append(pending)
+        return '{"' + ENVELOPE + '":' + json.dumps(header, separators=(",", ":")) + "}"
+
+    def take_pending(self) -> list[Pending]:
+        """The objects sealed by this thread since the last call, to upload before the row."""
+        queue: list[Pending] | None = getattr(self._pending, "queue", None)
+        if not queue:
+            return []
+        self._pending.queue = []
+        return queue
+
+    def _seal(self, text: str | None) -> str | None:
         if text is None:
             return None
         if self.codec is None and (self.compress_above is None or len(text) <= self.compress_above):
@@ -249,7 +287,11 @@ class Payloads:
         """The payload ``value`` holds: itself when plain, else opened (or a marker)."""
         if type(value) is not dict or ENVELOPE not in value:
             return value
-        opened = self._open(value[ENVELOPE], value.get("data"))
+        header = value[ENVELOPE]
+        if isinstance(header, dict) and "ref" in header:
+            opened = self._fetch(header)
+        else:
+            opened = self._open(header, value.get("data"))
         if len(value) > 2 and isinstance(opened, dict):
             extra = {k: v for k, v in value.items() if k not in (ENVELOPE, "data")}
             opened = {**extra, **opened}
@@ -262,6 +304,40 @@ class Payloads:
                 if type(value) is dict and ENVELOPE in value:
                     row[column] = self.open(value)
         return rows
+
+    def references(self, rows: list[dict[str, Any]]) -> bool:
+        """Whether any column of ``rows`` is an offloaded envelope (opening it fetches)."""
+        if self.offload is None:
+            return False
+        for row in rows:
+            for value in row.values():
+                if type(value) is dict and type(value.get(ENVELOPE)) is dict:
+                    if "ref" in value[ENVELOPE]:
+                        return True
+        return False
+
+    def _fetch(self, header: dict[str, Any]) -> Any:
+        """The payload an offloaded envelope references, fetched and opened (or a marker)."""
+        if self.offload is None:
+            return Undecodable(
+                f"offloaded to {header.get('ref')!r}, but no object store is configured here "
+                "(set PERDURE_OFFLOAD_URL)"
+            )
+        try:
+            raw = self.offload.fetch(header)
+        except ObjectStoreError as exc:
+            return Undecodable(str(exc))
+        if too_deep(raw):
+            return Undecodable("nested too deeply to decode")
+        try:
+            inner = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:
+            return undecodable(exc)
+        if type(inner) is dict and ENVELOPE in inner:
+            if isinstance(inner[ENVELOPE], dict) and "ref" in inner[ENVELOPE]:
+                return Undecodable("an offloaded payload that references another")
+            return self.open(inner)
+        return inner
 
     def _open(self, header: Any, data: Any) -> Any:
         if not isinstance(header, dict) or not isinstance(data, str):

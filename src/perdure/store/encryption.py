@@ -32,6 +32,8 @@ from typing import Any
 
 from perdure.errors import ConfigurationError, KeyUnavailable
 from perdure.store.codec import Codec, Encoded, Payloads
+from perdure.store.offload import ObjectStore
+from perdure.store.offload import from_environment as offload_from_environment
 
 #: The variable holding the keys, ``id:base64`` separated by commas, newest last.
 KEYS_ENV = "PERDURE_ENCRYPTION_KEYS"
@@ -199,12 +201,17 @@ def payloads(
     codec: Codec | Sequence[Codec] | None = None,
     compress_above: int | None = None,
     environ: Mapping[str, str] | None = None,
+    *,
+    offload: ObjectStore | str | None = None,
+    offload_above: int | None = None,
 ) -> Payloads:
     """The pipeline of a process: the given codecs (newest last), with the environment's.
 
     Without ``codec``, the keys of the environment encrypt. With it, they
     still decrypt (a move from the built-in keys to a KMS needs no rewrite).
-    ``compress_above`` None reads ``PERDURE_COMPRESS_ABOVE``.
+    ``compress_above`` None reads ``PERDURE_COMPRESS_ABOVE``. ``offload``
+    (an ObjectStore or its URL) and ``offload_above`` default to
+    ``PERDURE_OFFLOAD_URL`` and ``PERDURE_OFFLOAD_ABOVE`` (store/offload.py).
     """
     given: list[Codec] = (
         [] if codec is None else [codec] if not isinstance(codec, Sequence) else list(codec)
@@ -216,4 +223,7 @@ def payloads(
         compress_above = compress_from_environment(environ)
     env = os.environ if environ is None else environ
     telemetry = env.get(TELEMETRY_ENV, "").strip() == "1"
-    return Payloads(given, compress_above=compress_above, telemetry_payloads=telemetry)
+    offloaded = offload_from_environment(env, store=offload, above=offload_above)
+    return Payloads(
+        given, compress_above=compress_above, telemetry_payloads=telemetry, offload=offloaded
+    )

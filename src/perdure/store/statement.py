@@ -9,11 +9,12 @@ reads them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from perdure.clock import Clock
 from perdure.store.codec import PLAIN, Payloads
+from perdure.store.offload import Pending
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -32,6 +33,11 @@ class Statement(Generic[T]):
     #: are "skipped when NULL" needs that to pick the right index). None: the
     #: driver's default (prepared after a few executions on one connection).
     prepare: bool | None = None
+    #: Offloaded payloads its rows reference: uploaded (and the list emptied)
+    #: before the statement runs, so no committed row names a missing object.
+    uploads: list[Pending] = field(default_factory=list)
+    #: The pipeline its rows' payloads are opened with (to tell when opening fetches).
+    payloads: Payloads = PLAIN
 
 
 class Builder:
@@ -63,7 +69,15 @@ class Builder:
         its rows' payloads are opened before ``decode`` reads them."""
         params["now"] = self.clock.sql_now()
         opened = _Opened(self.payloads.open_rows, decode)
-        return Statement(query_name, self.queries[query_name], params, opened)
+        uploads = self.payloads.take_pending() if self.payloads.offload is not None else []
+        return Statement(
+            query_name,
+            self.queries[query_name],
+            params,
+            opened,
+            uploads=uploads,
+            payloads=self.payloads,
+        )
 
 
 class _Opened(Generic[T]):

@@ -8,6 +8,7 @@ starts atomically with the caller's business write.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -51,8 +52,30 @@ WAIT_SECONDS = 10.0
 RECENT_SECONDS = 1.0
 
 
+def upload_sync(stmt: Statement[Any]) -> None:
+    """Upload the offloaded payloads ``stmt``'s rows will reference (before it runs)."""
+    offload = stmt.payloads.offload
+    if stmt.uploads and offload is not None:
+        offload.upload(stmt.uploads)
+
+
+async def upload(statements: Sequence[Statement[Any]]) -> None:
+    """``upload_sync`` of each of ``statements``, in a thread (object stores block)."""
+    if any(stmt.uploads for stmt in statements):
+        for stmt in statements:
+            await asyncio.to_thread(upload_sync, stmt)
+
+
+async def decode(stmt: Statement[T], found: list[dict[str, Any]]) -> T:
+    """``stmt``'s rows decoded, in a thread when opening them fetches offloaded payloads."""
+    if stmt.payloads.references(found):
+        return await asyncio.to_thread(stmt.decode, found)
+    return stmt.decode(found)
+
+
 def execute_sync(conn: psycopg.Connection[Any], stmt: Statement[T]) -> T:
     """Run ``stmt`` on the caller's sync connection, in its current transaction."""
+    upload_sync(stmt)
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         found = cur.fetchall() if cur.description else []
@@ -61,10 +84,11 @@ def execute_sync(conn: psycopg.Connection[Any], stmt: Statement[T]) -> T:
 
 async def execute_async(conn: psycopg.AsyncConnection[Any], stmt: Statement[T]) -> T:
     """Run ``stmt`` on the caller's async connection, in its current transaction."""
+    await upload([stmt])
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         found = await cur.fetchall() if cur.description else []
-    return stmt.decode(found)
+    return await decode(stmt, found)
 
 
 class AsyncStore:
@@ -167,6 +191,8 @@ class AsyncStore:
         """Run ``stmt`` on ``conn`` if given, else on a pooled autocommit connection."""
         self.statement_count += 1
         self.round_trips += 1
+        if conn is None:
+            await upload([stmt])
         with self.reachable():
             if conn is not None:
                 return await execute_async(conn, stmt)
@@ -188,6 +214,7 @@ class AsyncStore:
         statements = [stmt for unit in units for stmt in unit]
         self.statement_count += len(statements)
         self.round_trips += 1
+        await upload(statements)
         with self.reachable():
             async with self._pooled() as conn:
                 async with conn.pipeline():
@@ -197,7 +224,9 @@ class AsyncStore:
                         await cursor.execute(stmt.query, stmt.params)
                         cursors.append(cursor)
                 found = [await c.fetchall() if c.description else [] for c in cursors]
-        decoded = iter([stmt.decode(rows) for stmt, rows in zip(statements, found, strict=True)])
+        decoded = iter(
+            [await decode(stmt, rows) for stmt, rows in zip(statements, found, strict=True)]
+        )
         return [[next(decoded) for _ in unit] for unit in units]
 
     # The writes on claimed work and starts: lists of records, one statement each.

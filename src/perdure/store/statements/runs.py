@@ -352,10 +352,18 @@ class RunStatements(Namespace):
             positions=list(positions),
         )
 
-    def prune(self, before: datetime, *, limit: int, archive: bool) -> Statement[int]:
-        """Delete (or archive) one batch of runs finished before ``before``; how many."""
+    def prune(
+        self, before: datetime, *, limit: int, archive: bool
+    ) -> Statement[tuple[int, list[str]]]:
+        """Delete (or archive) one batch of runs finished before ``before``; how many, and
+        the references of the offloaded payloads of those deleted (not archived)."""
         return self._build(
-            "run_prune", count("pruned"), before=before, limit=limit, archive=archive
+            "run_prune",
+            _pruned,
+            before=before,
+            limit=limit,
+            archive=archive,
+            offloaded=self._build.payloads.offload is not None,
         )
 
     def prune_count(self, before: datetime) -> Statement[int]:
@@ -408,3 +416,10 @@ class RunStatements(Namespace):
             limit=limit,
         )
         return replace(stmt, prepare=False)
+
+
+def _pruned(found: list[Row]) -> tuple[int, list[str]]:
+    """How many runs a prune batch took, and the object references they held."""
+    if not found:
+        return 0, []
+    return int(found[0]["pruned"]), [str(ref) for ref in found[0]["refs"] or ()]

@@ -60,7 +60,14 @@ class StepStatements(Namespace):
         if checkpoint.ends_task:
             return self.finish_step_task(checkpoint)
         batch = self.checkpoints([checkpoint])
-        return Statement(batch.name, batch.query, batch.params, _only)
+        return Statement(
+            batch.name,
+            batch.query,
+            batch.params,
+            _only,
+            uploads=batch.uploads,
+            payloads=batch.payloads,
+        )
 
     def wait(
         self,

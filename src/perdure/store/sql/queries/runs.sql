@@ -626,11 +626,30 @@ WITH doomed AS (
     SELECT s.* FROM {schema}.streams s JOIN doomed d ON d.id = s.run_id WHERE %(archive)s
 ), stragglers AS (
     DELETE FROM {schema}.history_default h USING doomed d WHERE h.run_id = d.id
+), offloaded AS (
+    -- The object references (offloaded payloads) of the runs deleted, read
+    -- from the statement's snapshot: the caller deletes those objects.
+    SELECT v -> '$perdure' ->> 'ref' AS ref
+    FROM (
+        SELECT r.input AS v FROM {schema}.runs r JOIN doomed d ON d.id = r.id
+        UNION ALL SELECT r.output FROM {schema}.runs r JOIN doomed d ON d.id = r.id
+        UNION ALL SELECT r.error FROM {schema}.runs r JOIN doomed d ON d.id = r.id
+        UNION ALL SELECT s.output FROM {schema}.steps s JOIN doomed d ON d.id = s.run_id
+        UNION ALL SELECT s.error FROM {schema}.steps s JOIN doomed d ON d.id = s.run_id
+        UNION ALL SELECT g.payload FROM {schema}.signals g JOIN doomed d ON d.id = g.run_id
+        UNION ALL SELECT e.value FROM {schema}.events e JOIN doomed d ON d.id = e.run_id
+        UNION ALL SELECT t.value FROM {schema}.streams t JOIN doomed d ON d.id = t.run_id
+        UNION ALL SELECT l.records FROM {schema}.step_logs l JOIN doomed d ON d.id = l.run_id
+    ) payloads
+    WHERE NOT %(archive)s AND %(offloaded)s
+      AND jsonb_typeof(v) = 'object' AND jsonb_typeof(v -> '$perdure') = 'object'
+      AND v -> '$perdure' ? 'ref'
 ), deleted AS (
     DELETE FROM {schema}.runs r USING doomed d WHERE r.id = d.id
     RETURNING r.id
 )
-SELECT count(*) AS pruned FROM deleted;
+SELECT (SELECT count(*) FROM deleted) AS pruned,
+       (SELECT coalesce(array_agg(ref), ARRAY[]::text[]) FROM offloaded) AS refs;
 
 -- name: run_prune_count
 -- How many runs run_prune would take, in every batch together: the same
