@@ -312,3 +312,34 @@ def test_an_updates_payload_and_reply_go_through_the_codec(
             assert marker not in column and "aes256gcm" in column, column
         else:
             assert marker in column, column
+
+
+def test_check_replay_applies_a_runs_recorded_updates_at_their_waits(app: perdure.App) -> None:
+    """A run that took updates replays cleanly in check-replay (from the database and
+    from an export); the same history without its updates would not (the check can fail)."""
+    import json
+
+    from perdure import testing
+
+    done = _cart_app(app)
+    with BackgroundWorker(app, concurrency=4):
+        handle = app.start("cart", "ada")
+        wait_until(lambda: handle.status() == "waiting", what="the wait")
+        app.update(handle.id, "add_item", "apple", timeout=30)
+        app.update(handle.id, "add_item", "pear", timeout=30)
+        wait_until(lambda: handle.status() == "waiting", what="the wait again")
+    assert done == ["apple", "pear"]
+
+    reports = testing.check_replay(app)
+    assert [(r.run_id, r.ok) for r in reports] == [(handle.id, True)], [
+        r.describe() for r in reports
+    ]
+    assert reports[0].replayed == 3  # the wait and the two handlers' steps
+    assert done == ["apple", "pear"]  # no step function ran again
+
+    exported = json.loads(json.dumps(testing.export_runs(app)))
+    assert [u["update_id"] for u in exported[0]["updates"]] != []
+    assert all(r.ok for r in testing.check_replay(app, exported))
+    stripped = [dict(run, updates=[]) for run in exported]
+    [report] = testing.check_replay(app, stripped)
+    assert not report.ok and report.recorded == "remember", report.describe()

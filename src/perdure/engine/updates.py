@@ -42,7 +42,10 @@ async def serve(ex: Execution, position: int, *, current: bool) -> None:
     """Apply the updates recorded at the wait at ``position`` again (a replay), then,
     when the wait is ``current`` (not finished yet), decide and apply the new ones."""
     handlers: UpdateHandlers | None = ex.update_handlers
-    if handlers is None or ex.step_task_position is not None or ex.replay_only:
+    if handlers is None or ex.step_task_position is not None:
+        return
+    if ex.replay_only:
+        await _replay_recorded(ex, handlers, position)
         return
     applied = await _applied(ex)
     for row in applied.get(position, []):
@@ -59,6 +62,19 @@ async def serve(ex: Execution, position: int, *, current: bool) -> None:
         ex.end_of_history()
         for row in requested:
             await _decide(ex, handlers, position, row, applied)
+
+
+async def _replay_recorded(ex: Execution, handlers: UpdateHandlers, position: int) -> None:
+    """check-replay (no store): apply the updates recorded at the wait at ``position``
+    again, in their order, as the worker's replay does; no reply is written."""
+    for row in (ex.applied_updates or {}).get(position, []):
+        if row.get("applied"):
+            continue
+        row["applied"] = True
+        try:
+            await handlers.apply(ex, row["name"], row["payload"])
+        except Exception:
+            pass  # a handler's error is its reply: the run went on (as in _apply)
 
 
 async def pending(ex: Execution, conn: Any) -> bool:
