@@ -343,3 +343,28 @@ def test_check_replay_applies_a_runs_recorded_updates_at_their_waits(app: perdur
     stripped = [dict(run, updates=[]) for run in exported]
     [report] = testing.check_replay(app, stripped)
     assert not report.ok and report.recorded == "remember", report.describe()
+
+
+def test_the_reply_wakes_the_caller_through_notify_not_its_fallback_look(
+    app: perdure.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the fallback look pushed to a minute, replies still come in seconds:
+    the reply's NOTIFY wakes the caller (and a pending one still times out)."""
+    import time
+
+    from perdure.api import notices, updating
+
+    monkeypatch.setattr(updating, "MAX_POLL_SECONDS", 60.0)
+    monkeypatch.setattr(notices, "FALLBACK_SECONDS", 60.0)
+    _cart_app(app)
+    with BackgroundWorker(app, concurrency=4):
+        handle = app.start("cart", "ada")
+        wait_until(lambda: handle.status() == "waiting", what="the wait")
+        for item in ("apple", "pear", "fig"):
+            began = time.monotonic()
+            assert app.update(handle.id, "add_item", item, timeout=30)["item"] == item
+            assert time.monotonic() - began < 10
+        began = time.monotonic()
+        with pytest.raises(perdure.UpdateRejected):
+            app.update(handle.id, "add_item", "", timeout=30)
+        assert time.monotonic() - began < 10

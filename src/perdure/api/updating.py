@@ -2,14 +2,15 @@
 
 The request is one row (``updates``), written with the run's row locked and
 the run woken if it waits, as a signal is. Its worker validates it, applies
-it and stores the reply (engine/updates.py); the caller polls for the reply
-until its timeout. The update id makes a retried call find the first request
-and its reply: each update is applied once.
+it and stores the reply (engine/updates.py); the caller waits for the reply
+until its timeout, woken by the NOTIFY the reply's write sends (the App's
+``Notices``), looking again at least every ``MAX_POLL_SECONDS`` (a run that
+finished without replying, a listener reconnecting). The update id makes a
+retried call find the first request and its reply: each update is applied once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any
 
 from perdure.api import starting
 from perdure.api.core import Core
+from perdure.api.notices import Watch
 from perdure.engine import arguments, serialization
 from perdure.engine.arguments import validate_name
 from perdure.errors import (
@@ -29,9 +31,9 @@ from perdure.errors import (
     UpdateTimeout,
 )
 
-#: The first pause between two looks for a reply, and the longest.
-FIRST_POLL_SECONDS = 0.002
-MAX_POLL_SECONDS = 0.02
+#: The longest a caller goes between two looks for a reply when no NOTIFY
+#: wakes it (a run that finished without replying, a listener reconnecting).
+MAX_POLL_SECONDS = 0.25
 #: The longest update id.
 MAX_UPDATE_ID_LENGTH = 200
 _FINAL = {"completed", "failed", "cancelled", "compensated", "compensation_failed"}
@@ -90,8 +92,21 @@ async def _reply(
     deadline: float | None,
     seconds: float | None,
 ) -> Any:
-    """Poll for the reply to update ``update_id`` until ``deadline``."""
-    pause = FIRST_POLL_SECONDS
+    """Wait for the reply to update ``update_id`` until ``deadline``."""
+    with core.notices().watch(run_id) as watch:
+        return await _replied(core, watch, run_id, update_id, name, deadline, seconds)
+
+
+async def _replied(
+    core: Core,
+    watch: Watch,
+    run_id: str,
+    update_id: str,
+    name: str,
+    deadline: float | None,
+    seconds: float | None,
+) -> Any:
+    """Look for the reply, and wait on ``watch`` (taken before the first look) between looks."""
     while True:
         row = await core.read(core.statements.updates.get(run_id, update_id))
         if row is None:
@@ -113,9 +128,8 @@ async def _reply(
             raise InvalidRunState(run_id, row["run_status"], "update")
         if deadline is not None and time.monotonic() >= deadline:
             raise UpdateTimeout(run_id, update_id, name, seconds or 0.0)
-        wait = pause if deadline is None else min(pause, max(deadline - time.monotonic(), 0.0))
-        await asyncio.sleep(wait)
-        pause = min(pause * 1.25, MAX_POLL_SECONDS)
+        left = MAX_POLL_SECONDS if deadline is None else deadline - time.monotonic()
+        await watch.wait(max(min(left, MAX_POLL_SECONDS), 0.0))
 
 
 async def update_with_start(

@@ -63,3 +63,12 @@ BEGIN
     RETURN v_status;
 END
 $$;
+
+-- Wake the caller waiting for a reply (app.update) the moment it is written:
+-- NOTIFY <schema>_messages with the run's id (notify_message, migration 0013)
+-- when a request is decided for good (rejected, completed or failed).
+CREATE TRIGGER updates_notify AFTER UPDATE OF status ON updates
+    FOR EACH ROW
+    WHEN (NEW.status IN ('rejected', 'completed', 'failed')
+          AND OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION notify_message();
