@@ -9,6 +9,8 @@
 - ``bench_map``: ``ctx.map`` of a no-op step over ``n`` items (the input).
 - ``bench_sequence``: the same ``n`` no-op steps one after another.
 - ``bench_gather_sleep``: ``ctx.gather`` of ``n`` steps that each sleep 50 ms.
+- ``bench_updates``: waits for signal ``stop``, serving update ``bump`` (one
+  no-op step, then the payload back) meanwhile.
 - ``bench_pair``: ``ctx.gather`` of two steps of 0.8 s; when each began.
 - ``bench_diamond``: a graph: a root, two steps of 0.8 s, a join; when each of the two began.
 """
@@ -55,6 +57,19 @@ async def bench_signal(ctx: perdure.Context, _: Any = None) -> float:
 
 async def _now() -> float:
     return time.time()
+
+
+@app.workflow("bench_updates")
+async def bench_updates(ctx: perdure.Context, _: Any = None) -> None:
+    """Serve updates until ``stop``."""
+    await ctx.wait_for_signal("stop")
+
+
+@app.update_handler("bench_updates")
+async def bump(ctx: perdure.Context, n: int) -> int:
+    """One no-op step, then ``n`` back."""
+    await ctx.step("bump", _noop)
+    return n
 
 
 async def _item(item: int) -> int:

@@ -423,6 +423,48 @@ class KeyUnavailable(PerdureError, LookupError):
         )
 
 
+class UpdateRejected(PerdureError):
+    """An update's validator refused it: nothing was recorded in the run."""
+
+    def __init__(self, run_id: str, update_id: str, name: str, reason: str) -> None:
+        self.run_id = run_id
+        self.update_id = update_id
+        self.name = name
+        self.reason = reason
+        super().__init__(f"run {run_id} refused update {name!r} ({update_id}): {reason}")
+
+
+class UpdateFailed(PerdureError):
+    """An accepted update's handler raised: the reply is its error (the run goes on)."""
+
+    def __init__(self, run_id: str, update_id: str, name: str, error: dict[str, object]) -> None:
+        self.run_id = run_id
+        self.update_id = update_id
+        self.name = name
+        self.error = error
+        super().__init__(
+            f"update {name!r} ({update_id}) of run {run_id} failed: "
+            f"{error.get('type', 'Error')}: {error.get('message', '')}"
+        )
+
+
+class UpdateTimeout(PerdureError, TimeoutError):
+    """A caller waited for an update's reply and it did not come in time.
+
+    The request stays recorded: calling again with the same update id waits
+    for the same reply.
+    """
+
+    def __init__(self, run_id: str, update_id: str, name: str, timeout: float) -> None:
+        self.run_id = run_id
+        self.update_id = update_id
+        self.name = name
+        self.timeout = timeout
+        super().__init__(
+            f"update {name!r} ({update_id}) of run {run_id} got no reply within {timeout:g} s"
+        )
+
+
 class ObjectStoreError(PerdureError):
     """An offloaded payload cannot be written to or read from its object store.
 

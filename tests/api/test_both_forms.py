@@ -68,6 +68,32 @@ def done_id(w: World) -> str:
     return w.done.id
 
 
+def _answered(w: World) -> str:
+    """A run of ``tally`` keyed ``tally:1`` that answered update ``u-1`` (``bump`` 1 -> 2):
+    calling again with that id gets the same reply without a worker."""
+    import threading
+
+    @w.app.workflow("tally")
+    async def tally(ctx: perdure.Context) -> None:
+        await ctx.wait_for_signal("stop")
+
+    @w.app.update_handler("tally")
+    async def bump(ctx: perdure.Context, n: int) -> int:
+        return n + 1
+
+    run = w.app.start("tally", key="tally:1")
+    replies: list[Any] = []
+    sender = threading.Thread(
+        target=lambda: replies.append(w.app.update(run.id, "bump", 1, update_id="u-1", timeout=30))
+    )
+    sender.start()
+    while sender.is_alive():
+        drain(w.app)
+    sender.join()
+    assert replies == [2]
+    return run.id
+
+
 def queued_id(w: World) -> str:
     return w.queued.id
 
@@ -155,6 +181,15 @@ APP_CASES: dict[str, Case] = {
         lambda w, r: len(set(r)) == 3 and r[0] < r[2],
     ),
     "signals": (_args(done_id), lambda w, r: r == []),
+    "update": (_args(_answered, "bump", 1, update_id="u-1", timeout=5), lambda w, r: r == 2),
+    "update_with_start": (
+        lambda w: (
+            ("tally",),
+            {"key": _answered(w) and "tally:1", "update": "bump", "payload": 1, "update_id": "u-1"},
+        ),
+        lambda w, r: r == 2,
+    ),
+    "updates": (_args(done_id), lambda w, r: r == []),
     "start": (_args("echo", 1, key="k"), lambda w, r: r.created and r.status() == "queued"),
     "start_many": (
         _args("echo", [1, 2], keys=["m1", "m2"]),

@@ -17,7 +17,7 @@ import pytest
 import perdure
 
 #: App members without I/O (declarations, configuration): one form only.
-APP_WITHOUT_IO = {"workflow", "graph", "queue", "schedule", "configure"}
+APP_WITHOUT_IO = {"workflow", "graph", "queue", "schedule", "configure", "update_handler"}
 #: Return annotations of the blocking form that stand for the async form's.
 BLOCKING_RETURNS = {
     "StepCall[T]": "T",

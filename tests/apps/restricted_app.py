@@ -55,6 +55,12 @@ async def approval(ctx: perdure.Context, value: int) -> dict[str, Any]:
     }
 
 
+@app.update_handler("approval")
+async def note(ctx: perdure.Context, value: int) -> int:
+    """An update whose handler runs a step, as the restricted role."""
+    return int(await ctx.step("note", double, value))
+
+
 gate = app.graph("gated", queue=limited.name)
 
 

@@ -160,6 +160,8 @@ def test_a_worker_role_without_ddl_rights_completes_every_kind_of_run(
             graph_run = app.start("gated", 10)
             for run in runs:
                 app.get_event(run.id, "stage", timeout=60)
+            # An update, through the restricted role's request_update and tables.
+            assert app.update(runs[0].id, "note", 21, timeout=60) == 42
             for run in runs[:2]:
                 app.signal(run.id, "approve", {"by": "app"}, key="approve-1")
             # The SQL function webhooks call, as the restricted role.

@@ -27,6 +27,7 @@ from perdure.api import (
     retention,
     starting,
     stranding,
+    updating,
 )
 from perdure.api import queues as queueing
 from perdure.api import schedules as scheduling
@@ -35,6 +36,7 @@ from perdure.api.core import Core
 from perdure.api.graph import Graph
 from perdure.api.presenting import owned
 from perdure.api.registry import DEFAULT_MAX_LAPSES, Registry, WorkflowDef
+from perdure.api.update_defs import UpdateHandler
 from perdure.clock import Clock
 from perdure.engine import arguments, serialization
 from perdure.engine.retry import DEFAULT_WORKFLOW_RETRY, RetryPolicy, check_policy
@@ -244,6 +246,34 @@ class App:
 
         return register
 
+    def update_handler(
+        self, workflow: str, name: str | None = None
+    ) -> Callable[[Callable[..., Any]], UpdateHandler]:
+        """Decorate ``async def handler(ctx, payload)`` as update ``name`` (default: the
+        function's name) of workflow ``workflow`` (every version of it).
+
+        The handler runs as part of the run, where it waits (docs/updates.md):
+        its ``ctx.step`` calls are checkpointed like the body's, and what it
+        returns is the caller's reply. ``@handler.validator`` adds a plain
+        ``def validator(payload)``: raising refuses the request before
+        anything is recorded.
+        """
+
+        def register(fn: Callable[..., Any]) -> UpdateHandler:
+            if not callable(fn):
+                raise WorkflowDefinitionError(
+                    f"@app.update_handler decorates a function, not {type(fn).__name__}"
+                )
+            handler = UpdateHandler(
+                workflow,
+                getattr(fn, "__name__", "") if name is None else name,
+                fn,
+            )
+            self._core.registry.add_update(handler)
+            return handler
+
+        return register
+
     def graph(
         self,
         name: str,
@@ -350,6 +380,12 @@ class App:
     signal_many_async = forms.awaiting(messaging.signal_many)
     signals = forms.blocking(messaging.signals)
     signals_async = forms.awaiting(messaging.signals)
+    update = forms.blocking(updating.update)
+    update_async = forms.awaiting(updating.update)
+    update_with_start = forms.blocking(updating.update_with_start)
+    update_with_start_async = forms.awaiting(updating.update_with_start)
+    updates = forms.blocking(updating.updates)
+    updates_async = forms.awaiting(updating.updates)
     pause = forms.blocking(messaging.pause)
     pause_async = forms.awaiting(messaging.pause)
     resume = forms.blocking(messaging.resume)

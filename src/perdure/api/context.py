@@ -38,6 +38,11 @@ class _Base:
         return self._execution.task.run_id
 
     @property
+    def state(self) -> dict[str, Any]:
+        """A dict the body and its update handlers share; not stored, a replay rebuilds it."""
+        return self._execution.state
+
+    @property
     def workflow(self) -> str:
         """The workflow's name."""
         return self._execution.spec.name
@@ -61,8 +66,7 @@ class _Base:
     def scheduled_at(self) -> datetime | None:
         """The tick this run covers (aware, UTC) if a schedule started it, else None.
 
-        The same on every replay and retry: a report uses it, not the clock,
-        to know which period it covers.
+        The same on every replay and retry: a report uses it, not the clock.
         """
         return self._execution.task.scheduled_at
 

@@ -58,6 +58,8 @@ class WorkflowDef:
     #: Lease lapses a task of this workflow's runs survives before the reaper
     #: reaps it for good (stored with the definition; every worker applies it).
     max_lapses: int = DEFAULT_MAX_LAPSES
+    #: Its update handlers by name (the registry's, shared by every version).
+    updates: dict[str, Any] = field(default_factory=dict)
     #: The emitted events that start a run of it (``on_event``).
     triggers: tuple[EventTrigger, ...] = ()
 
@@ -110,6 +112,10 @@ class WorkflowDef:
         from perdure.api.context import Context, SyncContext
 
         args: tuple[Any, ...] = (self.check_input(input),) if self.takes_input else ()
+        if self.updates:
+            from perdure.api.update_defs import WorkflowUpdates
+
+            execution.update_handlers = WorkflowUpdates(self.updates)
         watch = None
         if execution.env.detect_nondeterminism:
             watch = nondeterminism.Watch(execution.task.run_id, self.name)
@@ -158,6 +164,8 @@ class Registry:
     def __init__(self) -> None:
         """An empty registry."""
         self._defs: dict[tuple[str, int], Any] = {}
+        #: Update handlers by workflow name, then update name (every version's).
+        self.updates: dict[str, dict[str, Any]] = {}
 
     def add(self, definition: Any) -> None:
         """Register ``definition``; a second definition of one name and version is refused."""
@@ -171,6 +179,19 @@ class Registry:
                 f"workflow {definition.name!r} version {definition.version} is defined twice"
             )
         self._defs[key] = definition
+        if isinstance(definition, WorkflowDef):
+            definition.updates = self.updates.setdefault(definition.name, {})
+
+    def add_update(self, handler: Any) -> None:
+        """Register update handler ``handler`` of its workflow (every version of it);
+        a second handler of one name is refused."""
+        handlers = self.updates.setdefault(handler.workflow, {})
+        existing = handlers.get(handler.name)
+        if existing is not None and existing.fn is not handler.fn:
+            raise WorkflowDefinitionError(
+                f"update {handler.name!r} of workflow {handler.workflow!r} is defined twice"
+            )
+        handlers[handler.name] = handler
 
     def get(self, name: str, version: int | None = None) -> Any:
         """The definition of ``name`` at ``version``, or its newest version."""

@@ -28,6 +28,7 @@ AUDITED: dict[tuple[str, ...], str] = {
     ("runs", "restart"): "restart",
     ("runs", "fork"): "fork",
     ("runs", "signal"): "signal",
+    ("runs", "update"): "update",
     ("runs", "pause"): "pause",
     ("runs", "resume"): "resume",
     ("runs", "start"): "start",

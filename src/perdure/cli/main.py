@@ -104,12 +104,13 @@ class PerdureGroup(click.Group):
         module_name, _, attr = COMMANDS[cmd_name][0].partition(":")
         command: click.Command = getattr(importlib.import_module(module_name), attr)
         if cmd_name == "runs":
-            from perdure.cli import manage, move_version, run_logs, run_start
+            from perdure.cli import manage, move_version, run_logs, run_start, run_updates
 
             manage.attach(command)  # type: ignore[arg-type]
             command.add_command(move_version.move_version)  # type: ignore[attr-defined]
             run_start.attach(command)  # type: ignore[arg-type]
             run_logs.attach(command)  # type: ignore[arg-type]
+            run_updates.attach(command)  # type: ignore[arg-type]
         audited.attach(cmd_name, command)
         self.add_command(command, cmd_name)
         return command

@@ -71,14 +71,15 @@ async def record(
 def api_action(method: str, path: str) -> tuple[str, list[str]]:
     """The action and runs a state-changing API request names, from its path under the prefix.
 
-    ``POST /runs`` is ``start``; ``POST /runs/{ref}/signals`` is ``signal``;
+    ``POST /runs`` is ``start``; ``POST /runs/{ref}/signals`` is ``signal``,
+    ``POST /runs/{ref}/updates`` ``update``;
     ``POST /runs/{ref}/<verb>`` is ``<verb>``.
     """
     parts = [p for p in path.split("/") if p]
     if parts == ["runs"]:
         return "start", []
     if len(parts) == 3 and parts[0] == "runs":
-        verb = "signal" if parts[2] == "signals" else parts[2]
+        verb = {"signals": "signal", "updates": "update"}.get(parts[2], parts[2])
         return verb[:40], [parts[1][:200]]
     return f"{method.lower()} {'/'.join(parts)}"[:80], []
 

@@ -117,6 +117,8 @@ class RunView:
     definition: dict[str, Any] = field(default_factory=dict)
     #: Each step position's attempts that logged something (app.step_logs).
     logs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    #: The updates the run was sent, oldest first (app.updates).
+    updates: list[dict[str, Any]] = field(default_factory=list)
 
     def without_payloads(self) -> RunView:
         """The same page's data with every payload hidden, and no step logs (redact)."""
@@ -127,6 +129,7 @@ class RunView:
             history=[redact.history(h) for h in self.history],
             signals=redact.entries(self.signals, "payload"),
             events=redact.entries(self.events, "value"),
+            updates=redact.entries(redact.entries(self.updates, "payload"), "result"),
             children=[redact.run(c) for c in self.children],
             parent=None if self.parent is None else redact.run(self.parent),
             logs={},
@@ -209,7 +212,8 @@ class DashboardData:
         return [{k: item[k] for k in SCHEDULE_COLUMNS if k in item} or item for item in found]
 
     def run_view(self, ref: str) -> RunView:
-        """Run ``ref`` (id or key) with its steps, history, signals, events and relatives."""
+        """Run ``ref`` (id or key) with its steps, history, signals, events, updates and
+        relatives."""
         run = self.reads.get_run(ref)
         parent = None
         if run.parent_run_id is not None:
@@ -228,6 +232,7 @@ class DashboardData:
             history=self.reads.history(run.id),
             signals=self.reads.signals(run.id),
             events=self.reads.events(run.id),
+            updates=self.reads.updates(run.id),
             children=self.reads.list_runs(parent=run.id, limit=200),
             parent=parent,
             definition=definition,

@@ -103,6 +103,12 @@ class Execution:
     #: The failure a compensating run recorded, while its replay must run
     #: nothing new (engine.compensation); None otherwise.
     failure: dict[str, Any] | None = None
+    #: What the body and its update handlers share (``ctx.state``), rebuilt by replay.
+    state: dict[str, Any] = field(default_factory=dict)
+    #: The update handlers of the workflow (engine.updates), set when its body starts.
+    update_handlers: Any = None
+    #: The run's accepted updates by wait position, read once (engine.updates).
+    applied_updates: dict[int, list[Any]] | None = None
     #: A completed step's checkpoint not written yet (see engine.deferred).
     deferred: DeferredCheckpoint = field(init=False)
 

@@ -64,12 +64,14 @@ async def replay_run(
     run_id: str,
     input: Any,
     steps: Sequence[Step],
+    updates: Sequence[dict[str, Any]] = (),
 ) -> ReplayReport:
-    """Replay one run's recorded ``steps`` against ``spec``'s code."""
+    """Replay one run's recorded ``steps`` against ``spec``'s code, applying its
+    accepted ``updates`` (name, payload, anchor_position, seq) at their waits."""
     if getattr(spec, "kind", "function") == "graph":
         return _check_graph(spec, run_id, steps)
     cursor = ReplayCursor.of(run_id, spec.name, spec.version, steps)
-    report = await _replay(spec, threads, cursor, input, steps)
+    report = await _replay(spec, threads, cursor, input, steps, updates)
     return replace(report, patches=tuple(sorted(cursor.patches.items())))
 
 
@@ -79,6 +81,7 @@ async def _replay(
     cursor: ReplayCursor,
     input: Any,
     steps: Sequence[Step],
+    updates: Sequence[dict[str, Any]] = (),
 ) -> ReplayReport:
     """Feed ``cursor``'s history to the workflow code; the report of where it stopped."""
     run_id = cursor.run_id
@@ -87,6 +90,7 @@ async def _replay(
     # The writer's store is None: any write ends the replay (ReplayEnd).
     writer = FencedWriter(env, task.fence, run_id)
     execution = Execution(task, spec, env, cursor, asyncio.get_running_loop(), writer)
+    execution.applied_updates = _by_wait(updates)
     try:
         await spec.invoke(execution, input)
     except (ReplayEnd, Suspend, Unwind, StaleHistory, NonDeterminismError):
@@ -124,6 +128,18 @@ def _verdict(spec: Spec, cursor: ReplayCursor, recorded: int) -> ReplayReport:
             recorded=missed[0].name,
         )
     return _report(spec, cursor.run_id, ok=True, replayed=recorded)
+
+
+def _by_wait(updates: Sequence[dict[str, Any]]) -> dict[int, list[Any]]:
+    """The accepted ``updates`` by the position of the wait each was applied at, in order."""
+    by_position: dict[int, list[Any]] = {}
+    ordered = sorted(
+        (u for u in updates if u.get("anchor_position") is not None),
+        key=lambda u: (int(u["anchor_position"]), int(u.get("seq") or 0)),
+    )
+    for update in ordered:
+        by_position.setdefault(int(update["anchor_position"]), []).append(dict(update))
+    return by_position
 
 
 def _report(spec: Spec, run_id: str, **fields: Any) -> ReplayReport:

@@ -13,7 +13,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import poison, serialization, typed
+from perdure.engine import poison, serialization, typed, updates
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import Suspend
 from perdure.engine.executor import Execution
@@ -93,17 +93,43 @@ async def sleep(
     await ex.gate()
     position, recorded = ex.advance("sleep", "sleep")
     if recorded is not None and recorded.status == StepStatus.COMPLETED:
+        await updates.serve(ex, position, current=False)
         return
-    ex.end_of_history()
-    if recorded is not None and _due(ex, recorded):
-        attempt = Attempt(position, "sleep", "sleep", 1, recorded.started_at)
-        await ex.checkpoint(attempt, "completed", "null", None)
-        return
-    if recorded is not None:
-        # Claimed before its time without being woken: wait for the same time.
-        until, seconds = recorded.wake_at, None
-    await park(ex, position, "sleep", "sleep", {"sleep": True}, wake_at=until, seconds=seconds)
-    raise Suspend()
+    while True:
+        await updates.serve(ex, position, current=True)
+        ex.end_of_history()
+        if recorded is not None and _due(ex, recorded):
+            attempt = Attempt(position, "sleep", "sleep", 1, recorded.started_at)
+            await ex.checkpoint(attempt, "completed", "null", None)
+            return
+        if recorded is not None:
+            # Claimed before its time without being woken: wait for the same time.
+            until, seconds = recorded.wake_at, None
+        if ex.update_handlers is None:
+            await park(
+                ex, position, "sleep", "sleep", {"sleep": True}, wake_at=until, seconds=seconds
+            )
+            raise Suspend()
+        async with ex.env.store.transaction() as conn:
+            # Under the run's lock, as for a signal: a request committed
+            # before is served now, one sent after sees the run waiting.
+            await execute_async(conn, ex.env.store.statements.runs.lock(ex.task.run_id))
+            if not await updates.pending(ex, conn):
+                await park(
+                    ex,
+                    position,
+                    "sleep",
+                    "sleep",
+                    {"sleep": True},
+                    wake_at=until,
+                    seconds=seconds,
+                    conn=conn,
+                )
+                parked = True
+            else:
+                parked = False
+        if parked:
+            raise Suspend()
 
 
 async def wait_for_signal(
@@ -121,10 +147,33 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
     step_name = f"signal:{name}"
     position, recorded = ex.advance(step_name, "signal")
     if recorded is not None and recorded.status == StepStatus.COMPLETED:
+        await updates.serve(ex, position, current=False)
         return recorded.output
     if recorded is not None and recorded.status == StepStatus.TIMED_OUT:
+        await updates.serve(ex, position, current=False)
         raise SignalTimeout(ex.task.run_id, name, timeout)
-    ex.end_of_history()
+    while True:
+        await updates.serve(ex, position, current=True)
+        ex.end_of_history()
+        found = await _take_or_park(ex, name, timeout, position, step_name, recorded)
+        if found is not _SERVE:
+            return found
+
+
+#: What _take_or_park answers when requests came in: serve them, then try again.
+_SERVE = object()
+
+
+async def _take_or_park(
+    ex: Execution,
+    name: str,
+    timeout: float | None,
+    position: int,
+    step_name: str,
+    recorded: Step | None,
+) -> Any:
+    """The signal's payload, or _SERVE when updates wait to be served; else park
+    (Suspend) or time out (SignalTimeout)."""
     statements, fence = ex.env.store.statements, ex.task.fence
     take = statements.signals.take(fence, position=position, name=name, step_name=step_name)
     if recorded is not None:
@@ -145,6 +194,8 @@ async def _signal_payload(ex: Execution, name: str, timeout: float | None) -> An
         taken = await execute_async(conn, take)
         if _taken(ex, taken, name):
             return taken.payload
+        if await updates.pending(ex, conn):
+            return _SERVE
         if await time_out(ex, conn, recorded, taken.db_now, position, step_name, "signal"):
             timed_out = True
         else:

@@ -41,9 +41,25 @@ def export_runs(
                     "input": run.input,
                     "status": run.status.value,
                     "steps": [_step_dict(s) for s in app.steps(run.id)],
+                    "updates": _applied_updates(app, run.id),
                 }
             )
     return exported
+
+
+def _applied_updates(app: App, run_id: str) -> list[dict[str, Any]]:
+    """The updates the run accepted: what a replay applies again, where and in what order."""
+    return [
+        {
+            "update_id": u["update_id"],
+            "name": u["name"],
+            "payload": u["payload"],
+            "anchor_position": u["anchor_position"],
+            "seq": u["seq"],
+        }
+        for u in app.updates(run_id)
+        if u["anchor_position"] is not None
+    ]
 
 
 def _step_dict(step: Step) -> dict[str, Any]:
@@ -111,7 +127,14 @@ async def _check(app: App, runs: list[dict[str, Any]]) -> list[ReplayReport]:
                 continue
             steps = sorted((_step(s) for s in run["steps"]), key=lambda s: s.position)
             reports.append(
-                await replay_run(spec, threads, run_id=run["id"], input=run["input"], steps=steps)
+                await replay_run(
+                    spec,
+                    threads,
+                    run_id=run["id"],
+                    input=run["input"],
+                    steps=steps,
+                    updates=run.get("updates") or (),
+                )
             )
     return reports
 

@@ -33,6 +33,7 @@ def routes() -> list[Route]:
         Route("/runs", runs.listing, methods=["GET"]),
         Route("/runs/{ref}", runs.get, methods=["GET"]),
         Route("/runs/{ref}/signals", runs.signal, methods=["POST"]),
+        Route("/runs/{ref}/updates", runs.update, methods=["POST"]),
         Route("/runs/{ref}/cancel", runs.cancel, methods=["POST"]),
         Route("/runs/{ref}/pause", runs.pause, methods=["POST"]),
         Route("/runs/{ref}/resume", runs.resume, methods=["POST"]),

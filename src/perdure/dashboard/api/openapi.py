@@ -87,6 +87,37 @@ SIGNAL_SENT = {
     "required": ["signal_id", "run", "name"],
     "properties": {"signal_id": {"type": "integer"}, "run": _STR, "name": _STR},
 }
+UPDATE = {
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {
+        "name": _STR,
+        "payload": _ANY,
+        "update_id": {
+            "type": "string",
+            "description": "The update's id: sending it again applies nothing new and answers "
+            "the same reply (a new one is made when absent).",
+        },
+        "timeout": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": 300,
+            "description": "Seconds to wait for the reply (long poll; default 30).",
+        },
+    },
+}
+UPDATE_REPLY = {
+    "type": "object",
+    "required": ["run", "name", "update_id", "status"],
+    "properties": {
+        "run": _STR,
+        "name": _STR,
+        "update_id": _STR,
+        "status": {"type": "string", "enum": ["completed", "pending"]},
+        "reply": _ANY,
+    },
+}
 PAGE = {
     "type": "object",
     "required": ["runs", "next_cursor"],
@@ -138,7 +169,8 @@ _REFUSALS = {
     400: "Refused: invalid-argument, invalid-json, too-deep (JSON nested over 201 levels), "
     "invalid-header (a malformed header: numbers are ASCII digits).",
     409: "Refused: key-conflict (the key belongs to a run of another workflow), "
-    "idempotency-key-reused (the key was sent with another request), invalid-run-state.",
+    "idempotency-key-reused (the key was sent with another request), invalid-run-state, "
+    "update-failed (the update's handler raised: its error is the detail).",
     401: "Refused: unauthorized (no token, or one no entry knows); for a webhook "
     "bad-signature (a missing or wrong signature or token, or a Stripe timestamp "
     "outside the tolerance): nothing is written.",
@@ -262,6 +294,27 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "202": _json("SignalSent", "Recorded."),
                 **_problems(400, 404, 409),
+            },
+        }
+    },
+    "/runs/{ref}/updates": {
+        "post": {
+            "operationId": "updateRun",
+            "summary": "Send an update to a run and wait (long poll) for its reply.",
+            "parameters": [_REF],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/Update"}}
+                },
+            },
+            "responses": {
+                "200": _json("UpdateReply", "The handler's reply."),
+                "202": _json(
+                    "UpdateReply",
+                    "No reply within the timeout (status pending): send the same update_id again.",
+                ),
+                **_problems(400, 404, 409, 422),
             },
         }
     },
@@ -419,6 +472,8 @@ DOCUMENT: dict[str, Any] = {
             "Start": START,
             "Signal": SIGNAL,
             "SignalSent": SIGNAL_SENT,
+            "Update": UPDATE,
+            "UpdateReply": UPDATE_REPLY,
             "Event": EVENT,
             "Emit": EMIT,
             "Emitted": EMITTED,

@@ -21,6 +21,8 @@ from perdure.errors import (
     RunNotFound,
     SerializationError,
     UnknownWorkflow,
+    UpdateFailed,
+    UpdateRejected,
     WorkflowDefinitionError,
 )
 
@@ -31,6 +33,8 @@ _MAPPING: list[tuple[type[PerdureError], int, str]] = [
     (UnknownWorkflow, 422, "unknown-workflow"),
     (RunKeyConflict, 409, "key-conflict"),
     (InvalidRunState, 409, "invalid-run-state"),
+    (UpdateRejected, 422, "update-rejected"),
+    (UpdateFailed, 409, "update-failed"),
     (DatabaseUnavailable, 503, "database-unavailable"),
     (SerializationError, 400, "invalid-argument"),
     (WorkflowDefinitionError, 400, "invalid-argument"),

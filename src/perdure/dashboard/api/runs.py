@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from starlette.requests import Request
@@ -15,11 +16,13 @@ from perdure.dashboard.api.encode import (
     int_param,
     only_fields,
     payloads,
+    require_payloads,
     run_json,
     time_param,
 )
 from perdure.dashboard.api.openapi import START
 from perdure.dashboard.api.problems import Problem
+from perdure.errors import UpdateTimeout
 
 #: The fields of a start's body, as its OpenAPI schema documents them.
 _START_FIELDS = set(START["properties"])
@@ -120,6 +123,37 @@ async def signal(request: Request) -> Response:
     if key is not None:
         await reuse.check_signal(app, ref, signal_id, key, name, body.get("payload"))
     return JSONResponse({"signal_id": signal_id, "run": ref, "name": name}, status_code=202)
+
+
+#: The longest an update request waits for its reply, and its default.
+MAX_UPDATE_WAIT = 300.0
+DEFAULT_UPDATE_WAIT = 30.0
+
+
+async def update(request: Request) -> Response:
+    """POST /runs/{ref}/updates: send an update and wait for its reply (200), or answer
+    202 (pending) at the timeout; the same update_id again waits for the same reply."""
+    require_payloads(request)
+    body = await body_of(request)
+    only_fields(body, {"name", "payload", "update_id", "timeout"})
+    name = field(body, "name", str, None)
+    if name is None:
+        raise Problem(400, "invalid-argument", "'name' is required")
+    timeout = field(body, "timeout", _NUMBER, None)
+    timeout = DEFAULT_UPDATE_WAIT if timeout is None else timeout
+    if not 0 <= timeout <= MAX_UPDATE_WAIT:
+        raise Problem(400, "invalid-argument", f"timeout must be 0 to {MAX_UPDATE_WAIT:g} seconds")
+    update_id = field(body, "update_id", str, None) or uuid.uuid4().hex
+    app = app_of(request)
+    run = await app.get_run_async(request.path_params["ref"])
+    answer: dict[str, Any] = {"run": run.id, "name": name, "update_id": update_id}
+    try:
+        reply = await app.update_async(
+            run.id, name, body.get("payload"), update_id=update_id, timeout=timeout
+        )
+    except UpdateTimeout:
+        return JSONResponse({**answer, "status": "pending"}, status_code=202)
+    return JSONResponse({**answer, "status": "completed", "reply": reply})
 
 
 async def cancel(request: Request) -> Response:

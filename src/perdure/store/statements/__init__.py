@@ -31,6 +31,7 @@ from perdure.store.statements.signals import SignalStatements
 from perdure.store.statements.steplogs import StepLogStatements
 from perdure.store.statements.steps import StepStatements
 from perdure.store.statements.tasks import TaskStatements
+from perdure.store.statements.updates import UpdateStatements
 from perdure.store.statements.workers import WorkerStatements
 from perdure.store.statements.workflows import WorkflowStatements
 
@@ -71,6 +72,7 @@ class Statements:
         self.steplogs = StepLogStatements(build)
         self.tasks = TaskStatements(build)
         self.signals = SignalStatements(build)
+        self.updates = UpdateStatements(build)
         self.events = EventStatements(build)
         self.streams = StreamStatements(build)
         #: Emitted events (app.emit), their waits and triggers; not ``events``.
