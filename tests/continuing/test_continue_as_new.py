@@ -160,3 +160,73 @@ def test_a_bad_version_is_refused(make_app: Any) -> None:
     with pytest.raises(perdure.errors.RunFailed, match="'newest'"):
         run.result(timeout=10)
     assert ConfigurationError.__name__ in str(run.get().error)
+
+
+def _claim_by_hand(db: psycopg.Connection[Any], run_id: str) -> int:
+    """Mark the run's task claimed by worker 'w', attempt 1 (as a claim would); its id."""
+    row = db.execute(
+        "UPDATE tasks SET status = 'claimed', worker_id = 'w', attempt = 1"
+        " WHERE run_id = %s RETURNING id",
+        (run_id,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _continue(db: psycopg.Connection[Any], task_id: int, worker: str) -> tuple[Any, ...]:
+    row = db.execute(
+        "SELECT leased, changed, new_id FROM continue_run(%s, %s, 1, gen_random_uuid(),"
+        " '{\"n\": 1}'::jsonb, false, now())",
+        (task_id, worker),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_a_continuation_under_another_worker_s_lease_writes_nothing(
+    make_app: Any, db: psycopg.Connection[Any]
+) -> None:
+    app = make_app()
+    _counter(app)
+    run = app.start("counter", {"n": 0, "until": 5}, key="fenced")
+    task_id = _claim_by_hand(db, run.id)
+    assert _continue(db, task_id, "someone-else") == (False, False, None)
+    assert db.execute("SELECT count(*), min(status), min(key) FROM runs").fetchone() == (
+        1,
+        "queued",
+        "fenced",
+    )
+    assert db.execute("SELECT count(*) FROM tasks").fetchone() == (1,)
+
+
+def test_a_run_cancelled_while_it_continued_starts_no_successor(
+    make_app: Any, db: psycopg.Connection[Any]
+) -> None:
+    app = make_app()
+    _counter(app)
+    run = app.start("counter", {"n": 0, "until": 5}, key="cancelled")
+    task_id = _claim_by_hand(db, run.id)
+    app.cancel(run.id)  # the claimed task is left to its worker
+    leased, changed, _ = _continue(db, task_id, "w")
+    assert (leased, changed) == (True, False)
+    assert db.execute("SELECT count(*), min(status) FROM runs").fetchone() == (1, "cancelled")
+    assert db.execute("SELECT count(*) FROM tasks").fetchone() == (0,)
+
+
+def test_each_run_of_a_long_chain_holds_the_same_history(
+    make_app: Any, db: psycopg.Connection[Any]
+) -> None:
+    app = make_app()
+    _counter(app, every=5)
+    run = app.start("counter", {"n": 0, "until": 40})
+    testing.drain(app)
+    assert run.result(timeout=30) == {"n": 40, "version": 1}
+    per_run = db.execute(
+        "SELECT r.id, (SELECT count(*) FROM steps s WHERE s.run_id = r.id),"
+        " (SELECT count(*) FROM history h WHERE h.run_id = r.id)"
+        " FROM runs r WHERE r.status = 'continued'"
+    ).fetchall()
+    assert len(per_run) == 8
+    # No growth along the chain: every continued run holds 5 steps and as much history.
+    assert {steps for _, steps, _ in per_run} == {5}
+    assert len({history for _, _, history in per_run}) == 1
