@@ -230,3 +230,23 @@ def test_each_run_of_a_long_chain_holds_the_same_history(
     # No growth along the chain: every continued run holds 5 steps and as much history.
     assert {steps for _, steps, _ in per_run} == {5}
     assert len({history for _, _, history in per_run}) == 1
+
+
+def test_a_signal_to_the_first_run_s_id_reaches_the_live_end_of_the_chain(
+    make_app: Any, db: psycopg.Connection[Any]
+) -> None:
+    app = make_app()
+
+    @app.workflow("relay")
+    async def relay(ctx: perdure.Context, hops: int) -> str:
+        if hops < 2:
+            await ctx.continue_as_new(hops + 1)
+        return str(await ctx.wait_for_signal("done"))
+
+    run = app.start("relay", 0)
+    testing.drain(app)  # two continuations, then the third run waits
+    app.signal(run.id, "done", "via the first id")
+    testing.drain(app)
+    assert run.result(timeout=10) == "via the first id"
+    (taker,) = db.execute("SELECT run_id::text FROM signals").fetchone() or (None,)
+    assert taker == _chain(db, run.id)[-1][0]

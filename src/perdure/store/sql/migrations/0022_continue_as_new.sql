@@ -135,3 +135,86 @@ BEGIN
                         v_run.completed_at;
 END
 $$;
+
+-- send_signal (migration 0017, the internal form with p_now) sends a signal
+-- for a run that continued as new to the last run of its chain. The old
+-- run's row lock orders it against continue_run, which locks that row too:
+-- a signal committed first is carried over with the others, one sent after
+-- finds the successor.
+CREATE OR REPLACE FUNCTION send_signal(
+    p_run text, p_name text, p_payload jsonb, p_key text, p_now timestamptz
+) RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_run      runs%ROWTYPE;
+    v_id       bigint;
+    v_now      timestamptz := check_time('now', coalesce(p_now, now()));
+    v_task     bigint;
+    v_position integer;
+    v_taken    bigint;
+    v_payload  jsonb;
+BEGIN
+    IF p_name IS NULL OR p_name = '' THEN
+        RAISE EXCEPTION 'a signal needs a name' USING ERRCODE = '22023';
+    END IF;
+    PERFORM check_text('signal name', p_name, 128);
+    PERFORM check_text('signal key', p_key, 512);
+    PERFORM check_json('the signal''s payload', p_payload, 134217728);
+    IF p_run ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+        SELECT * INTO v_run FROM runs WHERE id = p_run::uuid FOR UPDATE;
+    END IF;
+    IF v_run.id IS NULL THEN
+        SELECT * INTO v_run FROM runs WHERE key = p_run FOR UPDATE;
+    END IF;
+    IF v_run.id IS NULL THEN
+        RAISE EXCEPTION 'no run with id or key %', p_run USING ERRCODE = 'P0002';
+    END IF;
+    IF v_run.continued_to IS NOT NULL THEN
+        -- The run continued as new: the signal is for the live end of its chain.
+        SELECT * INTO v_run FROM runs WHERE id = chain_end(v_run.id) FOR UPDATE;
+    END IF;
+    IF v_run.status IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed',
+                        'continued')
+    THEN
+        RAISE EXCEPTION 'run % is %: it takes no more signals', v_run.id, v_run.status
+            USING ERRCODE = '55000';
+    END IF;
+    INSERT INTO signals (run_id, name, payload, key, created_at)
+    VALUES (v_run.id, p_name, coalesce(p_payload, 'null'::jsonb), p_key, v_now)
+    ON CONFLICT (run_id, key) DO NOTHING
+    RETURNING id INTO v_id;
+    IF v_id IS NULL THEN
+        SELECT id INTO v_id FROM signals WHERE run_id = v_run.id AND key = p_key;
+        RETURN v_id;
+    END IF;
+    INSERT INTO history (run_id, at, event, detail)
+    VALUES (v_run.id, v_now, 'signal_received',
+            jsonb_build_object('name', p_name, 'key', p_key, 'signal_id', v_id));
+    IF v_run.status = 'waiting' THEN
+        SELECT t.id, s.position INTO v_task, v_position
+        FROM tasks t JOIN steps s ON s.run_id = t.run_id
+        WHERE t.run_id = v_run.id AND t.kind = 'run' AND t.status = 'ready'
+          AND t.wait_signal = p_name
+          AND s.status = 'waiting' AND s.kind = 'signal' AND s.name = 'signal:' || p_name
+        FOR UPDATE OF t SKIP LOCKED;
+    END IF;
+    IF v_task IS NOT NULL THEN
+        UPDATE signals SET consumed_at = v_now, consumed_position = v_position
+        WHERE id = (SELECT id FROM signals
+                    WHERE run_id = v_run.id AND name = p_name AND consumed_at IS NULL
+                    ORDER BY id LIMIT 1)
+        RETURNING id, payload INTO v_taken, v_payload;
+        UPDATE steps SET status = 'completed', output = v_payload, completed_at = v_now
+        WHERE run_id = v_run.id AND position = v_position AND status = 'waiting';
+        INSERT INTO history (run_id, at, event, step_position, step_name, detail)
+        VALUES (v_run.id, v_now, 'signal_consumed', v_position, 'signal:' || p_name,
+                jsonb_build_object('signal_id', v_taken));
+    END IF;
+    UPDATE tasks SET available_at = v_now
+    WHERE id IN (SELECT id FROM tasks
+                 WHERE run_id = v_run.id AND status = 'ready' AND wait_signal = p_name
+                 FOR UPDATE SKIP LOCKED);
+    RETURN v_id;
+END
+$$;
