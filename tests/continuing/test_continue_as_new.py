@@ -250,3 +250,18 @@ def test_a_signal_to_the_first_run_s_id_reaches_the_live_end_of_the_chain(
     assert run.result(timeout=10) == "via the first id"
     (taker,) = db.execute("SELECT run_id::text FROM signals").fetchone() or (None,)
     assert taker == _chain(db, run.id)[-1][0]
+
+
+def test_a_parent_gets_the_result_of_a_child_that_continued(make_app: Any) -> None:
+    app = make_app()
+    _counter(app, every=2)
+
+    @app.workflow("parent")
+    async def parent(ctx: perdure.Context) -> dict[str, Any]:
+        child = await ctx.start_child("counter", {"n": 0, "until": 5})
+        result: dict[str, Any] = await child.result()
+        return result
+
+    run = app.start("parent")
+    testing.drain(app)
+    assert run.result(timeout=20) == {"n": 5, "version": 1}

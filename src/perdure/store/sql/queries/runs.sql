@@ -452,8 +452,14 @@ SELECT count(*) AS changed FROM finished;
 -- name: run_child_status
 -- Lock a child run's row (shared) and read its outcome: a parent about to
 -- wait for it either sees it finished, or parks before the child's final
--- update, whose trigger then wakes the parent.
-SELECT status, output, error FROM {schema}.runs WHERE id = %(run_id)s FOR SHARE;
+-- update, whose trigger then wakes the parent. A child that continued as
+-- new answers for the last run of its chain (chain_end, migration 0022),
+-- which keeps the parent: its end wakes the parent the same way.
+SELECT r.status, r.output, r.error FROM {schema}.runs r
+WHERE r.id = (SELECT CASE WHEN o.continued_to IS NULL THEN o.id
+                          ELSE {schema}.chain_end(o.id) END
+              FROM {schema}.runs o WHERE o.id = %(run_id)s)
+FOR SHARE OF r;
 
 -- name: run_select
 -- One page of the runs a bulk operation (app.cancel_runs, app.retry_runs)
