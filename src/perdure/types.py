@@ -25,6 +25,8 @@ class RunStatus(enum.StrEnum):
     COMPENSATED = "compensated"
     #: Failed for good, and a compensation failed too: needs a human.
     COMPENSATION_FAILED = "compensation_failed"
+    #: Ended by ``ctx.continue_as_new``: its successor (``continued_to``) goes on.
+    CONTINUED = "continued"
 
     @property
     def is_final(self) -> bool:
@@ -48,6 +50,7 @@ FINAL_STATUSES = frozenset(
         RunStatus.CANCELLED,
         RunStatus.COMPENSATED,
         RunStatus.COMPENSATION_FAILED,
+        RunStatus.CONTINUED,
     }
 )
 
@@ -106,6 +109,9 @@ class Run:
     #: The run this one was forked from (``app.fork``), and the step it forked at.
     forked_from: str | None = None
     fork_step: str | None = None
+    #: The run this one continues (``ctx.continue_as_new``), and the run that continues it.
+    continued_from: str | None = None
+    continued_to: str | None = None
     #: True for a run `perdure prune --archive` moved to the archive tables.
     archived: bool = False
 

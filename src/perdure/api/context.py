@@ -11,12 +11,13 @@ import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Concatenate, NoReturn, ParamSpec, Protocol, TypeVar, overload
 
 from perdure.api.event_match import event_match
 from perdure.api.presenting import owned, presents
 from perdure.engine import arguments, children, event_waits, parallel, recorded, typed, waits
 from perdure.engine.arguments import validate_name
+from perdure.engine.continuing import continue_as_new as _continue_as_new
 from perdure.engine.executor import Execution, Rollback, call_sync
 from perdure.engine.retry import RetryPolicy, check_policy
 from perdure.errors import ConfigurationError, UnknownWorkflow
@@ -221,12 +222,6 @@ class _Base:
         return self._execution.transaction(name, fn, args, kwargs, retry)
 
 
-def _patch_id(patch_id: object) -> str:
-    """A patch id: printable text that fits a step name, or ConfigurationError."""
-    limit = arguments.MAX_LABEL_LENGTH - len(recorded.PATCH)
-    return arguments.text("a patch id", patch_id, max_length=limit, control=False)
-
-
 def _check_step(name: object, fn: object, retry: object) -> None:
     """Refuse a bad step name, a step that is not callable or a retry that is no policy."""
     arguments.label("a step name", name)
@@ -301,6 +296,13 @@ class SyncChildRun(ChildRun):
 class Context(_Base):
     """The durable API of an ``async def`` workflow."""
 
+    async def continue_as_new(self, input: Any, *, version: str | None = None) -> NoReturn:
+        """End this run as *continued* and start its successor with ``input``, in one write:
+        the same workflow and key, this run's unconsumed signals, an empty history. It does
+        not return. ``version="newest"`` moves the successor to the newest registered version.
+        """
+        await _continue_as_new(self._execution, input, version)
+
     async def sleep(self, delay: float | timedelta) -> None:
         """Wait durably for ``delay`` (seconds or a timedelta) without holding a worker.
 
@@ -347,7 +349,7 @@ class Context(_Base):
         the old one. ``perdure check-replay`` says when no open run needs the
         old code path any more; see docs/versioning.md.
         """
-        return await recorded.patched(self._execution, _patch_id(patch_id))
+        return await recorded.patched(self._execution, recorded.patch_id(patch_id))
 
     async def deprecate_patch(self, patch_id: str) -> None:
         """Retire patch ``patch_id`` once no open run needs its old code path.
@@ -358,7 +360,7 @@ class Context(_Base):
         call once no open run holds the marker (``perdure check-replay`` fails
         on a run that does).
         """
-        await recorded.deprecate_patch(self._execution, _patch_id(patch_id))
+        await recorded.deprecate_patch(self._execution, recorded.patch_id(patch_id))
 
     @overload
     async def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any: ...
@@ -582,6 +584,7 @@ class SyncContext(_Base):
         self._context = Context(execution)
 
     now = _blocking(Context.now)
+    continue_as_new = _blocking(Context.continue_as_new)
     random = _blocking(Context.random)
     uuid4 = _blocking(Context.uuid4)
     patched = _blocking(Context.patched)

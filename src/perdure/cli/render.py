@@ -35,6 +35,7 @@ STATUS_STYLES: dict[str, str] = {
     "compensating": "bold yellow",
     "compensated": "red",
     "compensation_failed": "bold red reverse",
+    "continued": "green",
     "pending": "cyan",
     "skipped": "dim",
 }

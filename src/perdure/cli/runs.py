@@ -241,6 +241,10 @@ def run_header(run: Run, unserved: set[tuple[str, int]] | None = None, full: boo
         rows.append(("restarted from", render.text(run.restarted_from)))
     if run.forked_from:
         rows.append(("forked from", render.text(f"{run.forked_from} at {run.fork_step!r}")))
+    if run.continued_from:
+        rows.append(("continued from", render.text(run.continued_from)))
+    if run.continued_to:
+        rows.append(("continued to", render.text(run.continued_to)))
     rows += [
         ("created", render.text(render.format_time(run.created_at))),
         ("started", render.text(render.format_time(run.started_at))),

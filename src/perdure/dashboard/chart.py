@@ -19,7 +19,7 @@ TOP = 10
 BASE = 170
 #: Stacking order, bottom up, and which statuses each band holds.
 BANDS: dict[str, tuple[str, ...]] = {
-    "ok": ("completed",),
+    "ok": ("completed", "continued"),
     "bad": ("failed", "compensated", "compensation_failed"),
     "muted": ("cancelled",),
     "live": ("queued", "running", "waiting", "paused", "compensating"),

@@ -22,6 +22,7 @@ TONES: dict[str, str] = {
     "cancelled": "muted",
     "compensated": "bad",
     "compensation_failed": "bad",
+    "continued": "ok",
     # step statuses
     "pending": "live",
     "retrying": "warn",

@@ -41,6 +41,8 @@ class Outcome(enum.StrEnum):
     SETTLED = "settled"
     #: The run was cancelled.
     CANCELLED = "cancelled"
+    #: The run continued as new: it ended 'continued' and its successor was started.
+    CONTINUED = "continued"
     #: A fenced write found another owner: this worker stopped without another write.
     LEASE_LOST = "lease_lost"
     #: Handed back at once, to be replayed again from fresher history.
@@ -55,6 +57,20 @@ class Outcome(enum.StrEnum):
 
 class Suspend(BaseException):
     """The task was handed back (a retry backoff); stop executing this run now."""
+
+
+class ContinueAsNew(BaseException):
+    """``ctx.continue_as_new`` was called: end the run as 'continued' and start its
+    successor with ``input_json`` (on the newest registered version when ``newest``).
+
+    A ``BaseException``: a workflow's ``except Exception:`` cannot swallow it.
+    """
+
+    def __init__(self, input_json: str, newest: bool) -> None:
+        """Continue with the encoded ``input_json``; ``newest``: on the newest version."""
+        self.input_json = input_json
+        self.newest = newest
+        super().__init__("the run continues as new")
 
 
 class ReplayEnd(BaseException):

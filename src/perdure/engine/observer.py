@@ -503,10 +503,9 @@ class LoggingObserver(Observer):
     def run_finished(
         self, run_id: str, workflow: str, status: str, error: BaseException | None
     ) -> None:
-        """Log at DEBUG when completed, INFO when compensated, else WARNING."""
-        level = {"completed": logging.DEBUG, "compensated": logging.INFO}.get(
-            status, logging.WARNING
-        )
+        """Log at DEBUG when completed or continued, INFO when compensated, else WARNING."""
+        quiet = {"completed": logging.DEBUG, "continued": logging.DEBUG}
+        level = quiet.get(status, logging.INFO if status == "compensated" else logging.WARNING)
         if run_log.isEnabledFor(level):
             # A graph run ends inside one of its step tasks: the record is
             # about the run, with the claim's attempt, not the step's.

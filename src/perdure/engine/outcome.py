@@ -12,8 +12,8 @@ import asyncio
 import logging
 import traceback
 
-from perdure.engine import compensation, faults, parallel, serialization
-from perdure.engine.control import Outcome, ReplayEnd
+from perdure.engine import compensation, continuing, faults, parallel, serialization
+from perdure.engine.control import ContinueAsNew, Outcome, ReplayEnd
 from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, Spec, StepTaskDone
@@ -74,6 +74,9 @@ async def execute(task: ClaimedTask, spec: Spec, env: ExecutionEnv) -> Outcome:
     except STOPS as stop:
         await execution.deferred.drop()
         return await stopped(execution, stop)
+    except ContinueAsNew as continuation:
+        # The last step's checkpoint, if it is still held, is written first.
+        return await _flush_held(execution) or await continuing.write(execution, continuation)
     except Exception as exc:
         if (stop_outcome := await _flush_held(execution)) is not None:
             return stop_outcome
@@ -148,8 +151,8 @@ async def execute_step_task(task: StepTask, spec: Spec, env: ExecutionEnv) -> Ou
         return Outcome.STEP_TASK_COMPLETED
     except STOPS as stop:
         return await stopped(execution, stop)
-    except (Exception, ReplayEnd):
-        if execution.run_status in ("cancelled", "completed", "failed"):
+    except (Exception, ReplayEnd, ContinueAsNew):
+        if execution.run_status in ("cancelled", "completed", "failed", "continued"):
             await _let_go(task, env)
             return Outcome.SETTLED
     # The workflow returned or raised without reaching this step.

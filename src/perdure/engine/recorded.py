@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from perdure.engine import serialization
+from perdure.engine import arguments, serialization
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.executor import Execution
 
@@ -31,6 +31,12 @@ from perdure.engine.executor import Execution
 NOW, RANDOM, UUID4 = "ctx.now", "ctx.random", "ctx.uuid4"
 #: The step name of a patch's marker: ``ctx.patched:<patch id>``.
 PATCH = "ctx.patched:"
+
+
+def patch_id(given: object) -> str:
+    """A patch id: printable text that fits a step name, or ConfigurationError."""
+    limit = arguments.MAX_LABEL_LENGTH - len(PATCH)
+    return arguments.text("a patch id", given, max_length=limit, control=False)
 
 
 async def value(ex: Execution, name: str, make: Callable[[], Any]) -> Any:

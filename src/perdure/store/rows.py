@@ -258,6 +258,8 @@ def run(r: Row) -> Run:
         restarted_from=_text(r.get("restarted_from")),
         forked_from=_text(r.get("forked_from")),
         fork_step=r.get("fork_step"),
+        continued_from=_text(r.get("continued_from")),
+        continued_to=_text(r.get("continued_to")),
         archived=bool(r.get("archived", False)),
     )
 

@@ -37,6 +37,8 @@ def run_json(run: Run, payloads: bool = True) -> dict[str, Any]:
         "started_at": when(run.started_at),
         "completed_at": when(run.completed_at),
         "parent_run_id": run.parent_run_id,
+        "continued_from": run.continued_from,
+        "continued_to": run.continued_to,
         "priority": run.priority,
         "tags": run.tags,
         "done": run.status.is_final,

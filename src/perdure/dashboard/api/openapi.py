@@ -35,6 +35,15 @@ RUN = {
         "started_at": _TIME,
         "completed_at": _TIME,
         "parent_run_id": _NULLABLE_STR,
+        "continued_from": {
+            "type": ["string", "null"],
+            "description": "The run this one continues (continue-as-new).",
+        },
+        "continued_to": {
+            "type": ["string", "null"],
+            "description": "The run that continues this one; GET /runs/{ref}/result follows "
+            "the chain to its last run.",
+        },
         "priority": {"type": "integer"},
         "tags": {"type": ["object", "null"], "additionalProperties": _STR},
         "done": {"type": "boolean", "description": "The run is in a final state."},

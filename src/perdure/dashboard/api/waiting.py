@@ -42,7 +42,11 @@ async def result(request: Request) -> Response:
         return JSONResponse(
             run_json(await app.get_run_async(run.id), payloads(request)), status_code=202
         )
-    return JSONResponse(run_json(await app.get_run_async(run.id), payloads(request)))
+    # A run that continued as new answers with the last run of its chain.
+    final = await app.get_run_async(run.id)
+    while final.continued_to is not None:
+        final = await app.get_run_async(final.continued_to)
+    return JSONResponse(run_json(final, payloads(request)))
 
 
 async def event(request: Request) -> Response:

@@ -143,6 +143,21 @@ class RunStatements(Namespace):
             **fence.params(),
         )
 
+    def continue_as_new(
+        self, fence: Fence, new_id: str, input_json: str, newest: bool
+    ) -> Statement[Fenced]:
+        """End the run as 'continued' and start its successor ``new_id`` with ``input_json``
+        (the newest registered version when ``newest``), fenced, in one statement;
+        (leased, changed): not changed when the run had stopped (cancelled)."""
+        return self._build(
+            "run_continue",
+            Fenced.decode,
+            new_id=new_id,
+            input=self._build.seal(input_json),
+            newest=newest,
+            **fence.params(),
+        )
+
     def compensating(self, fence: Fence, error_json: str) -> Statement[Fenced]:
         """Mark a failed run as compensating (fenced); (leased, changed)."""
         return self._build(

@@ -83,8 +83,21 @@ SELECT * FROM {schema}.runs WHERE key = %(key)s;
 
 -- name: run_status
 -- The fields a waiting caller polls: status, output and error of one run,
--- with its workflow and version (whose code rebuilds a typed result).
-SELECT status, output, error, workflow, version FROM {schema}.runs WHERE id = %(run_id)s;
+-- with its workflow and version (whose code rebuilds a typed result). A run
+-- that continued as new answers for the last run of its chain (chain_end,
+-- migration 0022), whose id is ``id``.
+SELECT r.id, r.status, r.output, r.error, r.workflow, r.version
+FROM {schema}.runs r
+WHERE r.id = (SELECT CASE WHEN o.continued_to IS NULL THEN o.id
+                          ELSE {schema}.chain_end(o.id) END
+              FROM {schema}.runs o WHERE o.id = %(run_id)s);
+
+-- name: run_continue
+-- End a run as 'continued' and start its successor, in one statement
+-- (continue_run, migration 0022), fenced on the run's task.
+SELECT leased::int AS leased, changed::int AS changed, new_id, new_version
+FROM {schema}.continue_run(%(task_id)s, %(worker_id)s, %(attempt)s, %(new_id)s::uuid,
+                           %(input)s::jsonb, %(newest)s, {now});
 
 -- name: run_list
 -- One page of runs, newest first: a keyset page on (created_at, id), after
@@ -442,8 +455,14 @@ SELECT count(*) AS changed FROM finished;
 -- name: run_child_status
 -- Lock a child run's row (shared) and read its outcome: a parent about to
 -- wait for it either sees it finished, or parks before the child's final
--- update, whose trigger then wakes the parent.
-SELECT status, output, error FROM {schema}.runs WHERE id = %(run_id)s FOR SHARE;
+-- update, whose trigger then wakes the parent. A child that continued as
+-- new answers for the last run of its chain (chain_end, migration 0022),
+-- which keeps the parent: its end wakes the parent the same way.
+SELECT r.status, r.output, r.error FROM {schema}.runs r
+WHERE r.id = (SELECT CASE WHEN o.continued_to IS NULL THEN o.id
+                          ELSE {schema}.chain_end(o.id) END
+              FROM {schema}.runs o WHERE o.id = %(run_id)s)
+FOR SHARE OF r;
 
 -- name: run_select
 -- One page of the runs a bulk operation (app.cancel_runs, app.retry_runs)
@@ -594,7 +613,8 @@ ORDER BY 1, 2;
 WITH doomed AS (
     SELECT r.id
     FROM {schema}.runs r
-    WHERE r.status IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')
+    WHERE r.status IN ('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed',
+                       'continued')
       AND r.completed_at < %(before)s
       AND NOT EXISTS (SELECT 1 FROM {schema}.runs c
                       WHERE c.parent_run_id = r.id

@@ -1,0 +1,2 @@
+-- perdure schema, version 21: reserved; this version changes nothing.
+SELECT 1;
