@@ -104,14 +104,20 @@ def main() -> None:
             print(f"{label:>6} {per_iteration_us(r):13.0f} {r['steps']:11d} {r['history']:13d}")
         full = [r for r in runs if r["steps"] == args.every]
         tenth = max(len(full) // 10, 1)
-        print("curve (mean us/iteration per tenth of the chain):")
+        print("curve, per tenth of the chain (full runs only):")
         print(
-            "  "
-            + " ".join(
-                f"{statistics.mean(per_iteration_us(r) for r in full[i : i + tenth]):.0f}"
-                for i in range(0, len(full), tenth)
-            )
+            f"{'tenth':>6} {'runs':>11} {'us/iteration':>13} {'min..max':>13} "
+            f"{'history rows/run':>17}"
         )
+        for k, i in enumerate(range(0, len(full), tenth), start=1):
+            part = full[i : i + tenth]
+            each = [per_iteration_us(r) for r in part]
+            rows = [r["history"] for r in part]
+            print(
+                f"{k:>6} {f'{i + 1}-{i + len(part)}':>11} {statistics.mean(each):13.0f} "
+                f"{f'{min(each):.0f}..{max(each):.0f}':>13} "
+                f"{f'{min(rows)}..{max(rows)}' if min(rows) != max(rows) else str(rows[0]):>17}"
+            )
         print(f"history rows per run: max {max(r['history'] for r in runs)} (all runs)")
     finally:
         app.close()

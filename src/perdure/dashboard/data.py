@@ -129,7 +129,7 @@ class RunView:
             history=[redact.history(h) for h in self.history],
             signals=redact.entries(self.signals, "payload"),
             events=redact.entries(self.events, "value"),
-            updates=redact.entries(redact.entries(self.updates, "payload"), "result"),
+            updates=redact.updates(self.updates),
             children=[redact.run(c) for c in self.children],
             parent=None if self.parent is None else redact.run(self.parent),
             logs={},
