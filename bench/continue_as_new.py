@@ -11,12 +11,21 @@ the rows of history each run holds (``steps`` and ``history``). The curve is
 flat when a run's cost does not grow with the chain behind it. A worker runs
 in this process; without --database-url the embedded server is used, like
 the other scripts here.
+
+Wall time per iteration follows the machine's load as much as the chain, so
+each tenth also shows the CPU time this process (worker and client) spent
+per iteration, and the 1-minute load average while its runs went: a cost
+that grew with the chain would raise the CPU column too. ``--per-run``
+prints the same for every run.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import os
 import statistics
+import threading
 import time
 import uuid
 from typing import Any
@@ -74,6 +83,37 @@ def per_iteration_us(run: dict[str, Any]) -> float:
     return took / max(run["steps"], 1) * 1e6
 
 
+class Sampler:
+    """Samples (wall time, this process's CPU time, 1-minute load) every 0.2 s on a thread."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.2):
+            self.samples.append((time.time(), time.process_time(), os.getloadavg()[0]))
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._stop.set()
+        self._thread.join()
+
+    def _at(self, wall: float) -> tuple[float, float]:
+        """CPU seconds and load at wall time ``wall`` (the nearest sample before it)."""
+        i = max(bisect.bisect_right([s[0] for s in self.samples], wall) - 1, 0)
+        return self.samples[i][1], self.samples[i][2]
+
+    def of(self, run: dict[str, Any]) -> tuple[float, float]:
+        """Microseconds of CPU per iteration of ``run``, and the mean load while it ran."""
+        start, end = run["started_at"].timestamp(), run["completed_at"].timestamp()
+        cpu = self._at(end)[0] - self._at(start)[0]
+        loads = [s[2] for s in self.samples if start <= s[0] <= end] or [self._at(end)[1]]
+        return cpu / max(run["steps"], 1) * 1e6, statistics.mean(loads)
+
+
 def main() -> None:
     """Run the chain, print the curve; drop the schema unless --keep."""
     parser = argparse.ArgumentParser()
@@ -81,16 +121,19 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=1_000)
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--keep", action="store_true", help="Keep the schema.")
+    parser.add_argument("--per-run", action="store_true", help="Print every run too.")
     args = parser.parse_args()
     url = perdure.App(args.database_url).url
     schema = f"bench_can_{uuid.uuid4().hex[:8]}"
     app = build(url, schema)
     app.ensure_schema()
     try:
+        sampler = Sampler()
         started = time.perf_counter()
         handle = app.start("bench_entity", {"n": 0, "every": args.every, "until": args.iterations})
         testing.drain(app)
         total = time.perf_counter() - started
+        sampler.stop()
         assert handle.result(timeout=60) == args.iterations
         runs = chain(url, schema)
         print(
@@ -104,14 +147,27 @@ def main() -> None:
             print(f"{label:>6} {per_iteration_us(r):13.0f} {r['steps']:11d} {r['history']:13d}")
         full = [r for r in runs if r["steps"] == args.every]
         tenth = max(len(full) // 10, 1)
-        print("curve (mean us/iteration per tenth of the chain):")
+        print("curve, per tenth of the chain (full runs only):")
         print(
-            "  "
-            + " ".join(
-                f"{statistics.mean(per_iteration_us(r) for r in full[i : i + tenth]):.0f}"
-                for i in range(0, len(full), tenth)
-            )
+            f"{'tenth':>6} {'runs':>9} {'us/iteration':>13} {'min..max':>13} "
+            f"{'cpu us/iter':>12} {'load':>5} {'history rows/run':>17}"
         )
+        for k, i in enumerate(range(0, len(full), tenth), start=1):
+            part = full[i : i + tenth]
+            each = [per_iteration_us(r) for r in part]
+            cpu, load = zip(*(sampler.of(r) for r in part), strict=True)
+            rows = [r["history"] for r in part]
+            print(
+                f"{k:>6} {f'{i + 1}-{i + len(part)}':>9} {statistics.mean(each):13.0f} "
+                f"{f'{min(each):.0f}..{max(each):.0f}':>13} {statistics.mean(cpu):12.0f} "
+                f"{statistics.mean(load):5.1f} "
+                f"{f'{min(rows)}..{max(rows)}' if min(rows) != max(rows) else str(rows[0]):>17}"
+            )
+        if args.per_run:
+            print(f"{'run':>6} {'us/iteration':>13} {'cpu us/iter':>12} {'load':>5}")
+            for i, r in enumerate(full, start=1):
+                cpu_us, load_avg = sampler.of(r)
+                print(f"{i:>6} {per_iteration_us(r):13.0f} {cpu_us:12.0f} {load_avg:5.1f}")
         print(f"history rows per run: max {max(r['history'] for r in runs)} (all runs)")
     finally:
         app.close()

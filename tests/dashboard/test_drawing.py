@@ -185,3 +185,59 @@ def test_timeline_names_how_each_lost_attempt_ended() -> None:
     # Without the worker recorded lost, the expiry reads as such.
     again = timeline.build(run, steps, history, at(30)).lanes[2]
     assert "lease lapsed: its worker stopped renewing it" in again.segments[0].title
+
+
+def sent(n: int, status: str, created: float, accepted: float | None, replied: float | None,
+         **more: object) -> dict[str, object]:  # fmt: skip
+    """An update as app.updates gives it."""
+    return {
+        "update_id": f"u-{n}", "name": "ask", "payload": f"secret-{n}", "status": status,
+        "result": None, "error": None, "anchor_position": 0 if accepted else None, "seq": n,
+        "created_at": at(created), "accepted_at": None if accepted is None else at(accepted),
+        "completed_at": None if replied is None else at(replied), **more,
+    }  # fmt: skip
+
+
+def test_timeline_marks_updates_in_every_state_within_the_run() -> None:
+    run = Run(
+        "r4", "desk", 1, "desk", None, RunStatus.WAITING, None, None, None, "w",
+        at(0), at(0), None, at(10),
+    )  # fmt: skip
+    now = at(20)
+    updates = [
+        sent(0, "completed", 1, 2, 4, result="ok-0"),
+        sent(1, "failed", 5, 6, 7, error={"type": "KeyError", "message": "secret-1 unknown"}),
+        sent(2, "rejected", 8, None, 8.5, error={"type": "UpdateRejected", "message": "no"}),
+        sent(3, "accepted", 9, 10, None),
+        sent(4, "requested", 15, None, None),
+    ]
+    updates[0] = {**updates[0], "created_at": at(1).isoformat()}  # a JSON reader's text
+    drawn = timeline.build(run, [], [], now, updates=updates)
+    lanes = [lane for lane in drawn.lanes if lane.kind == "update"]
+    assert [lane.ref for lane in lanes] == ["u-0", "u-1", "u-2", "u-3", "u-4"]
+    assert drawn.lanes[0].label == "run" and drawn.hidden_updates == 0
+    marks = [[(m.kind, m.at, m.tone) for m in lane.marks] for lane in lanes]
+    assert marks == [
+        [("accepted", 10.0, "ok"), ("replied", 20.0, "ok")],
+        [("accepted", 30.0, "bad"), ("replied", 35.0, "bad")],
+        [("rejected", 42.5, "warn")],
+        [("accepted", 50.0, "active")],  # no reply yet: its line runs to now
+        [("requested", 75.0, "live")],
+    ]
+    assert [(s.start, s.width) for s in lanes[3].segments] == [(50.0, 50.0)]
+    assert [(s.start, s.width) for s in lanes[4].segments] == [(75.0, 25.0)]
+    assert (
+        'reply "ok-0"' in lanes[0].marks[0].title
+        and 'payload "secret-0"' in lanes[0].marks[0].title
+    )
+    assert lanes[1].marks[0].title.endswith("KeyError: secret-1 unknown")
+    assert "no reply yet" in lanes[3].marks[0].title
+    blind = timeline.build(run, [], [], now, updates=updates, payloads=False)
+    titles = " ".join(m.title for lane in blind.lanes for m in lane.marks)
+    assert "secret" not in titles and "ok-0" not in titles
+    assert "id u-1 · failed" in titles and "· KeyError" in titles
+    many = timeline.build(
+        run, [], [], now, updates=[sent(n, "requested", 1, None, None) for n in range(25)]
+    )
+    assert sum(lane.kind == "update" for lane in many.lanes) == timeline.MAX_UPDATE_LANES
+    assert many.hidden_updates == 25 - timeline.MAX_UPDATE_LANES

@@ -42,6 +42,9 @@ COUNT_CAP = 10_000
 RECENT_RUNS = 1_000
 #: The events page shows the newest emitted events.
 RECENT_EVENTS = 100
+#: The run page shows at most this many runs of a continue-as-new chain on each side
+#: of the run shown (one read each); the first and last links go further.
+CHAIN_REACH = 10
 #: A worker whose heartbeat is older than this is not counted as running.
 LIVE_SECONDS = 60.0
 #: What the overview shows of a schedule (perdure.ScheduleInfo), when it has them.
@@ -119,6 +122,11 @@ class RunView:
     logs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     #: The updates the run was sent, oldest first (app.updates).
     updates: list[dict[str, Any]] = field(default_factory=list)
+    #: The continue-as-new chain around the run, oldest first (the run included),
+    #: empty for a run that neither continued nor was continued.
+    chain: list[Run] = field(default_factory=list)
+    #: Whether runs before the first / after the last of ``chain`` were left out.
+    chain_cut: tuple[bool, bool] = (False, False)
 
     def without_payloads(self) -> RunView:
         """The same page's data with every payload hidden, and no step logs (redact)."""
@@ -129,8 +137,9 @@ class RunView:
             history=[redact.history(h) for h in self.history],
             signals=redact.entries(self.signals, "payload"),
             events=redact.entries(self.events, "value"),
-            updates=redact.entries(redact.entries(self.updates, "payload"), "result"),
+            updates=redact.updates(self.updates),
             children=[redact.run(c) for c in self.children],
+            chain=[redact.run(c) for c in self.chain],
             parent=None if self.parent is None else redact.run(self.parent),
             logs={},
         )
@@ -225,7 +234,10 @@ class DashboardData:
         logs: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for entry in self.reads.step_logs(run.id):
             logs[entry["position"]].append(entry)
+        chain, cut = self.chain(run)
         return RunView(
+            chain=chain,
+            chain_cut=cut,
             run=run,
             logs=dict(logs),
             steps=self.reads.steps(run.id),
@@ -237,6 +249,27 @@ class DashboardData:
             parent=parent,
             definition=definition,
         )
+
+    def chain(self, run: Run) -> tuple[list[Run], tuple[bool, bool]]:
+        """The continue-as-new chain around ``run``, oldest first, up to CHAIN_REACH
+        runs on each side, and whether runs were left out before and after."""
+        if run.continued_from is None and run.continued_to is None:
+            return [], (False, False)
+        before: list[Run] = []
+        at = run
+        while at.continued_from is not None and len(before) < CHAIN_REACH:
+            at = self.reads.get_run(at.continued_from)
+            before.append(at)
+        after: list[Run] = []
+        at = run
+        while at.continued_to is not None and len(after) < CHAIN_REACH:
+            at = self.reads.get_run(at.continued_to)
+            after.append(at)
+        cut = (
+            bool(before and before[-1].continued_from),
+            bool(after and after[-1].continued_to),
+        )
+        return [*reversed(before), run, *after], cut
 
     def events(self) -> list[dict[str, Any]]:
         """The latest RECENT_EVENTS emitted events, with the runs each woke and started."""

@@ -28,6 +28,10 @@ TONES: dict[str, str] = {
     "retrying": "warn",
     "timed_out": "bad",
     "skipped": "muted",
+    # update statuses
+    "requested": "live",
+    "accepted": "active",
+    "rejected": "warn",
     # schedule states
     "active": "ok",
     # worker statuses

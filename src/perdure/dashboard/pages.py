@@ -102,7 +102,8 @@ def run_page(
     """The page of run ``ref``, optionally with the error of a refused action."""
     board = dashboard_of(request)
     view = board.data.run_view(ref)
-    if not principal_of(request).can("payloads"):
+    payloads = principal_of(request).can("payloads")
+    if not payloads:
         view = view.without_payloads()
     now = fmt.now()
     state = runstate.describe(view.run, view.steps, view.signals, now)
@@ -116,7 +117,13 @@ def run_page(
         "view": view,
         "run": view.run,
         "timeline": timeline.build(
-            view.run, view.steps, view.history, now, board.data.lost_workers(view.history)
+            view.run,
+            view.steps,
+            view.history,
+            now,
+            board.data.lost_workers(view.history),
+            updates=view.updates,
+            payloads=payloads,
         ),
         "dag": dag.layout(view.definition, view.steps),
         "done": done,

@@ -50,3 +50,17 @@ def history(value: HistoryEvent) -> HistoryEvent:
 def entries(values: list[dict[str, Any]], field: str) -> list[dict[str, Any]]:
     """Signals or events with their ``field`` (payload, value) hidden."""
     return [{**v, field: HIDDEN} for v in values]
+
+
+def updates(values: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Updates without their payload, reply and error details (a refusal's or a
+    handler's message may quote the request)."""
+    return [
+        {
+            **v,
+            "payload": HIDDEN,
+            "result": None if v.get("result") is None else HIDDEN,
+            "error": error(v["error"]) if isinstance(v.get("error"), dict) else None,
+        }
+        for v in values
+    ]

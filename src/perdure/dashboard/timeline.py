@@ -11,18 +11,27 @@ ended (``lease_expired``, the stored name of a lapse) and those a worker
 handed back (``run_released``).
 Each is drawn on the step that was in flight, from the worker's last recorded
 moment to the event, titled with how it ended.
+
+Updates (requests into the run, ``app.updates``) get a lane each, after the
+run's: a mark where the worker accepted it and one where it replied, joined
+by a line, in the colour of its status; a refused request is one hollow mark
+where it was refused. Each mark's title names the update and its id, and
+quotes its payload and reply only for a role that sees payloads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from perdure.dashboard import format as fmt
 from perdure.types import HistoryEvent, Run, Step
 
 #: The most lanes drawn; a map over thousands of items is summarised.
 MAX_LANES = 200
+#: The most update lanes drawn; the Updates table below the timeline lists them all.
+MAX_UPDATE_LANES = 20
 #: Narrower segments are widened to this (percent), so a 1 ms step stays visible.
 MIN_WIDTH = 0.4
 _CLAIMS = ("run_claimed", "step_claimed")
@@ -55,23 +64,40 @@ class Lost:
 
 
 @dataclass(frozen=True)
+class Mark:
+    """A moment on a lane (percent): an update ``accepted``, ``replied``, ``requested``
+    (not decided yet) or ``rejected``."""
+
+    at: float
+    kind: str
+    tone: str
+    title: str
+
+
+@dataclass(frozen=True)
 class Lane:
-    """One row of the timeline: the run itself, or one step."""
+    """One row of the timeline: the run itself, one step, or one update (``kind``)."""
 
     label: str
     detail: str
     duration: str
     segments: list[Segment]
     tone: str
+    kind: str = "step"
+    marks: list[Mark] = field(default_factory=list)
+    #: The update's id, on an update's lane.
+    ref: str = ""
 
 
 @dataclass(frozen=True)
 class Timeline:
-    """The lanes, the axis ticks (percent, label) and how many lanes were left out."""
+    """The lanes, the axis ticks (percent, label) and how many lanes were left out
+    (steps in ``hidden``, updates in ``hidden_updates``)."""
 
     lanes: list[Lane]
     ticks: list[tuple[float, str]]
     hidden: int
+    hidden_updates: int = 0
 
 
 class _Scale:
@@ -87,6 +113,10 @@ class _Scale:
         width = max(right - left, MIN_WIDTH)
         return Segment(round(min(left, 100 - width), 3), round(width, 3), kind, tone, title)
 
+    def point(self, at: datetime) -> float:
+        """Where ``at`` falls, in percent, kept within the drawing."""
+        return round(min(max((at - self.start).total_seconds() / self.total * 100, 0.0), 100.0), 3)
+
 
 def build(
     run: Run,
@@ -94,17 +124,24 @@ def build(
     history: list[HistoryEvent],
     now: datetime,
     lost_workers: frozenset[str] = frozenset(),
+    updates: list[dict[str, Any]] | None = None,
+    payloads: bool = True,
 ) -> Timeline:
     """The timeline of ``run`` as of ``now``; ``lost_workers`` are the ids of workers
-    recorded as lost (their attempts read "worker lost")."""
+    recorded as lost (their attempts read "worker lost"). ``updates`` are the run's
+    requests (``app.updates``), each drawn on a lane of its own; their titles quote
+    payloads and replies only when ``payloads``."""
     live = not run.status.is_final
+    sent = [_times(u) for u in (updates or [])]
     ends = [s.completed_at for s in steps if s.completed_at] + [h.at for h in history]
+    ends += [t for u in sent for t in (u["created_at"], u["completed_at"]) if t is not None]
     end = max([now if live else (run.completed_at or run.updated_at), *ends])
     scale = _Scale(run.created_at, end)
     claims = sorted(h.at for h in history if h.event in _CLAIMS)
     times = sorted(h.at for h in history)
     lost = lost_attempts(run, steps, history, lost_workers)
     lanes = [_run_lane(run, scale, now, [a for a in lost if a.position is None])]
+    lanes += [_update_lane(u, scale, now, payloads) for u in sent[:MAX_UPDATE_LANES]]
     for step in steps[:MAX_LANES]:
         mine = [h for h in history if h.step_position == step.position]
         lane = _step_lane(step, mine, claims, times, scale, now)
@@ -113,7 +150,86 @@ def build(
             lane = _with_lost(lane, ended, scale)
         lanes.append(lane)
     ticks = [(p, "+" + fmt.span(scale.total * p / 100)) for p in (0.0, 25.0, 50.0, 75.0, 100.0)]
-    return Timeline(lanes, ticks, max(len(steps) - MAX_LANES, 0))
+    return Timeline(
+        lanes, ticks, max(len(steps) - MAX_LANES, 0), max(len(sent) - MAX_UPDATE_LANES, 0)
+    )
+
+
+def _times(update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` with its times as datetimes (a JSON reader gives ISO text)."""
+    found = dict(update)
+    for key in ("created_at", "accepted_at", "completed_at"):
+        value = found.get(key)
+        if isinstance(value, str):
+            found[key] = datetime.fromisoformat(value)
+    return found
+
+
+def _update_lane(update: dict[str, Any], scale: _Scale, now: datetime, payloads: bool) -> Lane:
+    """One update's lane: accepted and replied marks joined by a line, or a refusal."""
+    status = str(update.get("status", ""))
+    tone = fmt.tone(status)
+    created: datetime = update["created_at"]
+    accepted: datetime | None = update.get("accepted_at")
+    replied: datetime | None = update.get("completed_at")
+    head = f"update {update.get('name', '')} · id {update.get('update_id', '')} · {status}"
+    said = _said(update, payloads)
+    at = scale.point
+    segments: list[Segment] = []
+    marks: list[Mark] = []
+    if accepted is None:
+        # Not decided yet (requested), or refused by its validator (rejected).
+        moment = replied or created
+        when = "refused" if status == "rejected" else "requested"
+        title = f"{head} · {when} +{fmt.span((moment - scale.start).total_seconds())}{said}"
+        marks.append(Mark(at(moment), status if status == "rejected" else "requested", tone, title))
+        if replied is None:
+            segments.append(scale.segment(created, now, "update", tone, title))
+        started = created
+    else:
+        end = replied or now
+        took = fmt.span((end - accepted).total_seconds())
+        where = (
+            f" at step {update['anchor_position']}, #{int(update.get('seq') or 0) + 1}"
+            if update.get("anchor_position") is not None
+            else ""
+        )
+        title = (
+            f"{head}{where} · accepted +{fmt.span((accepted - scale.start).total_seconds())}"
+            + (f", replied after {took}" if replied else f", no reply yet ({took})")
+            + said
+        )
+        segments.append(scale.segment(accepted, end, "update", tone, title))
+        marks.append(Mark(at(accepted), "accepted", tone, title))
+        if replied is not None:
+            marks.append(Mark(at(replied), "replied", tone, title))
+        started = accepted
+    return Lane(
+        str(update.get("name", "")),
+        f"update · {status}",
+        fmt.between(started, replied),
+        segments,
+        tone,
+        kind="update",
+        marks=marks,
+        ref=str(update.get("update_id", "")),
+    )
+
+
+def _said(update: dict[str, Any], payloads: bool) -> str:
+    """The payload, reply or error of an update, for its title: only the error's
+    type for a role that sees no payloads."""
+    error = update.get("error")
+    kind = error.get("type", "Error") if isinstance(error, dict) else "Error"
+    if not payloads:
+        return f" · {kind}" if error else ""
+    text = f" · payload {fmt.compact(update.get('payload'), 200)}"
+    if update.get("status") == "completed":
+        text += f" · reply {fmt.compact(update.get('result'), 200)}"
+    elif error:
+        message = error.get("message", "") if isinstance(error, dict) else str(error)
+        text += f" · {kind}: {message}"
+    return text[:400]
 
 
 def lost_attempts(
