@@ -311,10 +311,12 @@ _JSON_OIDS = (psycopg.adapters.types["jsonb"].oid, psycopg.adapters.types["json"
 
 
 def _lenient(adapters: AdaptersMap) -> bool:
-    """Whether every JSON value read with ``adapters`` goes through these loaders."""
+    """Whether every JSON value read with ``adapters`` goes through these loaders.
+
+    Text results only: the store reads every statement's rows as text.
+    """
     for oid in _JSON_OIDS:
-        for fmt in (Format.TEXT, Format.BINARY):
-            loader = adapters.get_loader(oid, fmt)
-            if loader is None or not issubclass(loader, _Lenient):
-                return False
+        loader = adapters.get_loader(oid, Format.TEXT)
+        if loader is None or not issubclass(loader, _Lenient):
+            return False
     return True
