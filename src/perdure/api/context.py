@@ -7,293 +7,29 @@ same methods that block instead; both drive one engine execution.
 
 from __future__ import annotations
 
-import inspect
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, NoReturn, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, overload
 
-from perdure.api.event_match import event_match
-from perdure.api.presenting import owned, presents
-from perdure.engine import arguments, children, event_waits, parallel, recorded, typed, waits
-from perdure.engine.arguments import validate_name
+from perdure.api.blocking import derive, same
+from perdure.api.child_run import ChildRun, SyncChildRun
+from perdure.api.context_base import ContextBase
+from perdure.api.presenting import owned
+from perdure.engine import recorded
 from perdure.engine.continuing import continue_as_new as _continue_as_new
-from perdure.engine.executor import Execution, Rollback, call_sync
-from perdure.engine.retry import RetryPolicy, check_policy
-from perdure.errors import ConfigurationError, UnknownWorkflow
-from perdure.ids import new_run_id
+from perdure.engine.executor import Execution
+from perdure.engine.retry import RetryPolicy
 from perdure.steps import StepCall
 from perdure.types import EmittedEvent
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
-
-class _Base:
-    def __init__(self, execution: Execution) -> None:
-        self._execution = execution
-
-    @property
-    def run_id(self) -> str:
-        """The id of the run being executed."""
-        return self._execution.task.run_id
-
-    @property
-    def state(self) -> dict[str, Any]:
-        """A dict the body and its update handlers share; not stored, a replay rebuilds it."""
-        return self._execution.state
-
-    @property
-    def workflow(self) -> str:
-        """The workflow's name."""
-        return self._execution.spec.name
-
-    @property
-    def version(self) -> int:
-        """The workflow version this run is pinned to."""
-        return self._execution.spec.version
-
-    @property
-    def attempt(self) -> int:
-        """How many times this run's task has been claimed, this claim included."""
-        return self._execution.task.fence.attempt
-
-    @property
-    def worker_id(self) -> str:
-        """The worker executing this run now."""
-        return self._execution.task.fence.worker_id
-
-    @property
-    def scheduled_at(self) -> datetime | None:
-        """The tick this run covers (aware, UTC) if a schedule started it, else None.
-
-        The same on every replay and retry: a report uses it, not the clock.
-        """
-        return self._execution.task.scheduled_at
-
-    @property
-    def schedule(self) -> str | None:
-        """The name of the schedule that started this run, if one did."""
-        return self._execution.task.schedule
-
-    def _sleep(self, delay: float | timedelta) -> Coroutine[Any, Any, None]:
-        return waits.sleep(self._execution, seconds=arguments.seconds("sleep delay", delay))
-
-    def _sleep_until(self, when: datetime) -> Coroutine[Any, Any, None]:
-        if not isinstance(when, datetime) or when.tzinfo is None:
-            raise ConfigurationError("sleep_until takes a timezone-aware datetime")
-        return waits.sleep(self._execution, until=when)
-
-    def _call(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        retry: RetryPolicy | None,
-        timeout: float | None,
-    ) -> StepCall[Any]:
-        _check_step(name, fn, retry)
-        timeout = arguments.optional_seconds(f"step {name!r}: timeout", timeout, positive=True)
-        return StepCall(self._execution, name, fn, args, kwargs, retry, timeout)
-
-    def _map_calls(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        items: Iterable[Any],
-        retry: RetryPolicy | None,
-        timeout: float | None,
-    ) -> parallel.MappedSteps:
-        self._call(name, fn, (), {}, retry, timeout)  # the same checks as one step
-        if isinstance(items, str | bytes | dict):
-            raise ConfigurationError(f"map {name!r}: items must be a list of inputs, not {items!r}")
-        try:
-            listed = list(items)
-        except TypeError:
-            raise ConfigurationError(
-                f"map {name!r}: items must be iterable, not {type(items).__name__}"
-            ) from None
-        return parallel.MappedSteps(self._execution, name, fn, listed, retry, timeout)
-
-    def _workflow_name(self, workflow: str | Callable[..., Any]) -> str:
-        if isinstance(workflow, str) or not callable(workflow):
-            return validate_name("workflow", workflow)
-        for (name, _), spec in self._execution.env.specs.items():
-            if getattr(spec, "fn", None) is workflow:
-                return name
-        raise UnknownWorkflow(getattr(workflow, "__name__", repr(workflow)))
-
-    def branch(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        **kwargs: Any,
-    ) -> StepCall[Any]:
-        """Describe step ``name`` without running it, for ``gather``.
-
-        In an ``async def`` workflow ``ctx.step(...)`` does the same; in a plain
-        ``def`` workflow ``ctx.step`` runs at once, so steps run in parallel (each
-        its own step task) are written ``ctx.gather(ctx.branch("a", f), ctx.branch("b", g))``.
-        """
-        return self._call(name, fn, args, kwargs, retry, timeout)
-
-    def on_rollback(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        name: str | None = None,
-        retry: RetryPolicy | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Register ``fn(*args, **kwargs)`` to undo what the run did so far (a saga).
-
-        If the run fails for good, every registered compensation runs, newest
-        first, each as a durable step ``compensate:<name>`` (retried per
-        ``retry``); the run ends 'compensated', or 'compensation_failed' if one
-        of them failed too. Register right after the step it undoes.
-        """
-        if not callable(fn):
-            raise ConfigurationError(f"on_rollback takes a callable, not {fn!r}")
-        if name is not None:
-            arguments.label("rollback name", name)
-        check_policy("retry", retry)
-        label = str(name or getattr(fn, "__name__", None) or "rollback")
-        self._execution.on_rollback(Rollback(label, fn, args, kwargs, retry))
-
-    def _wait(
-        self, name: str, timeout: float | timedelta | None, kind: Any = None
-    ) -> Coroutine[Any, Any, Any]:
-        validate_name("signal", name)
-        seconds = arguments.optional_seconds("signal timeout", timeout)
-        return waits.wait_for_signal(self._execution, name, seconds, typed.of(kind))
-
-    def _wait_event(
-        self,
-        name: str,
-        match: dict[str, Any] | None,
-        lookback: float | timedelta,
-        timeout: float | timedelta | None,
-    ) -> Coroutine[Any, Any, EmittedEvent]:
-        validate_name("event", name)
-        wanted = event_match(name, match, self._execution.env.max_payload_bytes)
-        back = arguments.seconds("event lookback", lookback)
-        seconds = arguments.optional_seconds("event timeout", timeout)
-        return event_waits.wait_for_event(self._execution, name, wanted, back, seconds)
-
-    def _publish(
-        self, kind: str, key: str, value: Any, closed: bool = False
-    ) -> Coroutine[Any, Any, None]:
-        arguments.label(f"{kind} key", key)
-        return waits.publish(self._execution, kind, key, value, closed=closed)
-
-    def _gather(
-        self, calls: Sequence[StepCall[Any]], return_exceptions: bool
-    ) -> Coroutine[Any, Any, list[Any]]:
-        arguments.flag("return_exceptions", return_exceptions)
-        return parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
-
-    def _start_child(
-        self, workflow: str | Callable[..., Any], input: Any, key: str | None, version: int | None
-    ) -> tuple[str, Coroutine[Any, Any, str]]:
-        name = self._workflow_name(workflow)
-        key = arguments.optional_text("child key", key, max_length=arguments.MAX_KEY_LENGTH)
-        if version is not None:
-            arguments.integer("version", version, minimum=1)
-        started = children.start_child(
-            self._execution, name, input, key=key, version=version, run_id=new_run_id()
-        )
-        return name, started
-
-    def _transaction(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        retry: RetryPolicy | None,
-    ) -> Coroutine[Any, Any, Any]:
-        _check_step(name, fn, retry)
-        return self._execution.transaction(name, fn, args, kwargs, retry)
+__all__ = ["ChildRun", "Context", "SyncChildRun", "SyncContext"]
 
 
-def _check_step(name: object, fn: object, retry: object) -> None:
-    """Refuse a bad step name, a step that is not callable or a retry that is no policy."""
-    arguments.label("a step name", name)
-    if not callable(fn):
-        raise ConfigurationError(f"step {name!r}: {fn!r} is not callable")
-    check_policy(f"step {name!r}: retry", retry)
-
-
-class ChildRun:
-    """A child run started by ``ctx.start_child`` in an ``async def`` workflow."""
-
-    def __init__(self, execution: Execution, run_id: str, workflow: str) -> None:
-        """A handle on child run ``run_id`` of ``workflow``."""
-        self._execution = execution
-        self.run_id = run_id
-        self.workflow = workflow
-
-    async def result(self) -> Any:
-        """Wait durably for the child to finish; its output, or ChildFailed."""
-        return await children.child_result(self._execution, self.run_id, self.workflow)
-
-
-class _Executing(Protocol):
-    """What a blocking form needs of its object: the execution whose loop runs the async form."""
-
-    _execution: Execution
-
-
-A = TypeVar("A")
-B = TypeVar("B", bound=_Executing)
-R = TypeVar("R")
-
-
-def _derive(
-    fn: Callable[Concatenate[A, P], Awaitable[T]],
-    receiver: Callable[[B], A],
-    then: Callable[[T], R],
-    returns: str | None = None,
-) -> Callable[Concatenate[B, P], R]:
-    """The blocking form of the async method ``fn``, for a workflow's worker thread.
-
-    It awaits ``fn`` on ``receiver(self)`` on the execution's loop while the
-    thread waits, and returns what ``then`` makes of its value (annotated
-    ``returns`` when that is not what ``fn`` returns).
-    """
-
-    @presents(fn)
-    def call(self: B, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        async def run() -> R:
-            return then(await fn(receiver(self), *args, **kwargs))
-
-        result: R = call_sync(self._execution.loop, run())
-        return result
-
-    if returns is not None:
-        signature = inspect.signature(call)
-        call.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
-    return call
-
-
-def _same(value: T) -> T:
-    return value
-
-
-@owned
-class SyncChildRun(ChildRun):
-    """A child run started by ``ctx.start_child`` in a plain ``def`` workflow."""
-
-    result = _derive(ChildRun.result, _same, _same)
-
-
-class Context(_Base):
+class Context(ContextBase):
     """The durable API of an ``async def`` workflow."""
 
     async def continue_as_new(self, input: Any, *, version: str | None = None) -> NoReturn:
@@ -558,7 +294,7 @@ def _blocking(
     fn: Callable[Concatenate[Context, P], Awaitable[T]],
 ) -> Callable[Concatenate[SyncContext, P], T]:
     """The blocking form of a ``Context`` method, for a workflow's worker thread."""
-    return _derive(fn, _async_context, _same)
+    return derive(fn, _async_context, same)
 
 
 def _async_context(ctx: SyncContext) -> Context:
@@ -570,7 +306,7 @@ def _sync_child(child: ChildRun) -> SyncChildRun:
 
 
 @owned
-class SyncContext(_Base):
+class SyncContext(ContextBase):
     """The durable API of a plain ``def`` workflow: [`Context`][perdure.Context], blocking.
 
     Each method is [`Context`][perdure.Context]'s, run on the execution's loop while the
@@ -600,4 +336,4 @@ class SyncContext(_Base):
     gather = _blocking(Context.gather)
     map = _blocking(Context.map)
     transaction = _blocking(Context.transaction)
-    start_child = _derive(Context.start_child, _async_context, _sync_child, "SyncChildRun")
+    start_child = derive(Context.start_child, _async_context, _sync_child, "SyncChildRun")

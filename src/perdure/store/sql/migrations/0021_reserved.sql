@@ -1,2 +1,0 @@
--- perdure schema, version 21: reserved; this version changes nothing.
-SELECT 1;
