@@ -71,7 +71,8 @@ async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body)
     try:
         try:
             faults.hit("before_step", attempt.name)
-            with steplogs.capture() as logged, nondeterminism.in_step():
+            watched = ex.env.detect_nondeterminism
+            with steplogs.capture() as logged, nondeterminism.in_step(watched):
                 text, decoded = await body(attempt)
         except (Suspend, Unwind, StaleHistory, asyncio.CancelledError):
             raise

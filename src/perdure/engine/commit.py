@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 
 from perdure.engine.control import Disconnected
 from perdure.store.connect import is_unavailable
@@ -81,13 +82,21 @@ class Committer:
 
     async def write(self, unit: Unit) -> Fenced:
         """Commit ``unit`` (in a transaction shared with other units); its answer."""
+        return await self.submit(unit)
+
+    def submit(self, unit: Unit) -> Awaitable[Fenced]:
+        """Queue ``unit`` for the next shared transaction now; what to await for its answer.
+
+        ``write`` without a coroutine of its own: a step's checkpoint is one
+        future in the queue, awaited by the execution that wrote it.
+        """
         if not self._tasks:
             # Not started (a lone execution outside a worker): one transaction of its own.
-            return (await _write(self.store, [unit]))[0]
+            return _write_one(self.store, unit)
         future: asyncio.Future[Fenced] = asyncio.get_running_loop().create_future()
         self._queue.append((unit, future))
         self._waiting.set()
-        return await future
+        return future
 
     async def _lane(self) -> None:
         while True:
@@ -161,6 +170,11 @@ async def _write(store: AsyncStore, units: list[Unit]) -> list[Fenced]:
     written, completed = await store.write_batch(checkpoints, completions)
     answers, by_kind = iter(written), iter(completed)
     return [next(answers) if isinstance(unit, Checkpoint) else next(by_kind) for unit in units]
+
+
+async def _write_one(store: AsyncStore, unit: Unit) -> Fenced:
+    """Write ``unit`` in a transaction of its own; its answer."""
+    return (await _write(store, [unit]))[0]
 
 
 def _resolve(

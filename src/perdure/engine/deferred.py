@@ -22,18 +22,30 @@ from collections.abc import Awaitable, Callable
 
 from perdure.engine import faults
 from perdure.engine.control import Disconnected, StaleHistory, Unwind
+from perdure.store.rows import Fenced
 from perdure.store.writes import Checkpoint
 
-Record = Callable[[Checkpoint], Awaitable[None]]
+#: Sends a checkpoint to be committed; awaited for the answer (engine.writer).
+Write = Callable[[Checkpoint], Awaitable[Fenced]]
+#: Checks a committed checkpoint's answer (it raises when the lease was lost).
+Written = Callable[[Checkpoint, Fenced], None]
 
 
 class DeferredCheckpoint:
     """At most one held checkpoint of one execution, and the write it is in."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, record: Record, enabled: bool) -> None:
-        """Hold checkpoints (if ``enabled``) for an execution whose writes go through ``record``."""
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, write: Write, written: Written, enabled: bool
+    ) -> None:
+        """Hold checkpoints (if ``enabled``) for an execution that sends them with
+        ``write`` and checks each answer with ``written``.
+
+        ``write`` is awaited directly: with group commit, a held checkpoint is
+        one future in the committer's queue and no coroutine besides this one.
+        """
         self.loop = loop
-        self.record = record
+        self.write = write
+        self.written = written
         self.enabled = enabled
         self.pending: Checkpoint | None = None
         self.flushing: asyncio.Task[None] | None = None
@@ -64,7 +76,7 @@ class DeferredCheckpoint:
     async def _flush(self) -> None:
         pending, self.pending = self.pending, None
         if pending is not None:
-            await self.record(pending)
+            self.written(pending, await self.write(pending))
             faults.hit("after_checkpoint", pending.name)
 
     async def flush_now(self) -> None:

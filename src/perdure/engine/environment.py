@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -87,11 +87,15 @@ class ExecutionEnv:
             raise ReplayEnd("a replay reads and writes nothing")
         return self.db
 
-    async def write(self, unit: Checkpoint | Completion) -> Fenced:
+    def write(self, unit: Checkpoint | Completion) -> Awaitable[Fenced]:
         """Commit one checkpoint or completion (fenced on its task), in a transaction
-        shared with other runs' if a committer is running; its answer."""
+        shared with other runs' if a committer is running; what to await for its answer
+        (the committer's future itself: no coroutine of its own)."""
         if self.committer is not None:
-            return await self.committer.write(unit)
+            return self.committer.submit(unit)
+        return self._write_alone(unit)
+
+    async def _write_alone(self, unit: Checkpoint | Completion) -> Fenced:
         if isinstance(unit, Checkpoint):
             return (await self.store.write_checkpoints([unit]))[0]
         return (await self.store.complete_runs([unit]))[0]

@@ -113,7 +113,9 @@ class Execution:
     deferred: DeferredCheckpoint = field(init=False)
 
     def __post_init__(self) -> None:
-        self.deferred = DeferredCheckpoint(self.loop, self.record, self.writer.holds)
+        self.deferred = DeferredCheckpoint(
+            self.loop, self.writer.record, self.recorded, self.writer.holds
+        )
 
     # Replay ------------------------------------------------------------------
 
@@ -183,7 +185,8 @@ class Execution:
 
     async def gate(self) -> None:
         """Run before every ctx call: stop if lost or cancelled, park if paused."""
-        await self.deferred.flush_now()
+        if self.deferred.busy:
+            await self.deferred.flush_now()
         self.check_alive()
         if self.run_status == "paused":
             await self.release(0.0, event="run_paused_at_step", paused=True)
@@ -423,14 +426,19 @@ class Execution:
         **publish: Any,
     ) -> None:
         """Write a checkpoint (on ``conn``, in its transaction, if given); stop if not ours."""
-        await self.deferred.flush_now()
+        if self.deferred.busy:
+            await self.deferred.flush_now()
         checkpoint = self.checkpoint_record(attempt, status, output_json, error_json, **publish)
         await self.record(checkpoint, conn)
 
     async def record(self, checkpoint: Checkpoint, conn: Any = None) -> None:
         """Commit ``checkpoint`` (on ``conn``, in its transaction, if given); stop if
         the lease is lost or the history was stale."""
-        result = await self.writer.record(checkpoint, conn)
+        self.recorded(checkpoint, await self.writer.record(checkpoint, conn))
+
+    def recorded(self, checkpoint: Checkpoint, result: Fenced) -> None:
+        """Check the answer to ``checkpoint``'s write: stop if the lease is lost or the
+        history was stale; else tell the observer it is checkpointed."""
         # Not written with the lease ours: the history this replay started
         # from was stale; the task is handed back and replayed from the real one.
         self.fenced(result, f"position {checkpoint.position} was already checkpointed")

@@ -16,7 +16,8 @@ and on the thread of a plain ``def`` body for as long as it runs. That sees
 ``from datetime import datetime`` and ``from time import time`` too, which
 replacing the module attributes would miss (and ``datetime.now`` cannot be
 replaced). Steps run inside the same asyncio task as the body: a context
-variable set while a step runs (``in_step``) keeps the detector quiet there.
+variable set while a step runs (``in_step``, only on a worker with the
+detector on) keeps the detector quiet there.
 Calls made by perdure itself, by the standard library and by the libraries
 the engine uses are not reported, only those made from the user's code.
 """
@@ -30,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Generator, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import date
@@ -85,14 +86,27 @@ class NondeterministicCall:
         )
 
 
+def in_step(watched: bool = True) -> AbstractContextManager[None]:
+    """Mark the code run inside the block as a step's: the detector ignores it.
+
+    ``watched``: whether the execution's body runs under the detector. When
+    it does not, no profile function can see the step, so nothing is marked
+    (a step costs no context variable on a worker without the detector).
+    """
+    return _marked() if watched else _UNWATCHED
+
+
 @contextmanager
-def in_step() -> Iterator[None]:
-    """Mark the code run inside the block as a step's: the detector ignores it."""
+def _marked() -> Iterator[None]:
     token = _IN_STEP.set(True)
     try:
         yield
     finally:
         _IN_STEP.reset(token)
+
+
+#: The block of a step whose execution is not watched: nothing to mark.
+_UNWATCHED = nullcontext()
 
 
 @contextmanager

@@ -41,10 +41,19 @@ class FencedWriter:
     #: Called in the transaction of a step task's final checkpoint.
     on_step_final: OnStepFinal | None = field(default=None, kw_only=True)
 
-    async def record(self, checkpoint: Checkpoint, conn: Any = None) -> Fenced:
-        """Commit ``checkpoint`` (on ``conn``, in its transaction, if given); the answer."""
+    def record(self, checkpoint: Checkpoint, conn: Any = None) -> Awaitable[Fenced]:
+        """Commit ``checkpoint`` (on ``conn``, in its transaction, if given); what to
+        await for the answer.
+
+        A checkpoint that neither ends the task nor joins a transaction goes
+        straight to the worker's group commit: its awaitable is the commit's
+        own future, with no coroutine of the writer's around it.
+        """
         if not checkpoint.ends_task and conn is None:
-            return await self.env.write(checkpoint)
+            return self.env.write(checkpoint)
+        return self._record(checkpoint, conn)
+
+    async def _record(self, checkpoint: Checkpoint, conn: Any) -> Fenced:
         statements = self.env.store.statements
         if conn is not None:
             return await execute_async(conn, statements.steps.write(checkpoint))

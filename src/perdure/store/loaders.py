@@ -32,7 +32,16 @@ from psycopg.adapt import AdaptersMap, Buffer, Loader
 from psycopg.pq import Format
 from psycopg.types.json import JsonbBinaryLoader, JsonBinaryLoader, JsonbLoader, JsonLoader
 
-__all__ = ["ADAPTERS", "INFINITY", "NEG_INFINITY", "InfiniteTime", "Undecodable", "undecodable"]
+__all__ = [
+    "ADAPTERS",
+    "ENVELOPES",
+    "INFINITY",
+    "NEG_INFINITY",
+    "Envelopes",
+    "InfiniteTime",
+    "Undecodable",
+    "undecodable",
+]
 
 
 class InfiniteTime(datetime):
@@ -176,11 +185,51 @@ def too_deep(data: bytes) -> bool:
     return max(accumulate(map(_STEP.__getitem__, brackets)), default=0) > MAX_NESTING
 
 
+class Envelopes:
+    """Whether a payload envelope (store/codec.py) may be among the rows read so far.
+
+    A process that neither encrypts, compresses nor offloads, and reads only
+    plain payloads, never reads an envelope: the statements' rows are then
+    handed to their decoders without a scan of every column
+    (store/statement.py). ``seen`` turns True, for good, at the first JSON
+    value read whose text holds the envelope's key (``"$perdure"``), or the
+    first rows read on a connection whose JSON these loaders do not read.
+    """
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        """Nothing read yet."""
+        self.seen = False
+
+    def check(self, conn: Any) -> None:
+        """Before rows read on ``conn`` (perhaps a caller's) are opened: if its JSON
+        is not read by these loaders, no text was looked at, so any row may hold one."""
+        if not self.seen and not _lenient(conn.adapters):
+            self.seen = True
+
+
+#: The process's one record of whether an envelope may have been read.
+ENVELOPES = Envelopes()
+#: The envelope's key as the server writes it in JSON text (codec.ENVELOPE, quoted).
+_ENVELOPE_KEY = b'"$perdure"'
+
+
 class _Lenient:
-    """Mixin for psycopg's JSON loaders: a value json cannot decode becomes an Undecodable."""
+    """Mixin for psycopg's JSON loaders: a value json cannot decode becomes an Undecodable.
+
+    It also notes in ``ENVELOPES`` a value that may hold a payload envelope.
+    """
+
+    #: Type ``json`` keeps its text as written: its keys may be spelled with
+    #: escapes (``"\u0024perdure"``), so any escape counts as a possible envelope.
+    verbatim = False
 
     def load(self, data: Buffer) -> Any:
-        if too_deep(bytes(data)):
+        raw = data if type(data) is bytes else bytes(data)
+        if not ENVELOPES.seen and (_ENVELOPE_KEY in raw or (self.verbatim and b"\\u" in raw)):
+            ENVELOPES.seen = True
+        if too_deep(raw):
             return Undecodable("nested too deeply to decode")
         try:
             return super().load(data)  # type: ignore[misc]
@@ -197,11 +246,11 @@ class _JsonbBinary(_Lenient, JsonbBinaryLoader):
 
 
 class _JsonText(_Lenient, JsonLoader):
-    pass
+    verbatim = True
 
 
 class _JsonBinary(_Lenient, JsonBinaryLoader):
-    pass
+    verbatim = True
 
 
 _TIMESTAMPTZ_OID = psycopg.adapters.types["timestamptz"].oid
@@ -257,3 +306,17 @@ def _adapters() -> AdaptersMap:
 
 #: The adapters of every connection perdure opens (``connect(..., context=ADAPTERS)``).
 ADAPTERS = _adapters()
+
+_JSON_OIDS = (psycopg.adapters.types["jsonb"].oid, psycopg.adapters.types["json"].oid)
+
+
+def _lenient(adapters: AdaptersMap) -> bool:
+    """Whether every JSON value read with ``adapters`` goes through these loaders.
+
+    Text results only: the store reads every statement's rows as text.
+    """
+    for oid in _JSON_OIDS:
+        loader = adapters.get_loader(oid, Format.TEXT)
+        if loader is None or not issubclass(loader, _Lenient):
+            return False
+    return True

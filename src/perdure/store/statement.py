@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from perdure.clock import Clock
 from perdure.store.codec import PLAIN, Payloads
+from perdure.store.loaders import ENVELOPES
 from perdure.store.offload import Pending
 
 T = TypeVar("T")
@@ -81,7 +82,12 @@ class Builder:
 
 
 class _Opened(Generic[T]):
-    """A statement's decoder, reading its rows once their payloads are opened."""
+    """A statement's decoder, reading its rows once their payloads are opened.
+
+    Until the process has read a value that may be an envelope
+    (``loaders.ENVELOPES``), no row can hold one: the rows go to the decoder
+    as they are, without a look at each column.
+    """
 
     __slots__ = ("decode", "open_rows")
 
@@ -94,7 +100,9 @@ class _Opened(Generic[T]):
         self.decode = decode
 
     def __call__(self, found: list[Row]) -> T:
-        return self.decode(self.open_rows(found))
+        if ENVELOPES.seen:
+            return self.decode(self.open_rows(found))
+        return self.decode(found)
 
 
 class Namespace:

@@ -30,7 +30,7 @@ from perdure.store.connect import (
     read_only_refused,
     reports_read_only,
 )
-from perdure.store.loaders import ADAPTERS
+from perdure.store.loaders import ADAPTERS, ENVELOPES
 from perdure.store.rows import Fenced, StartResult
 from perdure.store.statement import Statement
 from perdure.store.statements import Statements
@@ -79,6 +79,7 @@ def execute_sync(conn: psycopg.Connection[Any], stmt: Statement[T]) -> T:
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         found = cur.fetchall() if cur.description else []
+    ENVELOPES.check(conn)  # a caller's connection may read JSON with other loaders
     return stmt.decode(found)
 
 
@@ -88,6 +89,7 @@ async def execute_async(conn: psycopg.AsyncConnection[Any], stmt: Statement[T]) 
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(stmt.query, stmt.params, prepare=stmt.prepare)
         found = await cur.fetchall() if cur.description else []
+    ENVELOPES.check(conn)  # a caller's connection may read JSON with other loaders
     return await decode(stmt, found)
 
 
