@@ -7,12 +7,12 @@ Two fleets of ``--workers`` `perdure worker` processes (bench_app.py) serve two
 schemas of one server: one empty, one holding about ``--history-rows`` rows of
 history (runs of 3 steps, 6 history rows each, spread over 30 days in day
 partitions, a few thousand of them live: bench/history_scale.py's generator).
-Each fleet is first left idle for ``--settle`` s (its pools shrink back after
-10 s idle), and its connections are sampled for 3 s: the idle connections
-per worker. Then, ``--repeat`` times and alternating the two schemas, ``--runs``
+Then, ``--repeat`` times and alternating the two schemas, ``--runs``
 runs of the 3-step no-op workflow are started due in an hour and released at
 once (as bench/throughput.py does), and from the release to the last
-completion the bench reads:
+completion the bench reads (after a VACUUM of both schemas, a CHECKPOINT, and one
+repetition per schema not counted, so that full-page images after the checkpoint
+and autovacuum of the generated rows stay out of the figures):
 
 - runs/s and steps/s (the server's clock: release to last completion);
 - the server's CPU (every process of its postmaster, from /proc) and the
@@ -25,6 +25,10 @@ completion the bench reads:
 - each worker's connections (``pg_stat_activity`` by ``application_name``,
   the listener included), sampled every 50 ms: the most and the mean;
 - the 1-minute load average of the machine, at the start and the end.
+
+At the end both fleets are left idle for ``--settle`` s (an idle pool closes
+one connection per 10 s without use), and their connections are sampled for
+3 s: the idle connections per worker, with what they are.
 
 It prints one line per repetition, then the median of each figure per schema,
 with the figures a sizing guide needs: steps/s per server vCPU
@@ -160,12 +164,22 @@ class Fleet:
             self.sampler.close()
 
 
-def idle_connections(fleet: Fleet, seconds: float = 3.0) -> dict[str, float]:
-    """Each worker's connections over ``seconds`` (most, mean), the fleet idle."""
+def idle_connections(probe: Probe, fleet: Fleet, seconds: float = 3.0) -> dict[str, Any]:
+    """Each worker's connections over ``seconds`` (most, mean), the fleet idle, and
+    what the first worker's are (application name and state)."""
     with fleet.sampler:
         time.sleep(seconds)
     most, mean = fleet.sampler.per_worker()
-    return {"idle_connections_most": most, "idle_connections_mean": mean}
+    kinds = probe.query(
+        "SELECT application_name, state, count(*) FROM pg_stat_activity"
+        " WHERE application_name LIKE %s GROUP BY 1, 2 ORDER BY 1, 2",
+        (f"perdure-worker-{fleet.workers[0].worker_id}"[:50] + "%",),
+    )
+    return {
+        "idle_connections_most": most,
+        "idle_connections_mean": mean,
+        "idle_kinds": [f"{name} ({state}): {count}" for name, state, count in kinds],
+    }
 
 
 def _lsn(probe: Probe) -> str:
@@ -259,6 +273,19 @@ def measure(probe: Probe, fleet: Fleet, runs: int) -> dict[str, Any]:
     }
 
 
+def settle_server(probe: Probe, schemas: Any) -> None:
+    """VACUUM the tables of ``schemas`` (the generated rows get their hint bits and
+    visibility map now, not by autovacuum during a window), then CHECKPOINT."""
+    for schema in schemas:
+        for table in ("runs", "steps", "history", "tasks"):
+            probe.run(
+                sql.SQL("VACUUM (ANALYZE) {}.{}").format(
+                    sql.Identifier(schema), sql.Identifier(table)
+                )
+            )
+    probe.run("CHECKPOINT")
+
+
 def history_rows(probe: Probe, schema: str) -> int:
     """Rows of history in ``schema`` now."""
     return int(
@@ -303,7 +330,7 @@ def medians(rows: list[dict[str, Any]]) -> dict[str, float]:
     return found
 
 
-def summary(label: str, rows: list[dict[str, Any]], idle: dict[str, float], hist: int) -> str:
+def summary(label: str, rows: list[dict[str, Any]], idle: dict[str, Any], hist: int) -> str:
     """The median figures of one schema, and what they mean per vCPU."""
     m = medians(rows)
     per_server_vcpu = 1000 / m["server_cpu_ms_per_step"] if "server_cpu_ms_per_step" in m else 0
@@ -325,7 +352,8 @@ def summary(label: str, rows: list[dict[str, Any]], idle: dict[str, float], hist
         f"  {m['commits_per_step']:.3f} commits per step\n"
         f"  connections per worker (listener included): idle most "
         f"{idle['idle_connections_most']:.0f} mean {idle['idle_connections_mean']:.2f}; "
-        f"busy most {m['busy_connections_most']:.0f} mean {m['busy_connections_mean']:.2f}"
+        f"busy most {m['busy_connections_most']:.0f} mean {m['busy_connections_mean']:.2f}\n"
+        f"  one idle worker's connections: {'; '.join(idle['idle_kinds'])}"
     )
 
 
@@ -337,7 +365,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--history-rows", type=int, default=1_000_000)
-    parser.add_argument("--settle", type=float, default=12.0)
+    parser.add_argument("--settle", type=float, default=45.0)
     parser.add_argument("--json", type=Path, default=None)
 
     def connections(args: argparse.Namespace) -> int:
@@ -365,8 +393,12 @@ def main() -> None:
                     )
                 for fleet in fleets.values():
                     fleet.ready(probe)
-                time.sleep(args.settle)  # idle pools shrink back after 10 s
-                idle = {label: idle_connections(fleet) for label, fleet in fleets.items()}
+                settle_server(probe, schemas.values())
+                for label, fleet in fleets.items():
+                    # One repetition not counted: the first changes of each page
+                    # after the checkpoint write full-page images.
+                    row = measure(probe, fleet, args.runs)
+                    print(LINE.format(label=f"({label})", **_printable(row)))
                 hist_before = {label: history_rows(probe, s) for label, s in schemas.items()}
                 rows: dict[str, list[dict[str, Any]]] = {label: [] for label in fleets}
                 for _ in range(args.repeat):
@@ -374,6 +406,10 @@ def main() -> None:
                         row = measure(probe, fleet, args.runs)
                         rows[label].append(row)
                         print(LINE.format(label=f"{label}", **_printable(row)))
+                # An idle pool closes one connection per 10 s without use.
+                print(f"idle for {args.settle:.0f} s ...")
+                time.sleep(args.settle)
+                idle = {label: idle_connections(probe, fleet) for label, fleet in fleets.items()}
                 print()
                 for label, schema in schemas.items():
                     rows_now = history_rows(probe, schema)
