@@ -17,6 +17,7 @@ and autovacuum of the generated rows stay out of the figures):
 - runs/s and steps/s (the server's clock: release to last completion);
 - the server's CPU (every process of its postmaster, from /proc) and the
   workers', per step, and the server's CPU as vCPUs in use over the window;
+  the server's CPU around the starts too (``App.start_async``, 50 at a time), per run;
 - WAL bytes, ``pg_wal_lsn_diff(pg_current_wal_lsn())`` around the starts (per
   run) and around the execution (per step; the bench's own release UPDATE,
   read inside its transaction with ``pg_current_wal_insert_lsn()``, taken
@@ -206,9 +207,9 @@ def measure(probe: Probe, fleet: Fleet, runs: int) -> dict[str, Any]:
         "SELECT count(*) FROM {}.runs WHERE workflow = %s AND status = 'completed'"
     ).format(name)
     before_done = probe.query_one(completed, (WORKFLOW,))
-    lsn_start = _lsn(probe)
+    lsn_start, start_cpu = _lsn(probe), server_cpu_seconds(probe)
     asyncio.run(_enqueue(fleet.app, runs))
-    lsn_started = _lsn(probe)
+    lsn_started, started_cpu = _lsn(probe), server_cpu_seconds(probe)
     start_wal = _wal_diff(probe, lsn_started, lsn_start)
     fpi_before = _fpi(probe)
     worker_cpu, server_cpu = fleet.cpu_seconds(), server_cpu_seconds(probe)
@@ -251,9 +252,11 @@ def measure(probe: Probe, fleet: Fleet, runs: int) -> dict[str, Any]:
     exec_wal = _wal_diff(probe, lsn_after, lsn_before) - release_wal
     busy_most, busy_mean = fleet.sampler.per_worker()
     server = None if server_now is None or server_cpu is None else server_now - server_cpu
+    start_server = None if start_cpu is None or started_cpu is None else started_cpu - start_cpu
     return {
         "runs": runs,
         "seconds": seconds,
+        "server_cpu_ms_per_run_start": None if start_server is None else 1000 * start_server / runs,
         "runs_per_s": runs / seconds,
         "steps_per_s": steps / seconds,
         "server_cpu_ms_per_step": None if server is None else 1000 * server / steps,
@@ -294,7 +297,8 @@ def history_rows(probe: Probe, schema: str) -> int:
 
 
 LINE = (
-    "{label:>12} | load {load_before:4.1f}->{load_after:4.1f} | {runs_per_s:6.0f} runs/s "
+    "{label:>12} | load {load_before:4.1f}->{load_after:4.1f} | "
+    "server {server_cpu_ms_per_run_start:.3f} ms/start | {runs_per_s:6.0f} runs/s "
     "{steps_per_s:6.0f} steps/s | server {server_cpu_ms_per_step:.3f} ms/step "
     "({server_vcpus_busy:.2f} vCPU) | workers {worker_cpu_ms_per_step:.3f} ms/step | WAL "
     "{wal_bytes_per_step:5.0f} B/step, {wal_bytes_per_run_start:5.0f} B/start, "
@@ -303,6 +307,7 @@ LINE = (
 )
 
 KEYS = (
+    "server_cpu_ms_per_run_start",
     "runs_per_s",
     "steps_per_s",
     "server_cpu_ms_per_step",
@@ -335,6 +340,8 @@ def summary(label: str, rows: list[dict[str, Any]], idle: dict[str, Any], hist: 
     m = medians(rows)
     per_server_vcpu = 1000 / m["server_cpu_ms_per_step"] if "server_cpu_ms_per_step" in m else 0
     per_worker_vcpu = 1000 / m["worker_cpu_ms_per_step"]
+    run_ms = m.get("server_cpu_ms_per_run_start", 0) + STEPS * m.get("server_cpu_ms_per_step", 0)
+    runs_per_vcpu = 1000 / run_ms if run_ms > 0 else 0
     loads = [r["load_before"] for r in rows] + [r["load_after"] for r in rows]
     return (
         f"{label} ({hist:,} history rows at the end; median of {len(rows)}; load average "
@@ -343,6 +350,9 @@ def summary(label: str, rows: list[dict[str, Any]], idle: dict[str, Any], hist: 
         f"  server CPU {m.get('server_cpu_ms_per_step', float('nan')):.3f} ms per step "
         f"= {per_server_vcpu:,.0f} steps/s per fully used server vCPU "
         f"({m.get('server_vcpus_busy', float('nan')):.2f} vCPU busy in the window)\n"
+        f"  server CPU {m.get('server_cpu_ms_per_run_start', float('nan')):.3f} ms per run "
+        f"started (App.start_async, 50 at a time) = {runs_per_vcpu:,.0f} {STEPS}-step runs/s "
+        f"per fully used server vCPU, starts included\n"
         f"  worker CPU {m['worker_cpu_ms_per_step']:.3f} ms per step "
         f"= {per_worker_vcpu:,.0f} steps/s per worker vCPU\n"
         f"  WAL {m['wal_bytes_per_step']:.0f} bytes per step executed, "
