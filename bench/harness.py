@@ -322,7 +322,9 @@ def process_cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     ticks = os.sysconf("SC_CLK_TCK")
-    return sum(int(fields[i]) for i in (11, 12)) / ticks
+    # utime, stime, and cutime, cstime: the children it waited for (a server's
+    # backends and autovacuum workers that exited between two readings).
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
 
 
 def server_cpu_seconds(probe: Probe) -> float | None:
