@@ -9,13 +9,15 @@
 -- A batch is a run from its first event on: emit_event starts it with that
 -- event as its input and its task due at the window's end, and the workers'
 -- due-task timers start it then, as any delayed start, with no further event
--- needed. Each later matching event is appended to the input of the open
--- batch (event_batches: one row per batched workflow, naming that run) while
--- its task is still ready: the emitter locks the batch's row, then the run's
--- ready task, so no worker claims the run while the event goes in, and an
--- emitter that finds the task claimed (the window ended), gone or paused
--- opens the next batch instead. The batch that reaches its size, or would
--- outgrow the payload limit, is made due now. Every step is in the emitter's
+-- needed. Each later matching event is appended to the input of an open batch
+-- (event_batches: a row per open batch) whose task is still ready: the
+-- emitter locks the batch's row, then the run's ready task, both with SKIP
+-- LOCKED, so no worker claims the run while the event goes in and no emitter
+-- waits for another (one in a long transaction holds only the batch it
+-- joined; the others join or open another). A batch whose task is claimed
+-- (its window ended), gone or paused is closed: its row is deleted and the
+-- emitter looks again. The batch that reaches its size, or would outgrow the
+-- payload limit, is made due now and closed. Every step is in the emitter's
 -- transaction: an event is in exactly one batch, or (rolled back) in none.
 
 -- A trigger's batching (both NULL: each event starts its own run). Every
@@ -27,19 +29,20 @@ ALTER TABLE event_triggers ADD COLUMN batch_window float8
 ALTER TABLE event_triggers ADD CONSTRAINT event_triggers_batch_check
     CHECK ((batch_size IS NULL) = (batch_window IS NULL));
 
--- The open batch of each batched workflow: the run that takes its next
--- events. No foreign key: a batch run deleted meanwhile simply is not open
--- any more (its task is gone), and the next event opens a new one.
+-- The open batches: each a run that may take more events. No foreign key: a
+-- batch run deleted meanwhile simply is not open any more (its task is gone).
 CREATE TABLE event_batches (
-    workflow  text        PRIMARY KEY,
-    run_id    uuid        NOT NULL,
+    run_id    uuid        PRIMARY KEY,
+    workflow  text        NOT NULL,
     opened_at timestamptz NOT NULL
 );
+CREATE INDEX event_batches_workflow_idx ON event_batches (workflow, opened_at);
 
--- event_batch_add: put event p_event (its record; id p_event_id) in the open
--- batch of workflow p_workflow, or open a batch with it: a run keyed
--- `event-batch:<event id>:<workflow>` due after p_window seconds. Returns the
--- batch's run id (NULL: the workflow is not registered, nothing started).
+-- event_batch_add: put event p_event (its record; id p_event_id) in the
+-- oldest open batch of workflow p_workflow that no other transaction holds,
+-- or open a batch with it: a run keyed `event-batch:<event id>:<workflow>`,
+-- due after p_window seconds. Returns the batch's run id (NULL: the workflow
+-- is not registered, nothing started).
 CREATE FUNCTION event_batch_add(
     p_workflow text, p_event_id bigint, p_event jsonb, p_size integer, p_window float8,
     p_now timestamptz, p_max_bytes integer
@@ -55,69 +58,58 @@ DECLARE
     v_run    record;
     v_bytes  integer := octet_length(p_event::text);
 BEGIN
-    FOR v_try IN 1..20 LOOP
-        SELECT b.run_id INTO v_open FROM event_batches b WHERE b.workflow = p_workflow FOR UPDATE;
+    LOOP
+        SELECT b.run_id INTO v_open FROM event_batches b
+        WHERE b.workflow = p_workflow
+        ORDER BY b.opened_at, b.run_id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        EXIT WHEN NOT FOUND;
+        -- Its task, still ready (the window runs): locked, so no worker claims
+        -- the run until this transaction ends. Claimed or being claimed, gone,
+        -- paused: the batch is closed.
+        SELECT t.id INTO v_task FROM tasks t
+        WHERE t.run_id = v_open AND t.kind = 'run' AND t.status = 'ready'
+        FOR UPDATE SKIP LOCKED;
         IF FOUND THEN
-            -- The open batch's task, still ready (its window runs): locked, so no
-            -- worker claims the run until this transaction ends.
-            SELECT t.id INTO v_task FROM tasks t
-            WHERE t.run_id = v_open AND t.kind = 'run' AND t.status = 'ready'
-            FOR UPDATE;
+            UPDATE runs r SET input = r.input || jsonb_build_array(p_event), updated_at = p_now
+            WHERE r.id = v_open AND r.status = 'queued' AND r.started_at IS NULL
+              AND jsonb_typeof(r.input) = 'array' AND jsonb_array_length(r.input) < p_size
+              AND octet_length(r.input::text) + v_bytes + 2 <= p_max_bytes
+            RETURNING jsonb_array_length(r.input) INTO v_count;
             IF FOUND THEN
-                UPDATE runs r SET input = r.input || jsonb_build_array(p_event), updated_at = p_now
-                WHERE r.id = v_open AND r.status = 'queued' AND r.started_at IS NULL
-                  AND jsonb_typeof(r.input) = 'array'
-                  AND octet_length(r.input::text) + v_bytes + 2 <= p_max_bytes
-                RETURNING jsonb_array_length(r.input) INTO v_count;
-                IF FOUND THEN
-                    INSERT INTO event_deliveries (event_id, run_id, position, delivered_at)
-                    VALUES (p_event_id, v_open, NULL, p_now) ON CONFLICT DO NOTHING;
-                    IF v_count >= p_size THEN
-                        -- Full: it starts now, and the next event opens the next batch.
-                        UPDATE tasks SET available_at = p_now
-                        WHERE id = v_task AND available_at > p_now;
-                        DELETE FROM event_batches WHERE workflow = p_workflow;
-                    END IF;
-                    RETURN v_open;
+                INSERT INTO event_deliveries (event_id, run_id, position, delivered_at)
+                VALUES (p_event_id, v_open, NULL, p_now) ON CONFLICT DO NOTHING;
+                IF v_count >= p_size THEN
+                    -- Full: it starts now.
+                    UPDATE tasks SET available_at = p_now WHERE id = v_task AND available_at > p_now;
+                    DELETE FROM event_batches WHERE run_id = v_open;
                 END IF;
-                -- Full by its bytes (or no longer a batch): it starts now, and this
-                -- event opens the next batch.
-                UPDATE tasks SET available_at = p_now WHERE id = v_task AND available_at > p_now;
+                RETURN v_open;
             END IF;
-            v_random := replace(gen_random_uuid()::text, '-', '');
-            v_new := (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
-                      || '7' || substr(v_random, 14, 3) || substr(v_random, 17))::uuid;
-            UPDATE event_batches SET run_id = v_new, opened_at = p_now
-            WHERE workflow = p_workflow;
-        ELSE
-            v_random := replace(gen_random_uuid()::text, '-', '');
-            v_new := (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
-                      || '7' || substr(v_random, 14, 3) || substr(v_random, 17))::uuid;
-            -- Another emitter may be opening the same batch: the one that
-            -- inserts the row opens it, the other looks again once it commits.
-            INSERT INTO event_batches (workflow, run_id, opened_at)
-            VALUES (p_workflow, v_new, p_now)
-            ON CONFLICT (workflow) DO NOTHING;
-            CONTINUE WHEN NOT FOUND;
+            -- Full by its bytes (or no longer a batch): it starts now.
+            UPDATE tasks SET available_at = p_now WHERE id = v_task AND available_at > p_now;
         END IF;
-        SELECT * INTO v_run FROM insert_run(
-            v_new, p_workflow, 0, NULL, 'event-batch:' || p_event_id || ':' || p_workflow,
-            jsonb_build_array(p_event), p_now, 0, CASE WHEN p_size <= 1 THEN 0 ELSE p_window END,
-            NULL, NULL, NULL, NULL,
-            jsonb_build_object('event', p_event ->> 'name', 'event_batch', p_event_id::text),
-            NULL, true, true);
-        IF v_run.id IS NULL OR NOT v_run.created OR p_size <= 1 THEN
-            DELETE FROM event_batches WHERE workflow = p_workflow;
-        END IF;
-        IF v_run.id IS NULL OR NOT v_run.created THEN
-            RETURN NULL;
-        END IF;
-        INSERT INTO event_deliveries (event_id, run_id, position, delivered_at)
-        VALUES (p_event_id, v_run.id, NULL, p_now) ON CONFLICT DO NOTHING;
-        RETURN v_run.id;
+        DELETE FROM event_batches WHERE run_id = v_open;
     END LOOP;
-    RAISE EXCEPTION 'the batch of workflow % could not be opened: try again', p_workflow
-        USING ERRCODE = '40001';
+    v_random := replace(gen_random_uuid()::text, '-', '');
+    v_new := (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+              || '7' || substr(v_random, 14, 3) || substr(v_random, 17))::uuid;
+    SELECT * INTO v_run FROM insert_run(
+        v_new, p_workflow, 0, NULL, 'event-batch:' || p_event_id || ':' || p_workflow,
+        jsonb_build_array(p_event), p_now, 0, CASE WHEN p_size <= 1 THEN 0 ELSE p_window END,
+        NULL, NULL, NULL, NULL,
+        jsonb_build_object('event', p_event ->> 'name', 'event_batch', p_event_id::text),
+        NULL, true, true);
+    IF v_run.id IS NULL OR NOT v_run.created THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO event_deliveries (event_id, run_id, position, delivered_at)
+    VALUES (p_event_id, v_run.id, NULL, p_now) ON CONFLICT DO NOTHING;
+    IF p_size > 1 THEN
+        INSERT INTO event_batches (run_id, workflow, opened_at) VALUES (v_run.id, p_workflow, p_now);
+    END IF;
+    RETURN v_run.id;
 END
 $$;
 
