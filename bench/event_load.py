@@ -1,0 +1,180 @@
+"""Emitted events under load: 1,000 events/s into 10,000 waiting runs, all woken, none twice.
+
+Usage: python bench/event_load.py [--runs 10000] [--rate 1000] [--emitters 8]
+                                  [--concurrency 32] [--database-url URL]
+
+One ``perdure worker bench_app:app`` process (``--concurrency``) drives
+``--runs`` runs of ``bench_event_load`` to their wait (event ``load.paid``
+matching each run's own order). Then ``--emitters`` threads of the bench
+emit one event per run with ``app.emit``, paced together at ``--rate``
+events/s, in a shuffled order, each recording when it called emit. Reported,
+from the database once every run has completed:
+
+- the achieved emit rate (events / seconds from the first emit call to the
+  last emit's return) and the emit call's p50/p99;
+- ``woken``: runs completed, and ``twice``: runs that took more than one
+  event, events delivered to more than one run, or waits recorded twice
+  (history ``event_consumed``): all 0 when none is woken twice;
+- the latency from each emit call to the start of the woken run's next step
+  (its output: time.time() in the worker), p50/p99/max, and how long the
+  worker took to drain them all.
+
+The machine's ``uptime`` is printed before and after: the figures depend on
+what else runs on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from harness import Probe, WorkerProcess, drop_schema, quantile, standalone
+
+import perdure
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def _count(probe: Probe, query: str) -> int:
+    return int(probe.query_one(query))
+
+
+def park(app: perdure.App, probe: Probe, schema: str, runs: int) -> float:
+    """Start ``runs`` runs and wait until all wait for their event; seconds taken."""
+    began = time.monotonic()
+    for first in range(0, runs, 1000):
+        app.start_many("bench_event_load", list(range(first, min(runs, first + 1000))))
+    deadline = time.monotonic() + 600
+    while _count(probe, f"SELECT count(*) FROM {schema}.event_waits") < runs:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the runs did not all reach their wait within 600 s")
+        time.sleep(0.2)
+    return time.monotonic() - began
+
+
+def emit_all(
+    app: perdure.App, orders: list[int], rate: float, emitters: int
+) -> tuple[dict[int, float], list[float], float]:
+    """Emit ``load.paid`` for each order, paced at ``rate``/s over ``emitters`` threads:
+    the emit call time per order, each call's ms, and the seconds from first call to last return."""
+    called: dict[int, float] = {}
+    took: list[float] = []
+    lock = threading.Lock()
+    start = time.monotonic() + 0.2
+    wall = time.time() - time.monotonic()
+
+    def emitter(k: int) -> None:
+        for i in range(k, len(orders), emitters):
+            due = start + i / rate
+            pause = due - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            began = time.monotonic()
+            app.emit("load.paid", {"order_id": orders[i], "amount": 1})
+            ended = time.monotonic()
+            with lock:
+                called[orders[i]] = began + wall
+                took.append((ended - began) * 1000)
+
+    threads = [threading.Thread(target=emitter, args=(k,)) for k in range(emitters)]
+    first = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return called, took, time.monotonic() - max(first, start)
+
+
+def main() -> None:
+    """Park the runs, emit at the rate, count from the database, print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--emitters", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=32)
+    with standalone(parser) as (args, server, probe):
+        print("uptime before:", _uptime(), flush=True)
+        schema = f"bench_event_load_{uuid.uuid4().hex[:8]}"
+        app = perdure.App(server.url, schema=schema, pool_size=args.emitters + 2)
+        app.ensure_schema()
+        stats = Path(tempfile.mkdtemp(prefix="perdure-event-load-")) / "stats.json"
+        worker = WorkerProcess(server.url, schema, args.concurrency, stats)
+        try:
+            worker.wait_ready(probe)
+            parked = park(app, probe, schema, args.runs)
+            print(f"{args.runs} runs waiting after {parked:.1f} s", flush=True)
+            orders = list(range(args.runs))
+            random.Random(7).shuffle(orders)
+            called, took, seconds = emit_all(app, orders, args.rate, args.emitters)
+            emitted_at = time.monotonic()
+            deadline = time.monotonic() + 600
+            q = f"SELECT count(*) FROM {schema}.runs WHERE workflow = 'bench_event_load'"
+            while _count(probe, q + " AND status = 'completed'") < args.runs:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("not every run completed within 600 s")
+                time.sleep(0.1)
+            drained = time.monotonic() - emitted_at
+            rows = probe.query(
+                f"SELECT input, output FROM {schema}.runs WHERE workflow = 'bench_event_load'"
+            )
+            latency = [(float(out) - called[int(inp)]) * 1000 for inp, out in rows]
+            counts: dict[str, Any] = {
+                "runs_completed": _count(probe, q + " AND status = 'completed'"),
+                "events": _count(probe, f"SELECT count(*) FROM {schema}.emitted_events"),
+                "deliveries": _count(probe, f"SELECT count(*) FROM {schema}.event_deliveries"),
+                "runs_taking_2_or_more": _count(
+                    probe,
+                    f"SELECT count(*) FROM (SELECT run_id FROM {schema}.event_deliveries "
+                    "GROUP BY run_id HAVING count(*) > 1) t",
+                ),
+                "events_delivered_twice": _count(
+                    probe,
+                    f"SELECT count(*) FROM (SELECT event_id FROM {schema}.event_deliveries "
+                    "GROUP BY event_id HAVING count(*) > 1) t",
+                ),
+                "waits_consumed_twice": _count(
+                    probe,
+                    f"SELECT count(*) FROM (SELECT run_id FROM {schema}.history "
+                    "WHERE event = 'event_consumed' GROUP BY run_id HAVING count(*) > 1) t",
+                ),
+                "after_steps": _count(
+                    probe, f"SELECT count(*) FROM {schema}.steps WHERE name = 'after'"
+                ),
+            }
+            report = {
+                "runs": args.runs,
+                "target_rate": args.rate,
+                "achieved_rate": round(len(called) / seconds, 1),
+                "emit_call_ms": {
+                    "p50": round(quantile(took, 0.5) or 0, 2),
+                    "p99": round(quantile(took, 0.99) or 0, 2),
+                },
+                "emit_to_next_step_ms": {
+                    "p50": round(quantile(latency, 0.5) or 0, 1),
+                    "p99": round(quantile(latency, 0.99) or 0, 1),
+                    "max": round(max(latency), 1),
+                },
+                "drained_after_last_emit_s": round(drained, 2),
+                "counts": counts,
+            }
+            import json
+
+            print(json.dumps(report, indent=2))
+        finally:
+            worker.stop()
+            app.close()
+            drop_schema(probe, schema)
+            print("uptime after:", _uptime(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
