@@ -1,7 +1,14 @@
 """Emitted events under load: 1,000 events/s into 10,000 waiting runs, all woken, none twice.
 
 Usage: python bench/event_load.py [--runs 10000] [--rate 1000] [--emitters 8]
-                                  [--concurrency 32] [--database-url URL]
+                                  [--concurrency 32] [--idle-samples 100]
+                                  [--database-url URL]
+
+First, with the worker process idle (nothing else to do), ``--idle-samples``
+runs wait one at a time and the bench emits each one's event: emit call ->
+the run's next step, p50/p99 (and the emit call alone). The worker is a
+process of its own, as deployed: the emitter and the worker do not share an
+interpreter.
 
 One ``perdure worker bench_app:app`` process (``--concurrency``) drives
 ``--runs`` runs of ``bench_event_load`` to their wait (event ``load.paid``
@@ -61,6 +68,39 @@ def park(app: perdure.App, probe: Probe, schema: str, runs: int) -> float:
     return time.monotonic() - began
 
 
+def idle_latency(app: perdure.App, probe: Probe, schema: str, samples: int) -> dict[str, Any]:
+    """One run at a time waits, then its event is emitted: ms from the emit call to the
+    next step's start, and the emit call alone."""
+    total: list[float] = []
+    emit: list[float] = []
+    for n in range(samples):
+        order = -1 - n
+        handle = app.start("bench_event_load", order)
+        deadline = time.monotonic() + 30
+        while not _count(
+            probe, f"SELECT count(*) FROM {schema}.event_waits WHERE run_id = '{handle.id}'"
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the run did not reach its wait within 30 s")
+            time.sleep(0.005)
+        time.sleep(0.05)  # the worker is idle again
+        began = time.time()
+        app.emit("load.paid", {"order_id": order, "amount": 1})
+        emit.append((time.time() - began) * 1000)
+        total.append((float(handle.result(timeout=30)) - began) * 1000)
+    return {
+        "samples": samples,
+        "emit_to_next_step_ms": {
+            "p50": round(quantile(total, 0.5) or 0, 2),
+            "p99": round(quantile(total, 0.99) or 0, 2),
+        },
+        "emit_call_ms": {
+            "p50": round(quantile(emit, 0.5) or 0, 2),
+            "p99": round(quantile(emit, 0.99) or 0, 2),
+        },
+    }
+
+
 def emit_all(
     app: perdure.App, orders: list[int], rate: float, emitters: int
 ) -> tuple[dict[int, float], list[float], float]:
@@ -101,6 +141,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--emitters", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--idle-samples", type=int, default=100)
     with standalone(parser) as (args, server, probe):
         print("uptime before:", _uptime(), flush=True)
         schema = f"bench_event_load_{uuid.uuid4().hex[:8]}"
@@ -110,6 +151,10 @@ def main() -> None:
         worker = WorkerProcess(server.url, schema, args.concurrency, stats)
         try:
             worker.wait_ready(probe)
+            idle: dict[str, Any] = {}
+            if args.idle_samples:
+                idle = idle_latency(app, probe, schema, args.idle_samples)
+                print("idle worker:", idle, "| uptime:", _uptime(), flush=True)
             parked = park(app, probe, schema, args.runs)
             print(f"{args.runs} runs waiting after {parked:.1f} s", flush=True)
             orders = list(range(args.runs))
@@ -117,20 +162,33 @@ def main() -> None:
             called, took, seconds = emit_all(app, orders, args.rate, args.emitters)
             emitted_at = time.monotonic()
             deadline = time.monotonic() + 600
-            q = f"SELECT count(*) FROM {schema}.runs WHERE workflow = 'bench_event_load'"
+            q = (
+                f"SELECT count(*) FROM {schema}.runs WHERE workflow = 'bench_event_load' "
+                "AND (input::text)::int >= 0"
+            )
             while _count(probe, q + " AND status = 'completed'") < args.runs:
                 if time.monotonic() > deadline:
                     raise RuntimeError("not every run completed within 600 s")
                 time.sleep(0.1)
             drained = time.monotonic() - emitted_at
             rows = probe.query(
-                f"SELECT input, output FROM {schema}.runs WHERE workflow = 'bench_event_load'"
+                f"SELECT input, output FROM {schema}.runs WHERE workflow = 'bench_event_load' "
+                "AND (input::text)::int >= 0"
             )
             latency = [(float(out) - called[int(inp)]) * 1000 for inp, out in rows]
             counts: dict[str, Any] = {
                 "runs_completed": _count(probe, q + " AND status = 'completed'"),
-                "events": _count(probe, f"SELECT count(*) FROM {schema}.emitted_events"),
-                "deliveries": _count(probe, f"SELECT count(*) FROM {schema}.event_deliveries"),
+                "events": _count(
+                    probe,
+                    f"SELECT count(*) FROM {schema}.emitted_events "
+                    "WHERE (payload ->> 'order_id')::int >= 0",
+                ),
+                "deliveries": _count(
+                    probe,
+                    f"SELECT count(*) FROM {schema}.event_deliveries d "
+                    f"JOIN {schema}.emitted_events e ON e.id = d.event_id "
+                    "WHERE (e.payload ->> 'order_id')::int >= 0",
+                ),
                 "runs_taking_2_or_more": _count(
                     probe,
                     f"SELECT count(*) FROM (SELECT run_id FROM {schema}.event_deliveries "
@@ -147,10 +205,13 @@ def main() -> None:
                     "WHERE event = 'event_consumed' GROUP BY run_id HAVING count(*) > 1) t",
                 ),
                 "after_steps": _count(
-                    probe, f"SELECT count(*) FROM {schema}.steps WHERE name = 'after'"
+                    probe,
+                    f"SELECT count(*) FROM {schema}.steps s JOIN {schema}.runs r "
+                    "ON r.id = s.run_id WHERE s.name = 'after' AND (r.input::text)::int >= 0",
                 ),
             }
             report = {
+                "idle_worker": idle,
                 "runs": args.runs,
                 "target_rate": args.rate,
                 "achieved_rate": round(len(called) / seconds, 1),
