@@ -2,7 +2,7 @@
 
 Usage: python bench/event_load.py [--runs 10000] [--rate 1000] [--emitters 8]
                                   [--concurrency 32] [--idle-samples 100]
-                                  [--database-url URL]
+                                  [--via app|sql] [--database-url URL]
 
 First, with the worker process idle (nothing else to do), ``--idle-samples``
 runs wait one at a time and the bench emits each one's event: emit call ->
@@ -13,8 +13,11 @@ interpreter.
 One ``perdure worker bench_app:app`` process (``--concurrency``) drives
 ``--runs`` runs of ``bench_event_load`` to their wait (event ``load.paid``
 matching each run's own order). Then ``--emitters`` threads of the bench
-emit one event per run with ``app.emit``, paced together at ``--rate``
-events/s, in a shuffled order, each recording when it called emit. Reported,
+emit one event per run, paced together at ``--rate`` events/s, in a
+shuffled order, each recording when it called emit: with ``app.emit``
+(``--via app``), or with ``SELECT emit_event(...)`` on a psycopg connection
+of each thread's own (``--via sql``: what another language's driver does,
+without the Python App's own costs in the one bench process). Reported,
 from the database once every run has completed:
 
 - the achieved emit rate (events / seconds from the first emit call to the
@@ -33,6 +36,7 @@ what else runs on it.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import subprocess
 import tempfile
@@ -42,6 +46,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from harness import Probe, WorkerProcess, drop_schema, quantile, standalone
 
 import perdure
@@ -102,7 +107,11 @@ def idle_latency(app: perdure.App, probe: Probe, schema: str, samples: int) -> d
 
 
 def emit_all(
-    app: perdure.App, orders: list[int], rate: float, emitters: int
+    app: perdure.App,
+    orders: list[int],
+    rate: float,
+    emitters: int,
+    sql_door: tuple[str, str] | None,
 ) -> tuple[dict[int, float], list[float], float]:
     """Emit ``load.paid`` for each order, paced at ``rate``/s over ``emitters`` threads:
     the emit call time per order, each call's ms, and the seconds from first call to last return."""
@@ -113,17 +122,24 @@ def emit_all(
     wall = time.time() - time.monotonic()
 
     def emitter(k: int) -> None:
+        conn = None if sql_door is None else psycopg.connect(sql_door[0], autocommit=True)
         for i in range(k, len(orders), emitters):
             due = start + i / rate
             pause = due - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
             began = time.monotonic()
-            app.emit("load.paid", {"order_id": orders[i], "amount": 1})
+            payload = {"order_id": orders[i], "amount": 1}
+            if conn is None:
+                app.emit("load.paid", payload)
+            else:
+                conn.execute(sql_door[1], ("load.paid", json.dumps(payload)))
             ended = time.monotonic()
             with lock:
                 called[orders[i]] = began + wall
                 took.append((ended - began) * 1000)
+        if conn is not None:
+            conn.close()
 
     threads = [threading.Thread(target=emitter, args=(k,)) for k in range(emitters)]
     first = time.monotonic()
@@ -142,6 +158,7 @@ def main() -> None:
     parser.add_argument("--emitters", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--idle-samples", type=int, default=100)
+    parser.add_argument("--via", choices=("app", "sql"), default="app")
     with standalone(parser) as (args, server, probe):
         print("uptime before:", _uptime(), flush=True)
         schema = f"bench_event_load_{uuid.uuid4().hex[:8]}"
@@ -159,7 +176,10 @@ def main() -> None:
             print(f"{args.runs} runs waiting after {parked:.1f} s", flush=True)
             orders = list(range(args.runs))
             random.Random(7).shuffle(orders)
-            called, took, seconds = emit_all(app, orders, args.rate, args.emitters)
+            door = None
+            if args.via == "sql":
+                door = (server.url, f'SELECT "{schema}".emit_event(%s, %s::jsonb)')
+            called, took, seconds = emit_all(app, orders, args.rate, args.emitters, door)
             emitted_at = time.monotonic()
             deadline = time.monotonic() + 600
             q = (
@@ -213,6 +233,7 @@ def main() -> None:
             report = {
                 "idle_worker": idle,
                 "runs": args.runs,
+                "emitted_via": args.via,
                 "target_rate": args.rate,
                 "achieved_rate": round(len(called) / seconds, 1),
                 "emit_call_ms": {
@@ -227,8 +248,6 @@ def main() -> None:
                 "drained_after_last_emit_s": round(drained, 2),
                 "counts": counts,
             }
-            import json
-
             print(json.dumps(report, indent=2))
         finally:
             worker.stop()
