@@ -52,7 +52,7 @@ def test_a_batch_that_reaches_its_size_starts_one_run_with_its_events(app: perdu
 
 
 def test_a_window_that_ends_with_fewer_events_starts_one_run(app: perdure.App) -> None:
-    _define(app, size=100, window=timedelta(milliseconds=400))
+    _define(app, size=100, window=timedelta(seconds=2))
     app.register()
     ids = [app.emit("order.paid", {"order_id": n, "status": "ok"}) for n in (7, 8)]
     (batch,) = _batch_runs(app)
