@@ -13,6 +13,8 @@
   no-op step, then the payload back) meanwhile.
 - ``bench_pair``: ``ctx.gather`` of two steps of 0.8 s; when each began.
 - ``bench_diamond``: a graph: a root, two steps of 0.8 s, a join; when each of the two began.
+- ``bench_event_load``: waits for event ``load.paid`` matching its order (the input); the
+  step after reports when it began (bench/event_load.py).
 """
 
 from __future__ import annotations
@@ -57,6 +59,13 @@ async def bench_signal(ctx: perdure.Context, _: Any = None) -> float:
 
 async def _now() -> float:
     return time.time()
+
+
+@app.workflow("bench_event_load")
+async def bench_event_load(ctx: perdure.Context, order: int) -> float:
+    """Wait for ``load.paid`` of order ``order``, then report when the next step began."""
+    await ctx.wait_for_event("load.paid", {"order_id": order}, timeout=3600)
+    return await ctx.step("after", _now)
 
 
 @app.workflow("bench_updates")

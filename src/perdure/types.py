@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 
@@ -224,10 +224,24 @@ class EventTrigger:
     Given to ``@app.workflow(..., on_event=...)``. The run's input is the
     event's payload; its key is ``event:<event id>:<workflow>``, so each event
     starts one run of the workflow, exactly once.
+
+    With ``batch_size`` and ``batch_window`` (seconds or a timedelta), the
+    matching events gather instead: one run starts when ``batch_size`` of
+    them are in, or when ``batch_window`` has passed since the first, with
+    the list of the events as its input (each a dict ``id``, ``name``,
+    ``key``, ``payload``, ``emitted_at``; key ``event-batch:<first event
+    id>:<workflow>``). Each event is in exactly one batch.
     """
 
     name: str
     match: dict[str, Any] = field(default_factory=dict)
+    batch_size: int | None = None
+    batch_window: float | timedelta | None = None
+
+    @property
+    def batched(self) -> bool:
+        """Whether matching events gather in batches rather than start a run each."""
+        return self.batch_size is not None or self.batch_window is not None
 
 
 class RunPage(list[Run]):

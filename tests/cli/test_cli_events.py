@@ -85,3 +85,31 @@ def test_the_worker_start_up_line_names_the_triggers(app: perdure.App) -> None:
     line = startup_line(app, "w1", ["fulfil"], False)
     assert "serving workflows fulfil@1 on queues fulfil; " in line
     assert "started by events: fulfil on order.paid, fulfil on x.y; database:" in line
+
+
+def test_batched_triggers_show_in_workflows_list_and_the_start_up_line(
+    app: perdure.App, perdure_cli: Callable[..., Result]
+) -> None:
+    from datetime import timedelta
+
+    from perdure.cli.worker import startup_line
+
+    @app.workflow(
+        "settle",
+        on_event=perdure.EventTrigger(
+            "order.paid", batch_size=100, batch_window=timedelta(seconds=5)
+        ),
+    )
+    async def settle(ctx: perdure.Context, events: list[dict[str, Any]]) -> None:
+        return None
+
+    line = startup_line(app, "w1", ["settle"], False)
+    assert "started by events: settle on order.paid (batches of 100 / 5s); database:" in line
+    app.register()
+    workflows = perdure_cli("workflows", "list")
+    assert workflows.exit_code == 0, workflows.output
+    assert "on order.paid" in workflows.output and "batches of 100/5s" in workflows.output
+    assert all(len(line) <= 80 for line in workflows.output.splitlines()), workflows.output
+    listed = json.loads(perdure_cli("workflows", "list", "--json").output)
+    (trigger,) = listed[0]["definition"]["on_event"]
+    assert trigger == {"name": "order.paid", "match": {}, "batch_size": 100, "batch_window": 5.0}

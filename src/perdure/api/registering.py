@@ -36,8 +36,7 @@ async def record(core: Core, store: AsyncStore) -> None:
         )
         if d.kind == "function":
             found = getattr(d, "triggers", ())
-            pairs = [(t.name, t.match) for t in found]
-            await store.execute(core.statements.emissions.set_triggers(d.name, pairs))
+            await store.execute(core.statements.emissions.set_triggers(d.name, found))
     await queues.register(core, store)
     await schedules.register(core, store)
 

@@ -45,6 +45,15 @@ def validate_max_lapses(kind: str, name: str, max_lapses: object) -> None:
         )
 
 
+def _trigger_record(trigger: EventTrigger) -> dict[str, Any]:
+    """What the workflow registry records of one event trigger (its batching if any)."""
+    recorded: dict[str, Any] = {"name": trigger.name, "match": trigger.match}
+    if trigger.batched:
+        recorded["batch_size"] = trigger.batch_size
+        recorded["batch_window"] = trigger.batch_window
+    return recorded
+
+
 @dataclass
 class WorkflowDef:
     """A function workflow: its name, version, queue, retry policy and code."""
@@ -94,7 +103,7 @@ class WorkflowDef:
         """What the workflow registry records of a function workflow."""
         recorded: dict[str, Any] = {"takes_input": self.takes_input, "async": self.is_async}
         if self.triggers:
-            recorded["on_event"] = [{"name": t.name, "match": t.match} for t in self.triggers]
+            recorded["on_event"] = [_trigger_record(t) for t in self.triggers]
         return recorded
 
     def check_input(self, value: Any) -> Any:

@@ -49,7 +49,10 @@ def startup_line(app: App, worker_id: str, queues: list[str], embedded_server: b
     found = app.registry.all()
     workflows = ", ".join(f"{name}@{version}" for name, version in sorted(found))
     triggers = sorted(
-        f"{d.name} on {t.name}" for d in found.values() for t in getattr(d, "triggers", ())
+        f"{d.name} on {t.name}"
+        + (f" (batches of {t.batch_size} / {t.batch_window:g}s)" if t.batched else "")
+        for d in found.values()
+        for t in getattr(d, "triggers", ())
     )
     started = f"; started by events: {', '.join(triggers)}" if triggers else ""
     return (

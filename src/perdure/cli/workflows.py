@@ -32,7 +32,8 @@ def list_workflows(state: CliState, as_json: bool, only_stranded: bool) -> None:
     """List registered workflow versions: queue, live workers, run counts by status.
 
     A workflow started by emitted events shows its triggers under its kind
-    (``on order.paid {"status": "ok"}``). A workflow is registered when a
+    (``on order.paid {"status": "ok"}``; under a batched trigger, ``batches of
+    100/5s``: 100 events, or 5 s from the first). A workflow is registered when a
     worker serving it starts, or by ``perdure migrate --app APP``. A run is
     pinned to the version that started it and only a worker with that
     version claims it: a version without a live worker shows "none", and its
@@ -108,13 +109,16 @@ def list_workflows(state: CliState, as_json: bool, only_stranded: bool) -> None:
 
 
 def kind_text(kind: str, definition: dict[str, Any]) -> Text:
-    """The workflow's kind, then one line per event trigger: ``on NAME MATCH``."""
+    """The workflow's kind, then one line per event trigger: ``on NAME MATCH``, and
+    under a batched one ``batches of SIZE/WINDOWs``."""
     lines = [kind]
     for trigger in definition.get("on_event") or []:
         match = trigger.get("match") or {}
         lines.append(
             f"on {trigger.get('name')}" + (f" {render.compact(match, 40)}" if match else "")
         )
+        if trigger.get("batch_size") is not None:
+            lines.append(f"batches of {trigger['batch_size']}/{trigger['batch_window']:g}s")
     return render.text("\n".join(lines))
 
 

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from perdure.store.rows import Fence, Fenced
 from perdure.store.statement import Namespace, Row, Statement, all_rows, count, first
+from perdure.types import EventTrigger
 
 
 def _none(found: list[Row]) -> None:
     return None
+
+
+def _seconds(window: float | timedelta) -> float:
+    return window.total_seconds() if isinstance(window, timedelta) else float(window)
 
 
 class EmissionStatements(Namespace):
@@ -106,18 +111,21 @@ class EmissionStatements(Namespace):
         """Delete up to ``limit`` events emitted before ``cutoff``; how many."""
         return self._build("emission_prune", count("pruned"), cutoff=cutoff, limit=limit)
 
-    def set_triggers(
-        self, workflow: str, triggers: Sequence[tuple[str, dict[str, Any]]]
-    ) -> Statement[None]:
-        """Make ``triggers`` ((event name, match) pairs) the ones that start ``workflow``."""
+    def set_triggers(self, workflow: str, triggers: Sequence[EventTrigger]) -> Statement[None]:
+        """Make ``triggers`` (checked: a batched one's window in seconds) the ones that
+        start ``workflow``."""
         return self._build(
             "emission_triggers_set",
             _none,
             workflow=workflow,
-            names=[name for name, _ in triggers],
-            matches=[json.dumps(match) for _, match in triggers],
+            names=[t.name for t in triggers],
+            matches=[json.dumps(t.match) for t in triggers],
+            batch_sizes=[t.batch_size for t in triggers],
+            batch_windows=[
+                None if t.batch_window is None else _seconds(t.batch_window) for t in triggers
+            ],
         )
 
     def triggers(self) -> Statement[list[Row]]:
-        """Every event trigger: workflow, event name, match."""
+        """Every event trigger: workflow, event name, match, batch_size, batch_window."""
         return self._build("emission_triggers_list", all_rows)

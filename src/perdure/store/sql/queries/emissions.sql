@@ -126,19 +126,28 @@ WITH deleted AS (
 SELECT count(*) AS pruned FROM deleted;
 
 -- name: emission_triggers_set
--- Replace the event triggers of workflow %(workflow)s with those given.
+-- Replace the event triggers of workflow %(workflow)s with those given, each
+-- with its batching (batch_size and batch_window in seconds, NULL: none;
+-- migration 0023).
 WITH given AS (
-    SELECT DISTINCT t.name, t.match::jsonb AS match
-    FROM unnest(%(names)s::text[], %(matches)s::text[]) AS t(name, match)
+    SELECT DISTINCT ON (t.name, t.match::jsonb) t.name, t.match::jsonb AS match,
+           t.batch_size, t.batch_window
+    FROM unnest(%(names)s::text[], %(matches)s::text[], %(batch_sizes)s::integer[],
+                %(batch_windows)s::float8[]) AS t(name, match, batch_size, batch_window)
 ), gone AS (
     DELETE FROM {schema}.event_triggers g
     WHERE g.workflow = %(workflow)s
       AND NOT EXISTS (SELECT 1 FROM given WHERE given.name = g.name AND given.match = g.match)
 )
-INSERT INTO {schema}.event_triggers (workflow, name, match, anchor, updated_at)
-SELECT %(workflow)s, name, match, {schema}.event_anchor(match), {now} FROM given
-ON CONFLICT (workflow, name, match) DO UPDATE SET updated_at = EXCLUDED.updated_at;
+INSERT INTO {schema}.event_triggers (workflow, name, match, anchor, updated_at, batch_size,
+                                     batch_window)
+SELECT %(workflow)s, name, match, {schema}.event_anchor(match), {now}, batch_size, batch_window
+FROM given
+ON CONFLICT (workflow, name, match) DO UPDATE
+SET updated_at = EXCLUDED.updated_at, batch_size = EXCLUDED.batch_size,
+    batch_window = EXCLUDED.batch_window;
 
 -- name: emission_triggers_list
--- Every event trigger, by workflow.
-SELECT workflow, name, match FROM {schema}.event_triggers ORDER BY workflow, name, match::text;
+-- Every event trigger, by workflow, with its batching.
+SELECT workflow, name, match, batch_size, batch_window
+FROM {schema}.event_triggers ORDER BY workflow, name, match::text;
