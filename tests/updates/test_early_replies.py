@@ -9,6 +9,7 @@ import psycopg
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure import testing
 
 
 def _shop(app: perdure.App, gate: threading.Event) -> None:
@@ -73,6 +74,10 @@ def test_a_second_reply_is_refused_and_a_later_error_is_no_reply(app: perdure.Ap
         handle = app.start("shop")
         wait_until(lambda: handle.status() == "waiting", what="the wait")
         assert app.update(handle.id, "twice", timeout=30) == 1
+        wait_until(lambda: handle.status() == "waiting", what="the wait again")
+        # check-replay passes both replies again and writes nothing.
+        (report,) = testing.check_replay(app)
+        assert report.ok, report.describe()
         app.signal(handle.id, "checkout")
         (message,) = handle.result(timeout=30)
     assert "was replied to already" in message
