@@ -60,3 +60,14 @@ async def add_item(ctx: perdure.Context, item: str) -> int:
 def _nonempty(item: Any) -> None:
     if not isinstance(item, str) or not item:
         raise ValueError("an item is a non-empty string")
+
+
+@app.update_handler("cart")
+async def authorise(ctx: perdure.Context, amount: int) -> str:
+    """Reply early, then pass the step that kills its worker once, then go on."""
+    await ctx.step("record", _ledger, ctx.run_id, f"authorise:{amount}")
+    await ctx.reply(f"authorised {amount}")
+    await ctx.step("crash-point", crash_once, ctx.run_id, "crash")
+    await ctx.step("after", _ledger, ctx.run_id, "after")
+    ctx.state["items"].append(f"paid {amount}")
+    return "not a reply"

@@ -21,10 +21,12 @@ from http_api.workload import define
 PAGE = HERE.parent.parent / "docs" / "any-language.md"
 
 
-def blocks(language: str) -> list[str]:
-    """The fenced code blocks of the page in ``language``, in order."""
+def blocks(language: str, *, not_run: bool = False) -> list[str]:
+    """The fenced code blocks of the page in ``language``, in order; with ``not_run``,
+    those marked ``<!-- not-run: ... -->`` too (they need what these tests lack)."""
     text = PAGE.read_text(encoding="utf-8")
-    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+    found = re.findall(rf"(<!--\s*not-run:[^>]*-->\n)?```{language}\n(.*?)```", text, flags=re.S)
+    return [code for marker, code in found if not_run or not marker]
 
 
 def in_schema(code: str, schema: str) -> str:
@@ -104,6 +106,6 @@ def test_node_examples(node: str, served: Served, tmp_path: Path) -> None:
 def test_examples_name_only_documented_functions(language: str) -> None:
     documented = set(re.findall(r"^\| `([a-z_]+)\(", PAGE.read_text(encoding="utf-8"), re.M))
     documented |= {"resume_run"}  # documented in the pause_run row
-    for block in blocks(language):
+    for block in blocks(language, not_run=True):
         for name in re.findall(r"\bperdure\.([a-z_]+)\(", block):
             assert name in documented, f"perdure.{name} is used but not in the table"

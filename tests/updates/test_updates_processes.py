@@ -47,6 +47,39 @@ def test_a_worker_killed_between_accepting_and_replying_still_replies_once(
     assert done["status"] == "completed" and done["result"] == 1
 
 
+def test_an_early_reply_is_written_once_across_a_worker_killed_after_it(
+    app: perdure.App, db: psycopg.Connection[Any], spawn_worker: Any
+) -> None:
+    db.execute("CREATE TABLE ledger (run_id uuid, step text, pid int)")
+    first = spawn_worker(TARGET, "--concurrency", "2", "--lease-seconds", "2")
+    wait_until(lambda: any(w.name == "cart" for w in app.workflows()), 30, what="registration")
+    handle = app.start("cart", "kim", key="cart:kim")
+    wait_until(lambda: handle.status() == "waiting", 30, what="the wait")
+    # The reply comes before the step that kills the worker.
+    assert app.update("cart:kim", "authorise", 5, update_id="a-1", timeout=60) == "authorised 5"
+    assert first.wait(timeout=60) != 0
+    (replied,) = app.updates(handle.id)
+    assert replied["status"] == "completed" and replied["result"] == "authorised 5"
+    spawn_worker(TARGET, "--concurrency", "2", "--lease-seconds", "2")
+    # The next worker's replay runs the handler on past the reply to its end.
+    wait_until(
+        lambda: db.execute("SELECT count(*) FROM ledger WHERE step = 'after'").fetchone() == (1,),
+        90,
+        what="the handler's end",
+    )
+    app.signal(handle.id, "checkout")
+    assert handle.result(timeout=60) == ["paid 5"]
+    (done,) = app.updates(handle.id)
+    # Neither the replay nor the handler's return value changed the reply.
+    assert (done["status"], done["result"]) == ("completed", "authorised 5")
+    assert done["completed_at"] == replied["completed_at"]
+    events = [e.event for e in app.history(handle.id)]
+    assert events.count("update_accepted") == 1 and events.count("update_completed") == 1
+    assert app.update("cart:kim", "authorise", 5, update_id="a-1", timeout=30) == "authorised 5"
+    steps = dict(db.execute("SELECT step, count(*) FROM ledger GROUP BY step").fetchall())
+    assert steps == {"authorise:5": 1, "crash-point": 2, "after": 1}
+
+
 def test_the_cli_sends_an_update_and_prints_its_reply(
     app: perdure.App, db: psycopg.Connection[Any], spawn_worker: Any, pg_url: str, schema: str
 ) -> None:

@@ -17,6 +17,7 @@ from perdure.api.child_run import ChildRun, SyncChildRun
 from perdure.api.context_base import ContextBase
 from perdure.api.presenting import owned
 from perdure.engine import recorded
+from perdure.engine import updates as _updates
 from perdure.engine.continuing import continue_as_new as _continue_as_new
 from perdure.engine.executor import Execution
 from perdure.engine.retry import RetryPolicy
@@ -38,6 +39,18 @@ class Context(ContextBase):
         not return. ``version="newest"`` moves the successor to the newest registered version.
         """
         await _continue_as_new(self._execution, input, version)
+
+    async def reply(self, value: Any) -> None:
+        """In an update handler: send the caller ``value`` as the update's reply now,
+        while the handler (and the run) go on.
+
+        The caller of ``app.update`` gets ``value`` at once; what the handler
+        returns after is not a second reply, nor is an exception it raises
+        after. The reply is written once: a replay passes the call again and
+        writes nothing. Outside an update handler, or a second time in one,
+        it raises WorkflowDefinitionError.
+        """
+        await _updates.reply(self._execution, value)
 
     async def sleep(self, delay: float | timedelta) -> None:
         """Wait durably for ``delay`` (seconds or a timedelta) without holding a worker.
@@ -325,6 +338,7 @@ class SyncContext(ContextBase):
     uuid4 = _blocking(Context.uuid4)
     patched = _blocking(Context.patched)
     deprecate_patch = _blocking(Context.deprecate_patch)
+    reply = _blocking(Context.reply)
     sleep = _blocking(Context.sleep)
     sleep_until = _blocking(Context.sleep_until)
     wait_for_signal = _blocking(Context.wait_for_signal)

@@ -7,6 +7,8 @@ until its timeout, woken by the NOTIFY the reply's write sends (the App's
 ``Notices``), looking again at least every ``MAX_POLL_SECONDS`` (a run that
 finished without replying, a listener reconnecting). The update id makes a
 retried call find the first request and its reply: each update is applied once.
+A request a run has not decided when it continues as new moves to its
+successor, and the caller waits for the reply from there.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from perdure.errors import (
 MAX_POLL_SECONDS = 0.25
 #: The longest update id.
 MAX_UPDATE_ID_LENGTH = 200
-_FINAL = {"completed", "failed", "cancelled", "compensated", "compensation_failed"}
+#: A run in one of these statuses replies to no more requests ('continued': a
+#: request it accepted and did not answer before it continued as new).
+_FINAL = {"completed", "failed", "cancelled", "compensated", "compensation_failed", "continued"}
 
 
 async def update(
@@ -92,21 +96,36 @@ async def _reply(
     deadline: float | None,
     seconds: float | None,
 ) -> Any:
-    """Wait for the reply to update ``update_id`` until ``deadline``."""
-    with core.notices().watch(run_id) as watch:
-        return await _replied(core, watch, run_id, update_id, name, deadline, seconds)
+    """Wait for the reply to update ``update_id`` until ``deadline``, listening for the
+    run that holds the request (the successor, once the run continued as new)."""
+    watched = run_id
+    while True:
+        with core.notices().watch(watched) as watch:
+            found = await _replied(core, watch, watched, run_id, update_id, name, deadline, seconds)
+        if not isinstance(found, _Moved):
+            return found
+        watched = found.run_id
+
+
+class _Moved:
+    """The request is held by another run of the chain (it continued as new)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
 
 
 async def _replied(
     core: Core,
     watch: Watch,
+    watched: str,
     run_id: str,
     update_id: str,
     name: str,
     deadline: float | None,
     seconds: float | None,
 ) -> Any:
-    """Look for the reply, and wait on ``watch`` (taken before the first look) between looks."""
+    """Look for the reply, and wait on ``watch`` (taken before the first look) between
+    looks; _Moved when the request is held by a run other than ``watched``."""
     while True:
         row = await core.read(core.statements.updates.get(run_id, update_id))
         if row is None:
@@ -125,7 +144,9 @@ async def _replied(
             raise UpdateFailed(run_id, update_id, name, error)
         if row["run_status"] in _FINAL:
             # Ended before it served the request (or before it was written).
-            raise InvalidRunState(run_id, row["run_status"], "update")
+            raise InvalidRunState(str(row["live_id"]), row["run_status"], "update")
+        if str(row["live_id"]) != watched:
+            return _Moved(str(row["live_id"]))
         if deadline is not None and time.monotonic() >= deadline:
             raise UpdateTimeout(run_id, update_id, name, seconds or 0.0)
         left = MAX_POLL_SECONDS if deadline is None else deadline - time.monotonic()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from perdure.engine import poison, serialization
+from perdure.engine import poison, serialization, updates
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import StaleHistory, Suspend
 from perdure.engine.executor import Execution
@@ -23,7 +23,7 @@ from perdure.engine.waits import FOREVER_SECONDS, park
 from perdure.errors import ChildFailed, RunKeyConflict, UnknownWorkflow
 from perdure.store.store import execute_async
 from perdure.store.writes import Start
-from perdure.types import RunStatus, StepStatus
+from perdure.types import RunStatus, Step, StepStatus
 
 
 async def _resolve(ex: Execution, workflow: str, version: int | None) -> tuple[str, int, str]:
@@ -89,20 +89,49 @@ async def start_child(
 
 
 async def child_result(ex: Execution, child_run_id: str, workflow: str) -> Any:
-    """Wait durably for a child run to finish; its output, or ChildFailed."""
+    """Wait durably for a child run to finish; its output, or ChildFailed. Updates
+    are served at the wait as at a sleep (engine/updates.py)."""
     await ex.gate()
     name = f"result:{workflow}"
     position, recorded = ex.advance(name, "child_result")
-    if recorded is not None and recorded.status == StepStatus.COMPLETED:
-        return recorded.output
-    if recorded is not None and recorded.status == StepStatus.FAILED:
+    if recorded is not None and recorded.status in (StepStatus.COMPLETED, StepStatus.FAILED):
+        await updates.serve(ex, position, current=False)
+        if recorded.status == StepStatus.COMPLETED:
+            return recorded.output
         error = recorded.error or {}
         raise ChildFailed(name, child_run_id, str(error.get("status", "failed")), error)
-    ex.end_of_history()
+    while True:
+        await updates.serve(ex, position, current=True)
+        ex.end_of_history()
+        found = await _take_or_park(ex, child_run_id, workflow, name, position, recorded)
+        if found is not _SERVE:
+            return found
+
+
+#: What _take_or_park answers when requests came in: serve them, then look again.
+_SERVE = object()
+
+
+async def _take_or_park(
+    ex: Execution,
+    child_run_id: str,
+    workflow: str,
+    name: str,
+    position: int,
+    recorded: Step | None,
+) -> Any:
+    """The child's output, or _SERVE when updates wait to be served; else park
+    (Suspend) or raise ChildFailed."""
     statements = ex.env.store.statements
     started = recorded.started_at if recorded is not None else statements.clock.wall_now()
     attempt = Attempt(position, name, "child_result", 1, started)
+    serving = ex.update_handlers is not None
     async with ex.env.store.transaction() as conn:
+        if serving:
+            # The run's own lock first, as a sleep takes it: a request committed
+            # before is served below, one sent after sees the run waiting. First,
+            # because cancelling this run locks it and then its children's rows.
+            await execute_async(conn, statements.runs.lock(ex.task.run_id))
         # A shared lock on the child's row: it cannot finish between this
         # read and the park below, so its final update sees the parked task.
         row = await execute_async(conn, statements.runs.child_status(child_run_id))
@@ -122,6 +151,8 @@ async def child_result(ex: Execution, child_run_id: str, workflow: str) -> Any:
             await ex.checkpoint(attempt, "failed", None, text, conn=conn)
             failure = ChildFailed(name, child_run_id, status.value, row["error"])
         else:
+            if serving and await updates.pending(ex, conn):
+                return _SERVE
             await park(
                 ex,
                 position,

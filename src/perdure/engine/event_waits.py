@@ -8,7 +8,9 @@ in ``event_waits`` for emitters to find and parks until its timeout. An
 emitter that matches it completes the checkpoint with the event and makes
 the run due in the emitter's own transaction; the run then replays to the
 wait and returns the recorded event. A timed-out wait records 'timed_out'
-and raises ``EventWaitTimeout`` on every replay.
+and raises ``EventWaitTimeout`` on every replay. Updates are served at the
+wait as at a sleep (engine/updates.py): before it looks, and again when a
+request came in before it parks.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from perdure.engine import poison, waits
+from perdure.engine import poison, updates, waits
 from perdure.engine.control import Suspend
 from perdure.engine.executor import Execution
 from perdure.errors import EventWaitTimeout
 from perdure.store.store import execute_async
-from perdure.types import EmittedEvent, StepStatus
+from perdure.types import EmittedEvent, Step, StepStatus
 
 
 def _event(ex: Execution, name: str, output: Any) -> EmittedEvent:
@@ -41,11 +43,31 @@ async def wait_for_event(
     await ex.gate()
     step_name = f"event:{name}"
     position, recorded = ex.advance(step_name, "event_wait")
-    if recorded is not None and recorded.status == StepStatus.COMPLETED:
-        return _event(ex, name, recorded.output)
-    if recorded is not None and recorded.status == StepStatus.TIMED_OUT:
+    if recorded is not None and recorded.status in (StepStatus.COMPLETED, StepStatus.TIMED_OUT):
+        await updates.serve(ex, position, current=False)
+        if recorded.status == StepStatus.COMPLETED:
+            return _event(ex, name, recorded.output)
         raise EventWaitTimeout(ex.task.run_id, name, timeout)
-    ex.end_of_history()
+    while True:
+        await updates.serve(ex, position, current=True)
+        ex.end_of_history()
+        found = await _take_or_park(ex, name, match, lookback, timeout, position, recorded)
+        if found is not None:
+            return found
+
+
+async def _take_or_park(
+    ex: Execution,
+    name: str,
+    match: dict[str, Any],
+    lookback: float,
+    timeout: float | None,
+    position: int,
+    recorded: Step | None,
+) -> EmittedEvent | None:
+    """The event, or None when updates wait to be served; else park (Suspend) or
+    time out (EventWaitTimeout)."""
+    step_name = f"event:{name}"
     statements, fence = ex.env.store.statements, ex.task.fence
     # On a wait claimed again, the window is the one it parked with.
     since = None if recorded is None else recorded.started_at - timedelta(seconds=lookback)
@@ -70,6 +92,8 @@ async def wait_for_event(
             ex.lose_lease()
         if taken.written:
             return _event(ex, name, taken.payload)
+        if await updates.pending(ex, conn):
+            return None  # requests came in: serve them, then look again
         if await waits.time_out(
             ex, conn, recorded, taken.db_now, position, step_name, "event_wait"
         ):

@@ -109,6 +109,8 @@ class Execution:
     update_handlers: Any = None
     #: The run's accepted updates by wait position, read once (engine.updates).
     applied_updates: dict[int, list[Any]] | None = None
+    #: The accepted update whose handler runs now (``ctx.reply`` answers it), or None.
+    current_update: dict[str, Any] | None = None
     #: A completed step's checkpoint not written yet (see engine.deferred).
     deferred: DeferredCheckpoint = field(init=False)
 

@@ -12,7 +12,9 @@ A replay applies the same updates again at the same waits, in the same order
 (``anchor_position``, ``seq``), so the handlers' steps replay from their
 checkpoints; a reply already stored is not written again, and one missing
 (the worker died between accepting and replying) is written then: each
-update is replied to exactly once.
+update is replied to exactly once. A handler may reply before it returns
+(``ctx.reply``): the reply is written then, and what the handler returns
+after is not a second reply.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 
 from perdure.engine import serialization
 from perdure.engine.executor import Execution
+from perdure.errors import WorkflowDefinitionError
 from perdure.store.rows import Fenced
 from perdure.store.statement import Row
 from perdure.store.store import execute_async
@@ -71,10 +74,13 @@ async def _replay_recorded(ex: Execution, handlers: UpdateHandlers, position: in
         if row.get("applied"):
             continue
         row["applied"] = True
+        previous, ex.current_update = ex.current_update, row
         try:
             await handlers.apply(ex, row["name"], row["payload"])
         except Exception:
             pass  # a handler's error is its reply: the run went on (as in _apply)
+        finally:
+            ex.current_update = previous
 
 
 async def pending(ex: Execution, conn: Any) -> bool:
@@ -128,10 +134,12 @@ async def _decide(
 
 
 async def _apply(ex: Execution, handlers: UpdateHandlers, row: Row, *, replay: bool) -> None:
-    """Run an accepted update's handler; store its reply unless one is stored."""
+    """Run an accepted update's handler; store its reply unless one is stored (a
+    reply the handler sent early with ``ctx.reply``, or one of an earlier execution)."""
     name = row["name"]
     row["applied"] = True
     status, result_json, error_json = "completed", None, None
+    previous, ex.current_update = ex.current_update, row
     try:
         result = await handlers.apply(ex, name, row["payload"])
         result_json = serialization.dumps(
@@ -142,7 +150,40 @@ async def _apply(ex: Execution, handlers: UpdateHandlers, row: Row, *, replay: b
         error_json = serialization.error_json(
             serialization.error_record(exc, traceback.format_exc())
         )
+    finally:
+        ex.current_update = previous
+    if row.get("replied"):
+        return  # replied early: what the handler returned (or raised) after is no reply
     if replay and row["status"] != "accepted":
+        return
+    await _write_reply(ex, row, status, result_json, error_json)
+
+
+async def reply(ex: Execution, value: Any) -> None:
+    """Reply to the update whose handler runs now with ``value``, before the handler
+    returns (``ctx.reply``): the caller gets it at once while the handler and the run
+    go on. Written once: a replay that reaches it again finds the stored reply and
+    writes nothing."""
+    await ex.gate()
+    row = ex.current_update
+    if row is None:
+        raise WorkflowDefinitionError("ctx.reply answers an update: call it in an update handler")
+    if row.get("replied"):
+        raise WorkflowDefinitionError(
+            f"update {row['update_id']!r} ({row['name']!r}) was replied to already"
+        )
+    text = serialization.dumps(
+        value, f"the reply of update {row['name']!r}", ex.env.max_payload_bytes
+    )
+    row["replied"] = True
+    await _write_reply(ex, row, "completed", text, None)
+
+
+async def _write_reply(
+    ex: Execution, row: Row, status: str, result_json: str | None, error_json: str | None
+) -> None:
+    """Store the reply of ``row`` unless one is stored (fenced; check-replay writes none)."""
+    if ex.replay_only or row.get("status") != "accepted":
         return
     await ex.deferred.flush_now()
     replied = await ex.env.store.execute(

@@ -7,11 +7,12 @@ SELECT {schema}.request_update(%(run_id)s, %(update_id)s, %(name)s, %(payload)s:
                                {now}) AS run_status;
 
 -- name: update_get
--- One update of a run and the run's status: what a caller polls for its reply.
-SELECT u.id, u.update_id, u.name, u.status, u.result, u.error, r.status AS run_status
-FROM {schema}.runs r LEFT JOIN {schema}.updates u
-  ON u.run_id = r.id AND u.update_id = %(update_id)s
-WHERE r.id = %(run_id)s;
+-- One update of a run and the status of the run that holds it: what a caller
+-- polls for its reply. A request moves to the successor of a run that
+-- continued as new (update_found, migration 0024 looks there too); live_id is
+-- the chain's last run, whose NOTIFY the caller then listens for.
+SELECT f.name, f.status, f.result, f.error, f.run_status, f.run_id AS live_id
+FROM {schema}.update_found(%(run_id)s, %(update_id)s) f;
 
 -- name: update_list
 -- The updates of a run, in the order they were requested.
