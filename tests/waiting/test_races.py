@@ -1,0 +1,271 @@
+"""Races and joins of waits on a real PostgreSQL: ctx.wait_first and ctx.wait_all.
+
+Each kind of member wins once (signal, event, timer, child, update); a losing
+signal stays for a later wait; wait_all returns every value; bad arguments
+are typed errors with nothing written; a recorded race replays (check-replay).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+import perdure
+from helpers import BackgroundWorker, wait_until
+from perdure.testing import drain
+from perdure.testing.replay import check_replay, export_runs
+
+FAST = {"concurrency": 4, "poll_seconds": 0.05, "lease_seconds": 5}
+
+
+def _approval(app: perdure.App) -> None:
+    @app.workflow("approval")
+    async def approval(ctx: perdure.Context, order: int) -> dict[str, Any]:
+        first = await ctx.wait_first(
+            approve=ctx.signal("approve"),
+            reject=ctx.event("order.rejected", match={"order": order}),
+            escalate=ctx.timer(hours=24),
+        )
+        value = first.value.payload if first.name == "reject" else first.value
+        return {"winner": first.name, "value": value}
+
+
+def _race_step(app: perdure.App, run_id: str) -> perdure.Step:
+    (race,) = [s for s in app.steps(run_id) if s.kind == "race"]
+    return race
+
+
+def test_a_signal_wins_and_the_losers_are_left_alone(
+    app: perdure.App, db: psycopg.Connection[Any]
+) -> None:
+    _approval(app)
+    handle = app.start("approval", 9)
+    drain(app)
+    run = handle.get()
+    assert run.status == "waiting"
+    # What the run waits for: every member, its match and its deadline.
+    assert [m["name"] for m in run.waiting_for["race"]] == ["approve", "reject", "escalate"]
+    assert run.waiting_for["race"][1] == {
+        "name": "reject",
+        "event": "order.rejected",
+        "match": {"order": 9},
+    }
+    assert run.waiting_for["signals"] == ["approve"] and run.waiting_for["until"]
+    app.signal(handle.id, "approve", {"by": "ann"})
+    drain(app)
+    assert handle.result(timeout=5) == {"winner": "approve", "value": {"by": "ann"}}
+    race = _race_step(app, handle.id)
+    assert (race.name, race.status) == ("race:approve|reject|escalate", "completed")
+    # The event member was unfiled: a later emit of a match wakes nothing.
+    assert db.execute("SELECT count(*) FROM race_event_waits").fetchone()[0] == 0
+    assert app.emit("order.rejected", {"order": 9}) and app.emitted_events()[0]["woke"] == []
+
+
+def test_an_event_wins_through_its_emitter(app: perdure.App) -> None:
+    _approval(app)
+    handle = app.start("approval", 9)
+    other = app.start("approval", 10)
+    drain(app)
+    event_id = app.emit("order.rejected", {"order": 9, "why": "stock"})
+    # The emitter completed the race of run 9 in its own transaction, not run 10's.
+    race = _race_step(app, handle.id)
+    assert race.status == "completed"
+    assert race.output["winner"] == "reject" and race.output["value"]["id"] == event_id
+    assert _race_step(app, other.id).status == "waiting"
+    drain(app)
+    assert handle.result(timeout=5) == {
+        "winner": "reject",
+        "value": {"order": 9, "why": "stock"},
+    }
+    assert app.emitted_events()[0]["woke"] == [handle.id]
+
+
+def test_an_event_emitted_before_the_race_counts_with_lookback(app: perdure.App) -> None:
+    @app.workflow("late_race")
+    async def late_race(ctx: perdure.Context) -> str:
+        first = await ctx.wait_first(
+            go=ctx.signal("go"), shipped=ctx.event("shipped", {"id": 7}, lookback=3600)
+        )
+        return first.name
+
+    app.emit("shipped", {"id": 7})
+    handle = app.start("late_race")
+    drain(app)
+    assert handle.result(timeout=5) == "shipped"
+
+
+def test_the_timer_wins_when_nothing_else_came(app: perdure.App) -> None:
+    @app.workflow("short_approval")
+    async def short_approval(ctx: perdure.Context) -> list[Any]:
+        first = await ctx.wait_first(approve=ctx.signal("approve"), escalate=ctx.timer(seconds=0.3))
+        # The timer's race is over: a signal sent now is for the next wait.
+        later = await ctx.wait_for_signal("approve", timeout=60)
+        return [first.name, first.value, later]
+
+    handle = app.start("short_approval")
+    with BackgroundWorker(app, **FAST):
+        wait_until(lambda: handle.status() == "waiting", what="the race")
+        wait_until(
+            lambda: any(s.kind == "race" and s.status == "completed" for s in app.steps(handle.id)),
+            what="the timer",
+        )
+        app.signal(handle.id, "approve", "late")
+        assert handle.result(timeout=20) == ["escalate", None, "late"]
+
+
+def test_a_child_wins_and_a_losing_child_can_still_be_awaited(app: perdure.App) -> None:
+    @app.workflow("quick")
+    async def quick(ctx: perdure.Context, n: int) -> int:
+        return n * 2
+
+    @app.workflow("slow")
+    async def slow(ctx: perdure.Context) -> str:
+        return await ctx.wait_for_signal("finish")
+
+    @app.workflow("parent")
+    async def parent(ctx: perdure.Context) -> list[Any]:
+        fast = await ctx.start_child("quick", 21)
+        lagging = await ctx.start_child("slow")
+        first = await ctx.wait_first(slow=lagging, fast=fast, stop=ctx.signal("stop"))
+        return [first.name, first.value, lagging.run_id, await lagging.result()]
+
+    handle = app.start("parent")
+    with BackgroundWorker(app, **FAST):
+        wait_until(lambda: handle.status() == "waiting", what="the parent")
+        wait_until(
+            lambda: any(s.kind == "child_result" for s in app.steps(handle.id)),
+            what="the race, won",
+        )
+        slow_run = next(s for s in app.steps(handle.id) if s.name == "child:slow").output["run_id"]
+        # The loser runs on, to its own wait.
+        wait_until(lambda: app.get_run(slow_run).status == "waiting", what="the slow child")
+        app.signal(slow_run, "finish", "done")
+        result = handle.result(timeout=20)
+    assert result == ["fast", 42, slow_run, "done"]
+
+
+def test_an_update_wins_and_the_handler_ran(app: perdure.App) -> None:
+    @app.workflow("review")
+    async def review(ctx: perdure.Context) -> list[Any]:
+        ctx.state["notes"] = []
+        first = await ctx.wait_first(
+            approve=ctx.update("approve"), cancel=ctx.signal("cancel"), late=ctx.timer(hours=1)
+        )
+        return [first.name, first.value, ctx.state["notes"]]
+
+    @app.update_handler("review")
+    async def approve(ctx: perdure.Context, by: str) -> str:
+        ctx.state["notes"].append(by)
+        return f"approved by {by}"
+
+    handle = app.start("review")
+    with BackgroundWorker(app, **FAST):
+        wait_until(lambda: handle.status() == "waiting", what="the race")
+        assert app.update(handle.id, "approve", "ann", timeout=20) == "approved by ann"
+        assert handle.result(timeout=20) == ["approve", "ann", ["ann"]]
+
+
+def test_a_losing_signal_stays_for_a_later_wait(app: perdure.App) -> None:
+    @app.workflow("both")
+    async def both(ctx: perdure.Context) -> list[Any]:
+        first = await ctx.wait_first(a=ctx.signal("a"), b=ctx.signal("b"))
+        second = await ctx.wait_for_signal("b", timeout=60)
+        return [first.name, first.value, second]
+
+    handle = app.start("both")
+    app.signal(handle.id, "a", 1)
+    app.signal(handle.id, "b", 2)
+    drain(app)
+    # Both were there: the first written member won; b was not consumed by the race.
+    assert handle.result(timeout=5) == ["a", 1, 2]
+    signals = {s["name"]: s for s in app.signals(handle.id)}
+    race = _race_step(app, handle.id)
+    assert signals["a"]["consumed_position"] == race.position
+    assert signals["b"]["consumed_position"] == race.position + 1
+
+
+def test_wait_all_returns_every_value(app: perdure.App) -> None:
+    @app.workflow("gather_all")
+    def gather_all(ctx: perdure.SyncContext) -> dict[str, Any]:
+        got = ctx.wait_all(
+            paid=ctx.event("paid", {"order": 1}),
+            packed=ctx.signal("packed"),
+            cooled=ctx.timer(0.2),
+        )
+        return {"paid": got["paid"].payload, "packed": got["packed"], "keys": list(got)}
+
+    handle = app.start("gather_all")
+    with BackgroundWorker(app, **FAST):
+        wait_until(lambda: handle.status() == "waiting", what="the join")
+        app.signal(handle.id, "packed", "box 3")
+        app.emit("paid", {"order": 1, "amount": 5})
+        assert handle.result(timeout=20) == {
+            "paid": {"order": 1, "amount": 5},
+            "packed": "box 3",
+            "keys": ["paid", "packed", "cooled"],
+        }
+    rounds = [s for s in app.steps(handle.id) if s.kind == "race"]
+    assert len(rounds) == 3 and all(s.status == "completed" for s in rounds)
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ("none", "at least one member"),
+        ("bad member name", "invalid member name"),
+        ("negative timer", "timer"),
+        ("not a wait", "not a wait"),
+        ("bad signal name", "invalid signal name"),
+        ("no update handler", "no handler"),
+    ],
+)
+def test_bad_arguments_are_typed_errors_with_nothing_written(
+    app: perdure.App, members: str, message: str
+) -> None:
+    @app.workflow("bad_race")
+    async def bad_race(ctx: perdure.Context, case: str) -> str:
+        builders = {
+            "none": lambda: {},
+            "bad member name": lambda: {"a b": ctx.signal("x")},
+            "negative timer": lambda: {"t": ctx.timer(seconds=-1)},
+            "not a wait": lambda: {"x": 5},
+            "bad signal name": lambda: {"x": ctx.signal("no spaces here")},
+            "no update handler": lambda: {"x": ctx.update("nothing")},
+        }
+        try:
+            await ctx.wait_first(**builders[case]())
+        except perdure.PerdureError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return "accepted"
+
+    handle = app.start("bad_race", members)
+    drain(app)
+    result = handle.result(timeout=5)
+    assert message in result and result.split(":")[0] in (
+        "ConfigurationError",
+        "WorkflowDefinitionError",
+    )
+    assert app.steps(handle.id) == []  # nothing written
+
+
+def test_check_replay_replays_a_race(app: perdure.App) -> None:
+    _approval(app)
+
+    @app.workflow("join")
+    async def join(ctx: perdure.Context) -> dict[str, Any]:
+        return await ctx.wait_all(a=ctx.signal("a"), b=ctx.signal("b"))
+
+    done = app.start("approval", 9)
+    halfway = app.start("join")
+    drain(app)
+    app.signal(done.id, "approve", "yes")
+    app.signal(halfway.id, "b", 2)
+    drain(app)
+    assert done.result(timeout=5)["winner"] == "approve"
+    assert halfway.status() == "waiting"  # one round won, parked at the second
+    runs = export_runs(app, statuses=("completed", "waiting"))
+    reports = {r.run_id: r for r in check_replay(app, runs)}
+    assert reports[done.id].ok and reports[halfway.id].ok, reports
+    assert reports[done.id].replayed == 1 and reports[halfway.id].replayed >= 1
