@@ -7,13 +7,19 @@ are typed errors with nothing written; a recorded race replays (check-replay).
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
+from starlette.testclient import TestClient
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure.cli.main import cli
+from perdure.dashboard import DashboardConfig, create_app
 from perdure.testing import drain
 from perdure.testing.replay import check_replay, export_runs
 
@@ -269,3 +275,25 @@ def test_check_replay_replays_a_race(app: perdure.App) -> None:
     reports = {r.run_id: r for r in check_replay(app, runs)}
     assert reports[done.id].ok and reports[halfway.id].ok, reports
     assert reports[done.id].replayed == 1 and reports[halfway.id].replayed >= 1
+
+
+def test_the_dashboard_and_the_cli_show_what_a_racing_run_waits_for(
+    app: perdure.App, pg_url: str, schema: str
+) -> None:
+    _approval(app)
+    handle = app.start("approval", 9, key="approval-9")
+    drain(app)
+    with TestClient(create_app(app, DashboardConfig()), base_url="http://127.0.0.1") as client:
+        page = client.get(f"/runs/{handle.id}").text
+    text = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page)))
+    assert (
+        'first of approve: signal approve, reject: event order.rejected matching {"order": 9}, '
+        "escalate: a timer · the timer fires in " in text
+    ), text
+    shown = CliRunner().invoke(
+        cli, ["--database-url", pg_url, "--schema", schema, "runs", "show", "approval-9"]
+    )
+    assert shown.exit_code == 0, shown.output
+    flat = re.sub(r"\s+", "", shown.output)
+    assert '"event":"order.rejected"' in flat and '"match":{"order":9}' in flat
+    assert '"timer":86400' in flat and '"until":' in flat and '"signals":["approve"]' in flat

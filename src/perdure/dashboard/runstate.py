@@ -69,6 +69,8 @@ def _wait_line(waiting_for: dict[str, Any], now: datetime) -> str | None:
     """``signal packed · times out in 1 d``, ``event order.paid matching {...} · times
     out in 1 d``, ``a timer · wakes in 5 min``, or None."""
     until = waiting_for.get("until")
+    if isinstance(waiting_for.get("race"), list):
+        return _race_line(waiting_for, now)
     if "signal" in waiting_for or "event" in waiting_for:
         if "signal" in waiting_for:
             line = f"signal {waiting_for['signal']}"
@@ -84,3 +86,26 @@ def _wait_line(waiting_for: dict[str, Any], now: datetime) -> str | None:
     if not waiting_for:
         return None
     return fmt.compact(waiting_for)
+
+
+def _race_line(waiting_for: dict[str, Any], now: datetime) -> str:
+    """``first of approve: signal approve, reject: event order.rejected matching {...},
+    escalate: a timer · fires in 1 d`` (``all of`` for ``ctx.wait_all``)."""
+    parts = []
+    for member in waiting_for["race"]:
+        if not isinstance(member, dict):
+            continue
+        if "event" in member:
+            what = f"event {member['event']}"
+            what += f" matching {fmt.compact(member['match'], 80)}" if member.get("match") else ""
+        elif "timer" in member:
+            what = "a timer"
+        elif "child" in member:
+            what = f"child run {str(member['child'])[:8]} ({member.get('workflow', '')})"
+        else:
+            kind = next((k for k in ("signal", "update") if k in member), "")
+            what = f"{kind} {member.get(kind, '')}".strip()
+        parts.append(f"{member.get('name')}: {what}")
+    line = ("all of " if waiting_for.get("all") else "first of ") + ", ".join(parts)
+    deadline = fmt.due(waiting_for.get("until"), now).removeprefix("due ")
+    return f"{line} · the timer fires {deadline}" if deadline else line

@@ -69,7 +69,7 @@ class Member:
 
 async def wait_first(ex: Execution, members: list[Member]) -> Winner:
     """The first of ``members`` to fire: its name and value, the same on every replay."""
-    winner, _ = await _race(ex, members, None)
+    winner, _ = await _race(ex, members, None, every=False)
     return winner
 
 
@@ -77,7 +77,7 @@ async def wait_all(ex: Execution, members: list[Member]) -> dict[str, Any]:
     """Every member's value, by name, once all have fired (one race per member)."""
     remaining, values, origin = list(members), {}, None
     while remaining:
-        winner, started = await _race(ex, remaining, origin)
+        winner, started = await _race(ex, remaining, origin, every=True)
         origin = origin or started
         values[winner.name] = winner.value
         remaining = [m for m in remaining if m.name != winner.name]
@@ -85,9 +85,10 @@ async def wait_all(ex: Execution, members: list[Member]) -> dict[str, Any]:
 
 
 async def _race(
-    ex: Execution, members: list[Member], origin: datetime | None
+    ex: Execution, members: list[Member], origin: datetime | None, *, every: bool
 ) -> tuple[Winner, datetime]:
-    """Run one race at the next position: its winner and when the race began."""
+    """Run one race at the next position (a round of ``wait_all`` when ``every``):
+    its winner and when the race began."""
     await ex.gate()
     step_name = "race:" + "|".join(m.name for m in members)
     position, recorded = ex.advance(step_name, "race")
@@ -102,7 +103,7 @@ async def _race(
         ex.end_of_history()
         if started is None:
             started = origin or ex.env.store.statements.clock.wall_now()
-        decided = await _decide(ex, members, position, step_name, recorded, origin, started)
+        decided = await _decide(ex, members, position, step_name, recorded, origin, started, every)
         if decided is not None:
             return decided, started
 
@@ -155,6 +156,7 @@ async def _decide(
     recorded: Any,
     origin: datetime | None,
     started: datetime,
+    every: bool,
 ) -> Winner | None:
     """Take the race's winner (checkpointed), or None when updates wait to be served;
     else park (Suspend)."""
@@ -196,7 +198,7 @@ async def _decide(
             text = json.dumps({"winner": winner.name, "value": value})
             await ex.checkpoint(attempt, "completed", text, None, conn=conn)
         else:
-            await _park(ex, conn, members, position, step_name, recorded, since)
+            await _park(ex, conn, members, position, step_name, recorded, since, every)
         if winner is not None or failure is not None:
             if events:
                 await execute_async(conn, statements.races.unpark(ex.task.run_id, position))
@@ -294,6 +296,7 @@ async def _park(
     step_name: str,
     recorded: Any,
     since: datetime | None,
+    every: bool,
 ) -> None:
     """File the event members, list what wakes the race, and hand the task back."""
     statements, fence = ex.env.store.statements, ex.task.fence
@@ -303,6 +306,8 @@ async def _park(
             conn, statements.races.park(fence, position=position, since=since, members=filed)
         )
     waiting_for: dict[str, Any] = {"race": [m.describe() for m in members]}
+    if every:
+        waiting_for["all"] = True
     signals = sorted({m.target for m in members if m.kind == "signal"})
     if signals:
         waiting_for["signals"] = signals
