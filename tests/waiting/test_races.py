@@ -297,3 +297,42 @@ def test_the_dashboard_and_the_cli_show_what_a_racing_run_waits_for(
     flat = re.sub(r"\s+", "", shown.output)
     assert '"event":"order.rejected"' in flat and '"match":{"order":9}' in flat
     assert '"timer":86400' in flat and '"until":' in flat and '"signals":["approve"]' in flat
+
+
+def test_the_docs_escalation_after_24_hours(pg_url: str, schema: str) -> None:
+    """docs/races.md's expense workflow and its escalation test, on a virtual clock."""
+    clock = perdure.VirtualClock()
+    perdure_app = perdure.App(pg_url, schema=schema, clock=clock)
+    perdure_clock = clock
+    notified: list[int] = []
+
+    def notify_manager(claim: dict[str, Any]) -> None:
+        notified.append(claim["id"])
+
+    @perdure_app.workflow("expense")
+    async def expense(ctx: perdure.Context, claim: dict[str, Any]) -> str:
+        first = await ctx.wait_first(
+            approve=ctx.signal("approve"),
+            reject=ctx.event("expense.rejected", match={"claim": claim["id"]}, lookback=3600),
+            escalate=ctx.timer(hours=24),
+        )
+        if first.name == "approve":
+            return f"approved by {first.value['by']}"
+        if first.name == "reject":
+            return f"rejected: {first.value.payload['reason']}"
+        await ctx.step("notify_manager", notify_manager, claim)
+        return "escalated"
+
+    try:
+        # The test as docs/races.md shows it.
+        run = perdure_app.start("expense", {"id": 9, "amount": 50})
+        drain(perdure_app)  # the run waits at the race
+        assert run.status() == "waiting"
+        perdure_clock.advance(hours=23)
+        drain(perdure_app)
+        assert run.status() == "waiting"  # not a day yet
+        perdure_clock.advance(hours=1)
+        assert perdure_app.run_until_complete(run) == "escalated"
+        assert notified == [9]
+    finally:
+        perdure_app.close()
