@@ -336,3 +336,78 @@ def test_the_docs_escalation_after_24_hours(pg_url: str, schema: str) -> None:
         assert notified == [9]
     finally:
         perdure_app.close()
+
+
+def test_two_events_for_one_race_deliver_one_and_leave_the_other(
+    app: perdure.App, pg_url: str, schema: str
+) -> None:
+    @app.workflow("either")
+    async def either(ctx: perdure.Context) -> list[Any]:
+        first = await ctx.wait_first(
+            a=ctx.event("thing.a", {"n": 1}), b=ctx.event("thing.b", {"n": 1})
+        )
+        later = await ctx.wait_for_event("thing.b", {"n": 1}, lookback=3600, timeout=60)
+        return [first.name, first.value.name, later.payload]
+
+    handle = app.start("either")
+    drain(app)
+    with TestClient(create_app(app, DashboardConfig()), base_url="http://127.0.0.1") as client:
+        assert "first of a: event thing.a" in client.get(f"/runs/{handle.id}").text
+    app.emit("thing.a", {"n": 1})
+    app.emit("thing.b", {"n": 1, "x": 2})  # the race is won: this event stays free
+    (woke_b, woke_a) = [e["woke"] for e in app.emitted_events()]
+    assert woke_a == [handle.id] and woke_b == []
+    with TestClient(create_app(app, DashboardConfig()), base_url="http://127.0.0.1") as client:
+        # The race is won and the run due: the page says so before a worker claims it.
+        assert "a worker claims the run" in client.get(f"/runs/{handle.id}").text
+    drain(app)
+    assert handle.result(timeout=5) == ["a", "thing.a", {"n": 1, "x": 2}]
+
+
+def test_a_failed_child_raises_child_failed_from_the_race(app: perdure.App) -> None:
+    @app.workflow("breaks", retry=perdure.RetryPolicy(max_attempts=1))
+    async def breaks(ctx: perdure.Context) -> None:
+        raise perdure.PermanentError("no stock")
+
+    @app.workflow("watcher")
+    async def watcher(ctx: perdure.Context) -> str:
+        child = await ctx.start_child("breaks")
+        try:
+            await ctx.wait_first(done=child, late=ctx.timer(hours=1))
+        except perdure.ChildFailed as exc:
+            return f"{exc.status}: {exc.child_run_id == child.run_id}"
+        return "no failure"
+
+    handle = app.start("watcher")
+    with BackgroundWorker(app, **FAST):
+        assert handle.result(timeout=20) == "failed: True"
+    race = _race_step(app, handle.id)
+    assert race.status == "failed" and race.error is not None
+    assert race.error["member"] == "done" and race.error["status"] == "failed"
+    # The replay raises the same failure from the record.
+    reports = check_replay(app, export_runs(app, statuses=("completed",)))
+    assert all(r.ok for r in reports), reports
+
+
+def test_racing_runs_woken_while_they_park_are_never_lost(app: perdure.App) -> None:
+    """Signals and events sent while the worker parks the races: each run completes
+    with what was sent to it (the run's row lock and the event name's lock)."""
+
+    @app.workflow("racer")
+    async def racer(ctx: perdure.Context, n: int) -> str:
+        first = await ctx.wait_first(
+            go=ctx.signal("go"),
+            paid=ctx.event("racer.paid", {"n": n}, lookback=3600),
+            late=ctx.timer(hours=1),
+        )
+        return first.name
+
+    handles = [app.start("racer", n) for n in range(30)]
+    with BackgroundWorker(app, **FAST):
+        for n, handle in enumerate(handles):
+            if n % 2:
+                app.signal(handle.id, "go")
+            else:
+                app.emit("racer.paid", {"n": n})
+        results = [h.result(timeout=60) for h in handles]
+    assert results == ["paid" if n % 2 == 0 else "go" for n in range(30)]

@@ -42,6 +42,8 @@ def describe(run: Run, steps: list[Step], signals: list[dict[str, Any]], now: da
     waiting_for = run.waiting_for or {}
     signal = waiting_for.get("signal")
     arrived = status == "waiting" and signal is not None and _arrived(signal, steps, signals)
+    if status == "waiting" and isinstance(waiting_for.get("race"), list):
+        arrived = _race_won(waiting_for, steps, signals)
     if arrived:
         status = "queued"
     waiting = None
@@ -63,6 +65,18 @@ def _arrived(signal: str, steps: list[Step], signals: list[dict[str, Any]]) -> b
     if waits and max(waits, key=lambda s: s.position).status == StepStatus.COMPLETED:
         return True
     return any(s.get("name") == signal and s.get("consumed_at") is None for s in signals)
+
+
+def _race_won(
+    waiting_for: dict[str, Any], steps: list[Step], signals: list[dict[str, Any]]
+) -> bool:
+    """Whether a racing run is due: its race completed (an event won it) or a signal
+    one of its members waits for is there, unconsumed."""
+    races = [s for s in steps if s.kind == "race"]
+    if races and max(races, key=lambda s: s.position).status == StepStatus.COMPLETED:
+        return True
+    names = set(waiting_for.get("signals") or ())
+    return any(s.get("name") in names and s.get("consumed_at") is None for s in signals)
 
 
 def _wait_line(waiting_for: dict[str, Any], now: datetime) -> str | None:
