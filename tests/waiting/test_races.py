@@ -8,7 +8,10 @@ are typed errors with nothing written; a recorded race replays (check-replay).
 from __future__ import annotations
 
 import html
+import json
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -411,3 +414,48 @@ def test_racing_runs_woken_while_they_park_are_never_lost(app: perdure.App) -> N
                 app.emit("racer.paid", {"n": n})
         results = [h.result(timeout=60) for h in handles]
     assert results == ["paid" if n % 2 == 0 else "go" for n in range(30)]
+
+
+def test_perdure_check_replay_replays_a_race_and_reports_a_reordered_one(
+    app: perdure.App, tmp_path: Path
+) -> None:
+    _approval(app)
+    waiting = app.start("approval", 9)
+    done = app.start("approval", 10)
+    drain(app)
+    app.signal(done.id, "approve", "yes")
+    drain(app)
+    exported = tmp_path / "runs.json"
+    exported.write_text(
+        json.dumps(export_runs(app, statuses=("completed", "waiting")), default=str)
+    )
+    (tmp_path / "race_same.py").write_text(
+        "import perdure\n"
+        "from tests.waiting.test_races import _approval\n"
+        "app = perdure.App()\n"
+        "_approval(app)\n"
+    )
+    (tmp_path / "race_reordered.py").write_text(
+        "import perdure\n"
+        "app = perdure.App()\n"
+        "@app.workflow('approval')\n"
+        "async def approval(ctx, order):\n"
+        "    first = await ctx.wait_first(\n"
+        "        escalate=ctx.timer(hours=24), approve=ctx.signal('approve'),\n"
+        "        reject=ctx.event('order.rejected', match={'order': order}))\n"
+        "    return {'winner': first.name, 'value': first.value}\n"
+    )
+    runner = CliRunner()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        same = runner.invoke(cli, ["check-replay", "race_same:app", "--from", str(exported)])
+        moved = runner.invoke(
+            cli, ["check-replay", "race_reordered:app", "--from", str(exported), "--json"]
+        )
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert same.exit_code == 0, same.output
+    assert waiting.id in same.output and done.id in same.output
+    assert moved.exit_code == 1, moved.output
+    reports = {r["run_id"]: r for r in json.loads(moved.output)}
+    assert not reports[done.id]["ok"] and "race:approve|reject|escalate" in str(reports[done.id])
