@@ -73,6 +73,7 @@ if TYPE_CHECKING:
         ScheduleInfo,
         Step,
         StepStatus,
+        Winner,
     )
 
 __version__ = "0.1.0"
@@ -92,6 +93,7 @@ _HOMES: dict[str, str] = {
     "DatabaseError": "perdure.errors",
     "DatabaseUnavailable": "perdure.errors",
     "EmittedEvent": "perdure.types",
+    "Winner": "perdure.types",
     "EventTimeout": "perdure.errors",
     "EventTrigger": "perdure.types",
     "EventWaitTimeout": "perdure.errors",
@@ -230,6 +232,7 @@ __all__ = [
     "UpdateRejected",
     "UpdateTimeout",
     "VirtualClock",
+    "Winner",
     "Worker",
     "WorkerOptions",
     "WorkflowDefinitionError",

@@ -218,6 +218,18 @@ class EmittedEvent:
 
 
 @dataclass(frozen=True)
+class Winner:
+    """What won a race of waits (``ctx.wait_first``): the member's name and its value.
+
+    The value is a signal's payload, the ``EmittedEvent`` of an event, None for
+    a timer, a child run's output, or an update's payload.
+    """
+
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True)
 class EventTrigger:
     """Start a run of the workflow for each event ``name`` whose payload contains ``match``.
 

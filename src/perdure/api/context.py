@@ -22,7 +22,7 @@ from perdure.engine.continuing import continue_as_new as _continue_as_new
 from perdure.engine.executor import Execution
 from perdure.engine.retry import RetryPolicy
 from perdure.steps import StepCall
-from perdure.types import EmittedEvent
+from perdure.types import EmittedEvent, Winner
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -152,6 +152,35 @@ class Context(ContextBase):
         [`EmittedEvent`][perdure.EmittedEvent], the same on every replay.
         """
         return await self._wait_event(name, match, lookback, timeout)
+
+    async def wait_first(self, /, **members: Any) -> Winner:
+        """Wait durably for the first of several things; which one fired, with its value.
+
+        Each keyword names a member: ``ctx.signal(name)``, ``ctx.event(name,
+        match)``, ``ctx.timer(hours=24)``, ``ctx.update(name)``, or a child run
+        from [`start_child`][perdure.Context.start_child]::
+
+            first = await ctx.wait_first(
+                approve=ctx.signal("approve"),
+                reject=ctx.event("order.rejected", match={"order": 9}),
+                escalate=ctx.timer(hours=24),
+            )
+            if first.name == "approve": ...
+
+        Returns a [`Winner`][perdure.Winner] (``.name``, ``.value``), the same
+        on every replay. Of members there at once, the first written wins; a
+        timer wins only when nothing else is there. The losers are left as
+        they were: a signal stays for a later wait, an event for a later
+        wait, a child keeps running. A child that ends without completing
+        raises [`ChildFailed`][perdure.errors.ChildFailed].
+        """
+        return await self._wait_first(members)
+
+    async def wait_all(self, /, **members: Any) -> dict[str, Any]:
+        """Wait durably until every member fired; their values by name (in the order
+        written). Members as for [`wait_first`][perdure.Context.wait_first]; a timer
+        member makes the wait last at least that long."""
+        return await self._wait_all(members)
 
     async def set_event(self, key: str, value: Any) -> None:
         """Publish ``value`` under ``key`` for ``app.get_event(run_id, key)`` to read."""
@@ -343,6 +372,8 @@ class SyncContext(ContextBase):
     sleep_until = _blocking(Context.sleep_until)
     wait_for_signal = _blocking(Context.wait_for_signal)
     wait_for_event = _blocking(Context.wait_for_event)
+    wait_first = _blocking(Context.wait_first)
+    wait_all = _blocking(Context.wait_all)
     set_event = _blocking(Context.set_event)
     write_stream = _blocking(Context.write_stream)
     close_stream = _blocking(Context.close_stream)

@@ -7,15 +7,16 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from perdure.api import racing
 from perdure.api.event_match import event_match
-from perdure.engine import arguments, children, event_waits, parallel, typed, waits
+from perdure.engine import arguments, children, event_waits, parallel, races, typed, waits
 from perdure.engine.arguments import validate_name
 from perdure.engine.executor import Execution, Rollback
 from perdure.engine.retry import RetryPolicy, check_policy
 from perdure.errors import ConfigurationError, UnknownWorkflow
 from perdure.ids import new_run_id
 from perdure.steps import StepCall
-from perdure.types import EmittedEvent
+from perdure.types import EmittedEvent, Winner
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -180,6 +181,51 @@ class ContextBase:
         back = arguments.seconds("event lookback", lookback)
         seconds = arguments.optional_seconds("event timeout", timeout)
         return event_waits.wait_for_event(self._execution, name, wanted, back, seconds)
+
+    def signal(self, name: str) -> racing.RaceMember:
+        """A member of a race (``wait_first``, ``wait_all``): the next signal ``name``.
+
+        Its value is the signal's payload. A signal the race does not take
+        (another member won) stays for a later wait.
+        """
+        return racing.signal(name)
+
+    def event(
+        self,
+        name: str,
+        match: dict[str, Any] | None = None,
+        *,
+        lookback: float | timedelta = 0.0,
+    ) -> racing.RaceMember:
+        """A member of a race: the next emitted event ``name`` whose payload contains
+        ``match``, as [`wait_for_event`][perdure.Context.wait_for_event] takes it; its
+        value is the [`EmittedEvent`][perdure.EmittedEvent]."""
+        return racing.event(self._execution, name, match, lookback=lookback)
+
+    def timer(
+        self,
+        delay: float | timedelta | None = None,
+        *,
+        days: float = 0,
+        hours: float = 0,
+        minutes: float = 0,
+        seconds: float = 0,
+    ) -> racing.RaceMember:
+        """A member of a race: a timer that fires ``delay`` (seconds or a timedelta,
+        or the sum of ``days``, ``hours``, ``minutes`` and ``seconds``) after the race
+        began; its value is None. It wins only when no other member is there."""
+        return racing.timer(delay, days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+    def update(self, name: str) -> racing.RaceMember:
+        """A member of a race: an update ``name`` applied to the run while the race
+        waits (the workflow declares its handler); its value is the update's payload."""
+        return racing.update(self._execution, name)
+
+    def _wait_first(self, members: dict[str, Any]) -> Coroutine[Any, Any, Winner]:
+        return races.wait_first(self._execution, racing.members("wait_first", members))
+
+    def _wait_all(self, members: dict[str, Any]) -> Coroutine[Any, Any, dict[str, Any]]:
+        return races.wait_all(self._execution, racing.members("wait_all", members))
 
     def _publish(
         self, kind: str, key: str, value: Any, closed: bool = False

@@ -42,6 +42,8 @@ def describe(run: Run, steps: list[Step], signals: list[dict[str, Any]], now: da
     waiting_for = run.waiting_for or {}
     signal = waiting_for.get("signal")
     arrived = status == "waiting" and signal is not None and _arrived(signal, steps, signals)
+    if status == "waiting" and isinstance(waiting_for.get("race"), list):
+        arrived = _race_won(waiting_for, steps, signals)
     if arrived:
         status = "queued"
     waiting = None
@@ -65,10 +67,24 @@ def _arrived(signal: str, steps: list[Step], signals: list[dict[str, Any]]) -> b
     return any(s.get("name") == signal and s.get("consumed_at") is None for s in signals)
 
 
+def _race_won(
+    waiting_for: dict[str, Any], steps: list[Step], signals: list[dict[str, Any]]
+) -> bool:
+    """Whether a racing run is due: its race completed (an event won it) or a signal
+    one of its members waits for is there, unconsumed."""
+    races = [s for s in steps if s.kind == "race"]
+    if races and max(races, key=lambda s: s.position).status == StepStatus.COMPLETED:
+        return True
+    names = set(waiting_for.get("signals") or ())
+    return any(s.get("name") in names and s.get("consumed_at") is None for s in signals)
+
+
 def _wait_line(waiting_for: dict[str, Any], now: datetime) -> str | None:
     """``signal packed · times out in 1 d``, ``event order.paid matching {...} · times
     out in 1 d``, ``a timer · wakes in 5 min``, or None."""
     until = waiting_for.get("until")
+    if isinstance(waiting_for.get("race"), list):
+        return _race_line(waiting_for, now)
     if "signal" in waiting_for or "event" in waiting_for:
         if "signal" in waiting_for:
             line = f"signal {waiting_for['signal']}"
@@ -84,3 +100,26 @@ def _wait_line(waiting_for: dict[str, Any], now: datetime) -> str | None:
     if not waiting_for:
         return None
     return fmt.compact(waiting_for)
+
+
+def _race_line(waiting_for: dict[str, Any], now: datetime) -> str:
+    """``first of approve: signal approve, reject: event order.rejected matching {...},
+    escalate: a timer · fires in 1 d`` (``all of`` for ``ctx.wait_all``)."""
+    parts = []
+    for member in waiting_for["race"]:
+        if not isinstance(member, dict):
+            continue
+        if "event" in member:
+            what = f"event {member['event']}"
+            what += f" matching {fmt.compact(member['match'], 80)}" if member.get("match") else ""
+        elif "timer" in member:
+            what = "a timer"
+        elif "child" in member:
+            what = f"child run {str(member['child'])[:8]} ({member.get('workflow', '')})"
+        else:
+            kind = next((k for k in ("signal", "update") if k in member), "")
+            what = f"{kind} {member.get(kind, '')}".strip()
+        parts.append(f"{member.get('name')}: {what}")
+    line = ("all of " if waiting_for.get("all") else "first of ") + ", ".join(parts)
+    deadline = fmt.due(waiting_for.get("until"), now).removeprefix("due ")
+    return f"{line} · the timer fires {deadline}" if deadline else line

@@ -25,6 +25,7 @@ from perdure.store.statements.emissions import EmissionStatements
 from perdure.store.statements.events import EventStatements, StreamStatements
 from perdure.store.statements.history import HistoryStatements
 from perdure.store.statements.queues import QueueStatements
+from perdure.store.statements.races import RaceStatements
 from perdure.store.statements.runs import RunStatements
 from perdure.store.statements.schedules import ScheduleStatements
 from perdure.store.statements.signals import SignalStatements
@@ -77,6 +78,8 @@ class Statements:
         self.streams = StreamStatements(build)
         #: Emitted events (app.emit), their waits and triggers; not ``events``.
         self.emissions = EmissionStatements(build)
+        #: Races of waits (ctx.wait_first): their members' signals, events and filings.
+        self.races = RaceStatements(build)
         self.queues = QueueStatements(build)
         self.schedules = ScheduleStatements(build)
         self.workers = WorkerStatements(build)
