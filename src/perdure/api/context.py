@@ -189,7 +189,7 @@ class _Base:
 
     def _gather(
         self, calls: Sequence[StepCall[Any]], return_exceptions: bool
-    ) -> Coroutine[Any, Any, list[Any]]:
+    ) -> Coroutine[Any, Any, Sequence[Any]]:
         arguments.flag("return_exceptions", return_exceptions)
         return parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
 
@@ -459,7 +459,7 @@ class Context(_Base):
         """
         return self._call(name, fn, args, kwargs, retry, timeout)
 
-    async def gather(self, *calls: StepCall[Any], return_exceptions: bool = False) -> list[Any]:
+    async def gather(self, *calls: StepCall[Any], return_exceptions: bool = False) -> Sequence[Any]:
         """Run steps in parallel, on any workers; return their results in order.
 
         ``a, b = await ctx.gather(ctx.step("a", f), ctx.step("b", g))``. Each
@@ -468,7 +468,9 @@ class Context(_Base):
         Fail-fast: the first step to fail for good raises its
         [`StepFailed`][perdure.errors.StepFailed] here at once (the others finish and are
         recorded). With ``return_exceptions=True`` it waits for all and puts
-        StepFailed instances in place of the failed steps' results.
+        StepFailed instances in place of the failed steps' results. When some
+        results were offloaded to an object store, a sequence that fetches each
+        one when it is read stands in for the list.
         """
         return await self._gather(calls, return_exceptions)
 
@@ -481,10 +483,13 @@ class Context(_Base):
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         return_exceptions: bool = False,
-    ) -> list[Any]:
+    ) -> Sequence[Any]:
         """Run ``fn(item)`` for every item as step tasks ``name[0]``, ``name[1]``, ...
 
         The same as [`gather`][perdure.Context.gather] over one step per item, keyed by index.
+        The results are a list, unless some were offloaded to an object store
+        (see docs/large-payloads.md): then a sequence that fetches each result
+        when it is read and keeps none of them.
         """
         calls = self._map_calls(name, fn, items, retry, timeout)
         # MappedSteps builds a step only when read: a step task

@@ -54,6 +54,7 @@ from perdure.engine.waits import FOREVER_SECONDS
 from perdure.engine.writer import FencedWriter
 from perdure.errors import ConfigurationError, StepFailed
 from perdure.steps import StepCall
+from perdure.store.codec import Offloaded
 from perdure.store.rows import ClaimedStepTask, ClaimedTask, StepTask, StepTaskCompletion
 from perdure.store.store import execute_async
 from perdure.store.writes import Checkpoint
@@ -132,7 +133,7 @@ def _check(ex: Execution, call: object) -> None:
 
 async def gather(
     ex: Execution, calls: Sequence[StepCall[Any]], *, return_exceptions: bool = False
-) -> list[Any]:
+) -> Sequence[Any]:
     """Run ``calls`` as step tasks; their results in order (see the module doc)."""
     await ex.gate()
     if not calls:
@@ -151,7 +152,7 @@ async def gather(
     for call in calls:
         _check(ex, call)
     gather_start = ex.cursor.position
-    reserved = [ex.advance(call.name, "step") for call in calls]
+    reserved = [ex.advance(call.name, "step", lazy=True) for call in calls]
     marker_position, marker = ex.advance(f"gather:{len(calls)}", "gather")
     chosen = dict(reserved).get(int(marker.output["failed"])) if marker is not None else None
     if chosen is not None and chosen.status in _FINAL:
@@ -177,6 +178,8 @@ async def gather(
             await ex.checkpoint(attempt, "completed", json.dumps({"failed": first.position}), None)
         ex.replayed(failures[0])
     if not pending:
+        if any(type(r.output) is Offloaded for r in records if r is not None):
+            return StepResults(ex, calls, [r for r in records if r is not None])
         return [
             _outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
         ]
@@ -194,8 +197,50 @@ async def gather(
 def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
     """A step task's result: its output (rebuilt as its declared type) or its failure."""
     if recorded.status == StepStatus.COMPLETED:
-        return typed.return_hint(call.fn).rebuild(recorded.output, f"the output of {call.name!r}")
+        output = ex.output_of(recorded)
+        return typed.return_hint(call.fn).rebuild(output, f"the output of {call.name!r}")
     return ex.recorded_failure(recorded)
+
+
+class StepResults(Sequence[Any]):
+    """The results of a gather or map some of whose outputs were offloaded.
+
+    A read-only sequence in step order: reading an item fetches that output
+    from the object store (a blocking read) and rebuilds it, every time it is
+    read; nothing is kept, so iterating over a thousand 1 MiB results holds
+    one at a time. Keep what you read in a variable to read it once; ``list()``
+    of it fetches them all and holds them all.
+    """
+
+    def __init__(
+        self, ex: Execution, calls: Sequence[StepCall[Any]], records: Sequence[Step]
+    ) -> None:
+        """The results of ``calls``, recorded as ``records`` (in the same order)."""
+        self._ex, self._calls, self._records = ex, calls, records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __repr__(self) -> str:
+        return f"<StepResults of {len(self)} steps, fetched when read>"
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return _outcome(self._ex, self._records[index], self._calls[index])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StepResults | list | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def batch_size(env: ExecutionEnv, most: int) -> int:
