@@ -468,9 +468,8 @@ class Context(_Base):
         Fail-fast: the first step to fail for good raises its
         [`StepFailed`][perdure.errors.StepFailed] here at once (the others finish and are
         recorded). With ``return_exceptions=True`` it waits for all and puts
-        StepFailed instances in place of the failed steps' results. When some
-        results were offloaded to an object store, a sequence that fetches each
-        one when it is read stands in for the list.
+        StepFailed instances in place of the failed steps' results. Offloaded
+        results come as a sequence fetching each when read (see ``map``).
         """
         return await self._gather(calls, return_exceptions)
 

@@ -43,12 +43,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import StaleHistory, Suspend, Unwind
 from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, StepTaskDone
+from perdure.engine.results import StepResults, outcome
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.engine.writer import FencedWriter
@@ -181,7 +181,7 @@ async def gather(
         if any(type(r.output) is Offloaded for r in records if r is not None):
             return StepResults(ex, calls, [r for r in records if r is not None])
         return [
-            _outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
+            outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
         ]
     ex.end_of_history()
     await _fanout(ex, pending, gather_start, park=False)
@@ -192,55 +192,6 @@ async def gather(
     # step still running elsewhere completes.
     await _fanout(ex, pending, gather_start, park=True, seconds=0.0 if failed else FOREVER_SECONDS)
     raise Suspend()
-
-
-def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
-    """A step task's result: its output (rebuilt as its declared type) or its failure."""
-    if recorded.status == StepStatus.COMPLETED:
-        output = ex.output_of(recorded)
-        return typed.return_hint(call.fn).rebuild(output, f"the output of {call.name!r}")
-    return ex.recorded_failure(recorded)
-
-
-class StepResults(Sequence[Any]):
-    """The results of a gather or map some of whose outputs were offloaded.
-
-    A read-only sequence in step order: reading an item fetches that output
-    from the object store (a blocking read) and rebuilds it, every time it is
-    read; nothing is kept, so iterating over a thousand 1 MiB results holds
-    one at a time. Keep what you read in a variable to read it once; ``list()``
-    of it fetches them all and holds them all.
-    """
-
-    def __init__(
-        self, ex: Execution, calls: Sequence[StepCall[Any]], records: Sequence[Step]
-    ) -> None:
-        """The results of ``calls``, recorded as ``records`` (in the same order)."""
-        self._ex, self._calls, self._records = ex, calls, records
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    def __repr__(self) -> str:
-        return f"<StepResults of {len(self)} steps, fetched when read>"
-
-    @overload
-    def __getitem__(self, index: int) -> Any: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Any]: ...
-
-    def __getitem__(self, index: int | slice) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return _outcome(self._ex, self._records[index], self._calls[index])
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, StepResults | list | tuple):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def batch_size(env: ExecutionEnv, most: int) -> int:

@@ -182,8 +182,7 @@ def _verbatim(text: str, big: list[str]) -> str:
     out = [parts[0]]
     for part in parts[1:]:
         index, rest = part.split('"', 1)
-        out.append('"' + big[int(index)] + '"')
-        out.append(rest)
+        out += ('"', big[int(index)], '"', rest)
     return "".join(out)
 
 

@@ -372,10 +372,10 @@ class Payloads:
             raw = self.offload.fetch(header)
         except ObjectStoreError as exc:
             return Undecodable(str(exc))
-        if raw[:1] == b'"' and raw[-1:] == b'"' and len(raw) > 1 and verbatim(raw[1:-1]):
+        if raw[:1] == b'"' and raw[-1:] == b'"' and len(raw) > 1 and verbatim(raw, 1, -1):
             # A string with nothing escaped (a large text's usual form): no parse.
             try:
-                return raw[1:-1].decode("utf-8")
+                return str(memoryview(raw)[1:-1], "utf-8")
             except UnicodeDecodeError as exc:
                 return undecodable(exc)
         if too_deep(raw):

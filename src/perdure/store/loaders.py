@@ -172,10 +172,16 @@ _STEP[ord("]")] = _STEP[ord("}")] = -1
 _NOT_CONTROL = bytes(range(32, 256))
 
 
-def verbatim(raw: bytes) -> bool:
-    """Whether UTF-8 ``raw`` needs no escaping inside a JSON string (no quote,
-    backslash or control character), so that ``'"' + raw + '"'`` is its JSON text."""
-    return b'"' not in raw and b"\\" not in raw and not raw.translate(None, _NOT_CONTROL)
+def verbatim(raw: bytes, start: int = 0, end: int | None = None) -> bool:
+    """Whether UTF-8 ``raw[start:end]`` needs no escaping inside a JSON string (no
+    quote, backslash or control character): ``'"' + raw + '"'`` is its JSON text.
+    (Quotes outside the range are not looked at; control characters anywhere are.)"""
+    stop = len(raw) if end is None else end
+    return (
+        raw.find(b'"', start, stop) < 0
+        and raw.find(b"\\", start, stop) < 0
+        and not raw.translate(None, _NOT_CONTROL)
+    )
 
 
 def too_deep(data: bytes) -> bool:
