@@ -178,7 +178,8 @@ async def gather(
             await ex.checkpoint(attempt, "completed", json.dumps({"failed": first.position}), None)
         ex.replayed(failures[0])
     if not pending:
-        if any(type(r.output) is Offloaded for r in records if r is not None):
+        offloads = ex.env.store.statements.payloads.offload is not None
+        if offloads and any(type(r.output) is Offloaded for r in records if r is not None):
             return StepResults(ex, calls, [r for r in records if r is not None])
         return [
             outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
