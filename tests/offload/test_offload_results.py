@@ -88,6 +88,24 @@ def test_a_map_of_offloaded_results_is_a_sequence_fetching_each_when_read(
     assert store.gets == 2 + 6 + 6
 
 
+def test_a_workflow_may_return_a_map_of_offloaded_results_as_it_is(
+    make_app: Callable[..., perdure.App], tmp_path: Path
+) -> None:
+    app = make_app(offload=f"file://{tmp_path}", offload_above=ABOVE, max_payload_bytes=4 << 20)
+
+    async def piece(index: int) -> str:
+        return part(index)
+
+    @app.workflow("returned")
+    async def returned(ctx: perdure.Context) -> Any:
+        return await ctx.map("piece", piece, range(3))
+
+    app.register()
+    run = app.start("returned")
+    drain(app)
+    assert run.result() == [part(0), part(1), part(2)]
+
+
 def test_a_map_of_small_results_is_still_a_list(
     make_app: Callable[..., perdure.App], tmp_path: Path
 ) -> None:

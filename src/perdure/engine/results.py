@@ -45,6 +45,9 @@ class StepResults(Sequence[Any]):
     of it fetches them all and holds them all.
     """
 
+    #: Encoded as the JSON list of its items (engine.serialization), fetched one by one.
+    json_list = True
+
     def __init__(
         self, ex: Execution, calls: Sequence[StepCall[Any]], records: Sequence[Step]
     ) -> None:

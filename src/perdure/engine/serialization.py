@@ -90,6 +90,9 @@ class _Encoding:
             # jsonb's key order: shorter keys first, then bytewise.
             pairs.sort(key=lambda pair: _jsonb_key(pair[0]))
             return dict(pairs)
+        if getattr(type(value), "json_list", False):
+            # A map's results fetched when read (engine.results): stored as their list.
+            return [self.value(item, depth + 1) for item in value]
         dumped = typed.plain(value)
         if dumped is not typed.NOT_TYPED:
             # A Pydantic model or a dataclass is stored as the JSON it dumps to.
