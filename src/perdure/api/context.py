@@ -8,7 +8,7 @@ same methods that block instead; both drive one engine execution.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, NoReturn, ParamSpec, TypeVar, overload
 
@@ -243,7 +243,7 @@ class Context(ContextBase):
         """
         return self._call(name, fn, args, kwargs, retry, timeout)
 
-    async def gather(self, *calls: StepCall[Any], return_exceptions: bool = False) -> list[Any]:
+    async def gather(self, *calls: StepCall[Any], return_exceptions: bool = False) -> Sequence[Any]:
         """Run steps in parallel, on any workers; return their results in order.
 
         ``a, b = await ctx.gather(ctx.step("a", f), ctx.step("b", g))``. Each
@@ -252,7 +252,8 @@ class Context(ContextBase):
         Fail-fast: the first step to fail for good raises its
         [`StepFailed`][perdure.errors.StepFailed] here at once (the others finish and are
         recorded). With ``return_exceptions=True`` it waits for all and puts
-        StepFailed instances in place of the failed steps' results.
+        StepFailed instances in place of the failed steps' results. Offloaded
+        results come as a sequence fetching each when read (see ``map``).
         """
         return await self._gather(calls, return_exceptions)
 
@@ -265,10 +266,13 @@ class Context(ContextBase):
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         return_exceptions: bool = False,
-    ) -> list[Any]:
+    ) -> Sequence[Any]:
         """Run ``fn(item)`` for every item as step tasks ``name[0]``, ``name[1]``, ...
 
         The same as [`gather`][perdure.Context.gather] over one step per item, keyed by index.
+        The results are a list, unless some were offloaded to an object store
+        (see docs/large-payloads.md): then a sequence that fetches each result
+        when it is read and keeps none of them.
         """
         calls = self._map_calls(name, fn, items, retry, timeout)
         # MappedSteps builds a step only when read: a step task

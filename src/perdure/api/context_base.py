@@ -235,7 +235,7 @@ class ContextBase:
 
     def _gather(
         self, calls: Sequence[StepCall[Any]], return_exceptions: bool
-    ) -> Coroutine[Any, Any, list[Any]]:
+    ) -> Coroutine[Any, Any, Sequence[Any]]:
         arguments.flag("return_exceptions", return_exceptions)
         return parallel.gather(self._execution, calls, return_exceptions=return_exceptions)
 

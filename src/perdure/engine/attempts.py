@@ -94,6 +94,9 @@ async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body)
         seconds = time.perf_counter() - began
         faults.hit("before_checkpoint", attempt.name)
         if text is not None:
+            offload = ex.env.store.statements.payloads.offload
+            if offload is not None and len(text) > offload.above:
+                text = await _offload(ex, text)
             if ex.deferred.can_hold(attempt.kind):
                 ex.deferred.hold(ex.checkpoint_record(attempt, "completed", text))
                 status = "completed"
@@ -108,6 +111,15 @@ async def run(ex: Host, attempt: Attempt, retry: RetryPolicy | None, body: Body)
         observer.step_finished(observed, token, status, seconds, error)
         if logged.records and status != "interrupted":
             await _keep_logs(ex, attempt, status, logged)
+
+
+async def _offload(ex: Host, text: str) -> str:
+    """A large output uploaded to the object store now, in a thread: the reference to
+    write in its checkpoint. Its bytes need not wait in memory for the checkpoint (a
+    batch of a map writes its completions together), and hashing and writing them
+    leave the event loop free."""
+    payloads = ex.env.store.statements.payloads
+    return await asyncio.to_thread(payloads.offload_now, text)
 
 
 async def _keep_logs(ex: Host, attempt: Attempt, status: str, logged: steplogs.Captured) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
 import inspect
 import logging
@@ -35,6 +36,8 @@ from perdure.errors import (
     StepTimeout,
 )
 from perdure.steps import Snooze
+from perdure.store.codec import Offloaded, opened
+from perdure.store.loaders import Undecodable
 from perdure.store.rows import ClaimedTask, Fenced
 from perdure.store.writes import Checkpoint, Release
 from perdure.types import Step, StepStatus
@@ -205,13 +208,31 @@ class Execution:
             self.lose_lease()
         raise Suspend()
 
-    def advance(self, name: str, kind: str = "step") -> tuple[int, Step | None]:
-        """Take the next position for step ``name``: its checkpoint, if any; the guard."""
+    def advance(
+        self, name: str, kind: str = "step", *, lazy: bool = False
+    ) -> tuple[int, Step | None]:
+        """Take the next position for step ``name``: its checkpoint, if any; the guard.
+
+        An offloaded output read by the claim unfetched is fetched here, unless
+        ``lazy`` (a gather's results, opened when the workflow reads them).
+        """
         self.check_alive()
         try:
-            return self.cursor.advance(name, kind)
+            position, recorded = self.cursor.advance(name, kind)
         except NonDeterminismError as guard:
             self.doom(guard)
+        if recorded is not None and not lazy and type(recorded.output) is Offloaded:
+            recorded = dataclasses.replace(recorded, output=self.output_of(recorded))
+        return position, recorded
+
+    def output_of(self, recorded: Step) -> Any:
+        """``recorded``'s output, fetched now if it was offloaded (blocking); the run
+        stops for good (UndecodablePayload) when it cannot be read."""
+        value = opened(recorded.output)
+        if isinstance(value, Undecodable):
+            where = f"the output of step {recorded.name!r} at position {recorded.position}"
+            self.doom(errors.UndecodablePayload(self.task.run_id, where, value.reason))
+        return value
 
     def replayed(self, recorded: Step) -> Any:
         """A recorded final checkpoint's output, or its failure raised (StepFailed)."""

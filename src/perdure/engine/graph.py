@@ -20,6 +20,7 @@ in reverse topological order, each a durable, retried step. The run ends
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -36,6 +37,7 @@ from perdure.engine.waits import FOREVER_SECONDS
 from perdure.engine.writer import FencedWriter
 from perdure.errors import SignalTimeout, StepFailed, WorkflowDefinitionError
 from perdure.steps import StepContext
+from perdure.store.codec import Offloaded, opened
 from perdure.store.rows import ClaimedStepTask, ClaimedTask, RunTask, StepTask, StepTaskCompletion
 from perdure.store.store import execute_async
 from perdure.types import Step, StepStatus
@@ -155,7 +157,7 @@ async def _execute_step(
     step = spec.steps[position % n]
     if found is None:
         # A claimed step task: the claim read its run's checkpoints.
-        found = {s.position: s for s in task.steps or ()}
+        found = {s.position: _opened(task.run_id, s) for s in task.steps or ()}
     # Only what this step reads: its own row and its dependencies' (O(1) in
     # the width of the graph, not O(n) for each of n steps).
     rows = {p: found[p] for p in _reads(spec, position) if p in found}
@@ -227,6 +229,15 @@ async def _execute_step(
         if completion is not None:
             held[1].append(completion)
     return Outcome.STEP_TASK_COMPLETED
+
+
+def _opened(run_id: str, step: Step) -> Step:
+    """``step`` with its output fetched if the claim read it offloaded, unfetched;
+    UndecodablePayload if it cannot be read."""
+    if type(step.output) is not Offloaded:
+        return step
+    where = f"the output of step {step.name!r} at position {step.position}"
+    return dataclasses.replace(step, output=poison.check(run_id, where, opened(step.output)))
 
 
 def _reads(spec: GraphSpec, position: int) -> tuple[int, ...]:

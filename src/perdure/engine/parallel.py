@@ -43,17 +43,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from perdure.engine import typed
 from perdure.engine.checkpoint import Attempt
 from perdure.engine.control import StaleHistory, Suspend, Unwind
 from perdure.engine.cursor import ReplayCursor
 from perdure.engine.environment import ExecutionEnv
 from perdure.engine.executor import Execution, StepTaskDone
+from perdure.engine.results import StepResults, outcome
 from perdure.engine.retry import RetryPolicy
 from perdure.engine.waits import FOREVER_SECONDS
 from perdure.engine.writer import FencedWriter
 from perdure.errors import ConfigurationError, StepFailed
 from perdure.steps import StepCall
+from perdure.store.codec import Offloaded
 from perdure.store.rows import ClaimedStepTask, ClaimedTask, StepTask, StepTaskCompletion
 from perdure.store.store import execute_async
 from perdure.store.writes import Checkpoint
@@ -132,7 +133,7 @@ def _check(ex: Execution, call: object) -> None:
 
 async def gather(
     ex: Execution, calls: Sequence[StepCall[Any]], *, return_exceptions: bool = False
-) -> list[Any]:
+) -> Sequence[Any]:
     """Run ``calls`` as step tasks; their results in order (see the module doc)."""
     await ex.gate()
     if not calls:
@@ -151,7 +152,7 @@ async def gather(
     for call in calls:
         _check(ex, call)
     gather_start = ex.cursor.position
-    reserved = [ex.advance(call.name, "step") for call in calls]
+    reserved = [ex.advance(call.name, "step", lazy=True) for call in calls]
     marker_position, marker = ex.advance(f"gather:{len(calls)}", "gather")
     chosen = dict(reserved).get(int(marker.output["failed"])) if marker is not None else None
     if chosen is not None and chosen.status in _FINAL:
@@ -177,8 +178,11 @@ async def gather(
             await ex.checkpoint(attempt, "completed", json.dumps({"failed": first.position}), None)
         ex.replayed(failures[0])
     if not pending:
+        offloads = ex.env.store.statements.payloads.offload is not None
+        if offloads and any(type(r.output) is Offloaded for r in records if r is not None):
+            return StepResults(ex, calls, [r for r in records if r is not None])
         return [
-            _outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
+            outcome(ex, r, call) for call, r in zip(calls, records, strict=True) if r is not None
         ]
     ex.end_of_history()
     await _fanout(ex, pending, gather_start, park=False)
@@ -189,13 +193,6 @@ async def gather(
     # step still running elsewhere completes.
     await _fanout(ex, pending, gather_start, park=True, seconds=0.0 if failed else FOREVER_SECONDS)
     raise Suspend()
-
-
-def _outcome(ex: Execution, recorded: Step, call: StepCall[Any]) -> Any:
-    """A step task's result: its output (rebuilt as its declared type) or its failure."""
-    if recorded.status == StepStatus.COMPLETED:
-        return typed.return_hint(call.fn).rebuild(recorded.output, f"the output of {call.name!r}")
-    return ex.recorded_failure(recorded)
 
 
 def batch_size(env: ExecutionEnv, most: int) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 
 from perdure.engine import typed
 from perdure.errors import SerializationError
+from perdure.store.loaders import verbatim
 
 #: The default largest encoded payload, in bytes (configurable per App).
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -42,6 +43,11 @@ _INT_LIMIT = 10**MAX_INT_DIGITS
 # decimal point. It is encoded as a placeholder string first (NUL is refused in
 # user text, so no user string can look like one), then written in full.
 _PLACEHOLDER = re.compile(r'"\\u0000(\d+)"')
+#: A string at least this long that needs no escaping is written as it is,
+#: quoted, instead of through ``json.dumps``'s escaping loop (a large payload's
+#: cost): it is encoded as a placeholder of two NULs and its index first.
+BIG_TEXT = 64 * 1024
+_BIG = '"\\u0000\\u0000'
 
 
 class _Encoding:
@@ -50,6 +56,10 @@ class _Encoding:
     def __init__(self, what: str) -> None:
         self.what = what
         self.floats: list[str] = []
+        #: Long strings written verbatim, by placeholder index.
+        self.big: list[str] = []
+        #: The value as JSON would give it back, placeholders in it.
+        self.normalized: Any = None
 
     def value(self, value: Any, depth: int) -> Any:
         if depth > MAX_DEPTH:
@@ -63,6 +73,8 @@ class _Encoding:
         if isinstance(value, float):
             return self.number(float.__float__(value))
         if isinstance(value, str):
+            if len(value) >= BIG_TEXT:
+                return self.long_text(value)
             return self.text(value)
         if isinstance(value, list | tuple):
             return [self.value(item, depth + 1) for item in value]
@@ -78,6 +90,9 @@ class _Encoding:
             # jsonb's key order: shorter keys first, then bytewise.
             pairs.sort(key=lambda pair: _jsonb_key(pair[0]))
             return dict(pairs)
+        if getattr(type(value), "json_list", False):
+            # A map's results fetched when read (engine.results): stored as their list.
+            return [self.value(item, depth + 1) for item in value]
         dumped = typed.plain(value)
         if dumped is not typed.NOT_TYPED:
             # A Pydantic model or a dataclass is stored as the JSON it dumps to.
@@ -100,17 +115,41 @@ class _Encoding:
         self.floats.append(f"{Decimal(written):f}.0")
         return f"\x00{len(self.floats) - 1}"
 
-    def text(self, text: str) -> str:
+    def long_text(self, text: str) -> str:
+        """A long string: its placeholder when it needs no escaping, else as ``text``."""
+        raw = self.utf8(text)
+        if not verbatim(raw):
+            return str.__str__(text)
+        self.big.append(str.__str__(text))
+        return f"\x00\x00{len(self.big) - 1}"
+
+    def utf8(self, text: str) -> bytes:
+        """``text`` as UTF-8; SerializationError if jsonb cannot store it."""
         if "\x00" in text:
             raise SerializationError(
                 self.what, "text contains the NUL character, which jsonb cannot store"
             )
         try:
-            text.encode("utf-8")
+            return text.encode("utf-8")
         except UnicodeEncodeError:
             raise SerializationError(
                 self.what, "text contains a lone surrogate, not valid Unicode"
             ) from None
+
+    def restored(self, value: Any) -> Any:
+        """``value`` (normalized) with each long string's placeholder replaced by it."""
+        if isinstance(value, str):
+            if value[:2] == "\x00\x00":
+                return self.big[int(value[2:])]
+            return value
+        if isinstance(value, list):
+            return [self.restored(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self.restored(item) for key, item in value.items()}
+        return value
+
+    def text(self, text: str) -> str:
+        self.utf8(text)
         return str.__str__(text)
 
 
@@ -121,20 +160,45 @@ def _jsonb_key(key: str) -> tuple[int, bytes]:
 
 def dumps(value: Any, what: str, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Encode ``value`` as JSON text, or raise SerializationError naming ``what``."""
-    encoding = _Encoding(what)
-    normalized = encoding.value(value, 0)
+    return _dumps(_Encoding(what), value, max_bytes)
+
+
+def _dumps(encoding: _Encoding, value: Any, max_bytes: int) -> str:
+    """``dumps`` of ``value``, its normalized form kept in ``encoding.normalized``."""
+    normalized = encoding.normalized = encoding.value(value, 0)
     text = json.dumps(normalized, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if encoding.floats:
         text = _PLACEHOLDER.sub(lambda m: encoding.floats[int(m.group(1))], text)
-    size = len(text.encode("utf-8"))
+    if encoding.big:
+        text = _verbatim(text, encoding.big)
+    size = len(text.encode("utf-8")) if len(text) * 4 > max_bytes else len(text)
     if size > max_bytes:
-        raise SerializationError(what, f"{size} bytes is over the {max_bytes}-byte payload limit")
+        raise SerializationError(
+            encoding.what, f"{size} bytes is over the {max_bytes}-byte payload limit"
+        )
     return text
 
 
+def _verbatim(text: str, big: list[str]) -> str:
+    """``text`` with each long string's placeholder replaced by the string, quoted."""
+    parts = text.split(_BIG)
+    out = [parts[0]]
+    for part in parts[1:]:
+        index, rest = part.split('"', 1)
+        out += ('"', big[int(index)], '"', rest)
+    return "".join(out)
+
+
 def roundtrip(value: Any, what: str, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> tuple[str, Any]:
-    """Encode ``value`` and return ``(text, decoded)``: what is stored and what code sees."""
-    text = dumps(value, what, max_bytes)
+    """Encode ``value`` and return ``(text, decoded)``: what is stored and what code sees.
+
+    A value holding long strings is not decoded again: its normalized form,
+    the strings put back, is what decoding the text would give.
+    """
+    encoding = _Encoding(what)
+    text = _dumps(encoding, value, max_bytes)
+    if encoding.big and not encoding.floats:
+        return text, encoding.restored(encoding.normalized)
     return text, json.loads(text)
 
 

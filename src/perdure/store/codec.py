@@ -34,12 +34,12 @@ import functools
 import json
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from perdure.errors import ConfigurationError, KeyUnavailable, ObjectStoreError
-from perdure.store.loaders import Undecodable, too_deep, undecodable
+from perdure.store.loaders import Undecodable, too_deep, undecodable, verbatim
 from perdure.store.offload import Offload, Pending
 
 __all__ = [
@@ -48,8 +48,11 @@ __all__ = [
     "Codec",
     "Encoded",
     "Encrypted",
+    "Offloaded",
     "Payloads",
+    "Sealed",
     "UnreadableRecord",
+    "opened",
     "record",
     "unreadable",
 ]
@@ -231,8 +234,11 @@ class Payloads:
 
         With an offload, a sealed form above its size is replaced by a
         reference; the object to upload waits in ``take_pending`` (of this
-        thread) until the statement carrying the reference takes it.
+        thread) until the statement carrying the reference takes it. A
+        ``Sealed`` text (``offload_now`` made it) is stored as it is.
         """
+        if type(text) is Sealed:
+            return str.__str__(text)
         sealed = self._seal(text)
         offload = self.offload
         if sealed is None or offload is None or len(sealed) <= offload.above:
@@ -245,7 +251,33 @@ class Payloads:
         if queue is None:
             queue = self._pending.queue = []
         queue.append(pending)
-        return '{"' + ENVELOPE + '":' + json.dumps(header, separators=(",", ":")) + "}"
+        return _reference(header)
+
+    def offloads(self, text: str) -> bool:
+        """Whether payload JSON ``text`` is long enough to be worth ``offload_now``."""
+        offload = self.offload
+        return offload is not None and len(text) > offload.above
+
+    def offload_now(self, text: str) -> str:
+        """``text`` sealed, and uploaded now if its sealed form is over the offload size:
+        the ``Sealed`` text (a reference) to write in its row instead. Blocking (call it
+        in a thread); ObjectStoreError when the upload fails.
+
+        The object is written before any row names it, as for ``seal``; writing it
+        before the statement is built lets its bytes go as soon as it is stored.
+        """
+        sealed = self._seal(text)
+        offload = self.offload
+        if sealed is None or offload is None:
+            return text
+        data = sealed.encode("utf-8")
+        if len(data) <= offload.above:
+            return Sealed(sealed)
+        del sealed
+        header, pending = offload.header(data)
+        del data
+        offload.upload([pending])
+        return Sealed(_reference(header))
 
     def take_pending(self) -> list[Pending]:
         """The objects sealed by this thread since the last call, to upload before the row."""
@@ -297,13 +329,26 @@ class Payloads:
             opened = {**extra, **opened}
         return opened
 
-    def open_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``rows`` with every envelope among their columns opened, in place."""
+    def open_rows(
+        self, rows: list[dict[str, Any]], lazy: tuple[str, ...] = ()
+    ) -> list[dict[str, Any]]:
+        """``rows`` with every envelope among their columns opened, in place.
+
+        In the ``lazy`` columns an offloaded payload is not fetched: it becomes
+        an ``Offloaded`` reference, fetched when its reader opens it.
+        """
         for row in rows:
             for column, value in row.items():
                 if type(value) is dict and ENVELOPE in value:
-                    row[column] = self.open(value)
+                    if column in lazy and _offloaded(value):
+                        row[column] = Offloaded(value, self)
+                    else:
+                        row[column] = self.open(value)
         return rows
+
+    def lazily(self, lazy: tuple[str, ...]) -> Callable[[list[dict[str, Any]]], list[Any]]:
+        """``open_rows`` leaving the offloaded payloads of the ``lazy`` columns unfetched."""
+        return functools.partial(self.open_rows, lazy=lazy)
 
     def references(self, rows: list[dict[str, Any]]) -> bool:
         """Whether any column of ``rows`` is an offloaded envelope (opening it fetches)."""
@@ -327,10 +372,16 @@ class Payloads:
             raw = self.offload.fetch(header)
         except ObjectStoreError as exc:
             return Undecodable(str(exc))
+        if raw[:1] == b'"' and raw[-1:] == b'"' and len(raw) > 1 and verbatim(raw, 1, -1):
+            # A string with nothing escaped (a large text's usual form): no parse.
+            try:
+                return str(memoryview(raw)[1:-1], "utf-8")
+            except UnicodeDecodeError as exc:
+                return undecodable(exc)
         if too_deep(raw):
             return Undecodable("nested too deeply to decode")
         try:
-            inner = json.loads(raw.decode("utf-8"))
+            inner = json.loads(raw)
         except (ValueError, RecursionError) as exc:
             return undecodable(exc)
         if type(inner) is dict and ENVELOPE in inner:
@@ -378,6 +429,58 @@ class Payloads:
             return json.loads(raw.decode("utf-8"))
         except (ValueError, RecursionError) as exc:
             return undecodable(exc)
+
+
+class Sealed(str):
+    """Payload text already sealed (and its object uploaded): ``seal`` stores it as it is."""
+
+    __slots__ = ()
+
+
+class Offloaded:
+    """An offloaded payload read without fetching it: ``open()`` fetches it (blocking).
+
+    Only the engine's replay reads rows this way (``open_rows``'s ``lazy``
+    columns), so that a run holding many large results holds their
+    references, not their bytes. ``open`` returns what ``Payloads.open``
+    would have: the value, or an ``Undecodable`` marker.
+    """
+
+    __slots__ = ("envelope", "payloads")
+
+    def __init__(self, envelope: dict[str, Any], payloads: Payloads) -> None:
+        """The reference ``envelope``, opened through ``payloads``."""
+        self.envelope = envelope
+        self.payloads = payloads
+
+    def __repr__(self) -> str:
+        return f"Offloaded({self.envelope[ENVELOPE].get('ref')!r})"
+
+    @property
+    def size(self) -> int | None:
+        """The stored object's size in bytes, as its reference says."""
+        size = self.envelope[ENVELOPE].get("size")
+        return size if isinstance(size, int) else None
+
+    def open(self) -> Any:
+        """The payload, fetched and opened now (or an Undecodable marker)."""
+        return self.payloads.open(self.envelope)
+
+
+def opened(value: Any) -> Any:
+    """``value``, or the payload it references opened (fetched) if it is an ``Offloaded``."""
+    return value.open() if type(value) is Offloaded else value
+
+
+def _offloaded(value: dict[str, Any]) -> bool:
+    """Whether envelope ``value`` references an object."""
+    header = value[ENVELOPE]
+    return type(header) is dict and "ref" in header
+
+
+def _reference(header: dict[str, Any]) -> str:
+    """The JSON text of an offloaded envelope."""
+    return '{"' + ENVELOPE + '":' + json.dumps(header, separators=(",", ":")) + "}"
 
 
 @functools.lru_cache(maxsize=256)

@@ -177,8 +177,26 @@ _STEP[ord("[")] = _STEP[ord("{")] = 1
 _STEP[ord("]")] = _STEP[ord("}")] = -1
 
 
+#: Every byte but the control characters JSON text must escape inside a string.
+_NOT_CONTROL = bytes(range(32, 256))
+
+
+def verbatim(raw: bytes, start: int = 0, end: int | None = None) -> bool:
+    """Whether UTF-8 ``raw[start:end]`` needs no escaping inside a JSON string (no
+    quote, backslash or control character): ``'"' + raw + '"'`` is its JSON text.
+    (Quotes outside the range are not looked at; control characters anywhere are.)"""
+    stop = len(raw) if end is None else end
+    return (
+        raw.find(b'"', start, stop) < 0
+        and raw.find(b"\\", start, stop) < 0
+        and not raw.translate(None, _NOT_CONTROL)
+    )
+
+
 def too_deep(data: bytes) -> bool:
     """Whether JSON text ``data`` nests deeper than ``MAX_NESTING`` (strings aside)."""
+    if data[:1] == b'"':
+        return False  # a string (or not JSON at all, which decoding tells)
     if data.count(b"[") + data.count(b"{") <= MAX_NESTING:
         return False  # the cheap common case: too few brackets to nest that deep
     brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -25,7 +26,11 @@ class StepStatements(Namespace):
                 by_task.setdefault(int(r["task_id"]), []).append(rows.step(r))
             return by_task
 
-        return self._build("step_list_claimed_now", decode, worker_id=worker_id)
+        built = self._build("step_list_claimed_now", decode, worker_id=worker_id)
+        # Offloaded outputs stay references until the replay reaches them
+        # (Execution.advance), or the workflow reads them (a map's results).
+        lazily = self._build.payloads.lazily(("output",))
+        return dataclasses.replace(built, decode=lambda found: decode(lazily(found)))
 
     def checkpoints(self, checkpoints: Sequence[Checkpoint]) -> Statement[list[Fenced]]:
         """Record steps' outcomes and extend their tasks' leases, each fenced on its own

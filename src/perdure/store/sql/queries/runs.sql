@@ -663,6 +663,9 @@ WITH doomed AS (
         UNION ALL SELECT e.value FROM {schema}.events e JOIN doomed d ON d.id = e.run_id
         UNION ALL SELECT t.value FROM {schema}.streams t JOIN doomed d ON d.id = t.run_id
         UNION ALL SELECT l.records FROM {schema}.step_logs l JOIN doomed d ON d.id = l.run_id
+        -- History stays in its day partition after its run is gone, until
+        -- the partition is dropped: nothing reads it, its objects go now.
+        UNION ALL SELECT h.detail FROM {schema}.history h JOIN doomed d ON d.id = h.run_id
     ) payloads
     WHERE NOT %(archive)s AND %(offloaded)s
       AND jsonb_typeof(v) = 'object' AND jsonb_typeof(v -> '$perdure') = 'object'
