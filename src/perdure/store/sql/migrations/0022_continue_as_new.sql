@@ -123,6 +123,7 @@ CREATE OR REPLACE FUNCTION run_status(p_run text) RETURNS TABLE (
 )
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_run runs%ROWTYPE := find_run(p_run);
@@ -216,5 +217,16 @@ BEGIN
                  WHERE run_id = v_run.id AND status = 'ready' AND wait_signal = p_name
                  FOR UPDATE SKIP LOCKED);
     RETURN v_id;
+END
+$$;
+
+-- The SECURITY DEFINER functions above are created with the migrator's own
+-- path (<schema>, pg_catalog, pg_temp); pinned here to pg_catalog, <schema>,
+-- pg_temp, the temporary schema last (as migrate.pin_functions does again for
+-- every function after each migration).
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION run_status(text) '
+                   'SET search_path = pg_catalog, %I, pg_temp', current_schema());
 END
 $$;

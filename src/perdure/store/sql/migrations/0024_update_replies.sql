@@ -167,6 +167,7 @@ CREATE FUNCTION send_update(
 ) RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_run    runs%ROWTYPE;
@@ -209,6 +210,7 @@ CREATE FUNCTION update_reply(
 ) RETURNS jsonb
 LANGUAGE plpgsql
 SECURITY DEFINER
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_run      runs%ROWTYPE;
@@ -260,5 +262,18 @@ BEGIN
                                greatest(extract(epoch FROM v_deadline - clock_timestamp()), 0)));
         v_pause := least(v_pause * 2, 0.1);
     END LOOP;
+END
+$$;
+
+-- The SECURITY DEFINER functions above are created with the migrator's own
+-- path (<schema>, pg_catalog, pg_temp); pinned here to pg_catalog, <schema>,
+-- pg_temp, the temporary schema last (as migrate.pin_functions does again for
+-- every function after each migration).
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION send_update(text, text, jsonb, text) '
+                   'SET search_path = pg_catalog, %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION update_reply(text, text, double precision) '
+                   'SET search_path = pg_catalog, %I, pg_temp', current_schema());
 END
 $$;
