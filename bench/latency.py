@@ -21,8 +21,9 @@ server burn idle over as long (measured over 10 s before the starts).
 allowing 4 connections per worker of the largest fleet and 50 more), each
 settled for ``--settle`` s, and prints the wake-up curve: start -> first
 step p50 and the CPU per start, and the same for due timers: ``--timers``
-runs started with ``delay=--delay``, from the moment they were due (the
-start's time plus the delay) to their first step. Each figure is also given
+runs started together, the first with ``delay=--delay`` and each next due
+50 ms after it, from the moment each was due (the start's time plus the
+delay) to its first step. Each figure is also given
 as a ratio to the first fleet's.
 """
 
@@ -82,7 +83,7 @@ def measure(
             fleet_cpu, server_cpu = _spent(fleet, probe, before, began, idle)
             signals = [_signal_once(app) for _ in range(samples)]
             began, before = time.monotonic(), _cpu_now(fleet, probe)
-            due = [_due_once(app, delay) for _ in range(timers)]
+            due = _due_many(app, delay, timers)
             timer_cpu, timer_server = _spent(fleet, probe, before, began, idle)
         finally:
             for worker in fleet:
@@ -128,12 +129,21 @@ def _spent(
     )
 
 
-def _due_once(app: perdure.App, delay: float) -> float:
-    """From when a run started ``delay`` s ahead is due to its first step (the start's
-    round trip included: the server stamps the due time a moment after ``before``)."""
-    before = time.time()
-    began = float(app.start("bench_first", delay=delay).result(timeout=30))
-    return began - (before + delay)
+#: Between the due times of the timers of one measure: far longer than a
+#: wake-up, so each finds the fleet idle, and short, so that the idle fleet's
+#: CPU (heartbeats), subtracted over the measure, is not larger than theirs.
+TIMER_SPACING = 0.05
+
+
+def _due_many(app: perdure.App, delay: float, count: int) -> list[float]:
+    """From when each of ``count`` runs started ahead is due to its first step (the
+    start's round trip included: the server stamps the due time a moment after
+    ``before``): the first due ``delay`` s ahead, the others TIMER_SPACING apart."""
+    handles = []
+    for i in range(count):
+        ahead = delay + i * TIMER_SPACING
+        handles.append((time.time() + ahead, app.start("bench_first", delay=ahead)))
+    return [float(handle.result(timeout=30)) - due for due, handle in handles]
 
 
 def _start_once(app: perdure.App) -> float:

@@ -12,10 +12,13 @@ through ``call_soon_threadsafe``.
 
 Only the first LISTENERS workers of a queue listen on the shared channel
 (``shared``); a listener too busy to take work left after a notification
-passes the call on to the next live worker of its queues (by id), on that
-worker's own channel, which checks at once and passes it on in turn when it
-is full too. A schedule changed elsewhere nudges the ticker
-(engine/schedules.py).
+passes the call on to the next live worker of its queues (by id) that
+listens on a channel of its own, which checks at once and passes it on in
+turn when it is full too. Those are the first WINDOW workers of a queue and
+any worker with work in hand (``own``); an idle worker beyond them holds no
+LISTEN, so that notifications cost it and the server nothing, and looks for
+work left waiting at each heartbeat instead (``look``). A schedule changed
+elsewhere nudges the ticker (engine/schedules.py).
 """
 
 from __future__ import annotations
@@ -40,10 +43,12 @@ from perdure.engine.wakeup import (
     LISTENERS,
     STAGGER_SECONDS,
     STAGGER_WAVE,
+    WINDOW,
     Wakeup,
 )
 from perdure.engine.watchdog import LoopWatch, StepsInFlight
 from perdure.store.listener import Listener
+from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.store.statements.queues import WAKE_PREFIX
 from perdure.store.statements.schedules import SCHEDULES_PAYLOAD
@@ -108,6 +113,9 @@ class Attendance:
             self.running.attempts,
             lambda taken: self._call(self._report_lost, taken, lost),
             self._beat,
+            listening=self._reachable,
+            look=self._look,
+            on_look=self._looked,
         )
         watch = LoopWatch(
             loop, options.blocked_loop_seconds, steps.steps.get, self.observer.loop_blocked
@@ -121,6 +129,7 @@ class Attendance:
             confirm=self.confirm,
             own_channel=self.statements.queues.worker_channel(self.worker_id),
             shared=self.shared,
+            own=self.own,
         )
         return self._wakeup
 
@@ -138,6 +147,32 @@ class Attendance:
         """Whether this worker listens on the shared channel: it is among the first
         LISTENERS workers of one of its queues (or has not been told its place)."""
         return self.rank() < LISTENERS
+
+    def _reachable(self) -> bool:
+        """Whether this worker should hear calls passed on to it: it is among the
+        first WINDOW workers of one of its queues, or has work in hand."""
+        return self.rank() < WINDOW or len(self.running) > 0
+
+    def own(self) -> bool:
+        """Whether this worker listens on its own channel now: while it should
+        (``_reachable``), and until a heartbeat has told the others it no longer
+        does (a call passed on meanwhile still reaches it)."""
+        said = self.heartbeat is None or self.heartbeat.said_listening
+        return self._reachable() or said
+
+    def _look(self) -> Statement[float | None] | None:
+        """For a worker that hears no notification: when its next task comes due,
+        asked in its heartbeat's transaction (None for one that listens)."""
+        wakeup = self._wakeup
+        if wakeup is None or wakeup.listening_shared or wakeup.listening_own:
+            return None
+        return self.claims.due()
+
+    def _looked(self, due: float | None) -> None:
+        """Wake the claim loop of a worker that hears nothing when work is due now,
+        or comes due before the loop's own wait ends (on the wakeup thread)."""
+        if due is not None and time.monotonic() + due < self.wait_until and self._wakeup:
+            self._wakeup.wake()  # its claim, then its wait until the next task due
 
     def lag(self) -> float:
         """How long after a task's due time this worker's timer for it ends: at once

@@ -20,9 +20,11 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from perdure.engine.control import Disconnected
 from perdure.store.listener import Listener
+from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.store.store import AsyncStore
 
@@ -38,7 +40,12 @@ class Heartbeat:
     its row. Idle it beats only its row, every ``idle_interval`` s. Tasks
     taken away are passed to ``on_lost`` (by id, with that attempt); each
     beat to ``on_beat``. Both are
-    called on the wakeup thread.
+    called on the wakeup thread. The row says what ``listening()`` says:
+    whether the worker LISTENs on its own channel until its next beat. A
+    worker that does not listens for nothing, so ``look()`` gives a statement
+    run in the beat's transaction (when does the next task it may claim come
+    due), and its answer goes to ``on_look``: the worker's only way to learn
+    of work left waiting before its fallback poll.
     """
 
     def __init__(
@@ -51,6 +58,9 @@ class Heartbeat:
         held: Callable[[], dict[int, int]],
         on_lost: Callable[[dict[int, int]], None],
         on_beat: Callable[[], None] = lambda: None,
+        listening: Callable[[], bool] = lambda: True,
+        look: Callable[[], Statement[float | None] | None] = lambda: None,
+        on_look: Callable[[float | None], None] = lambda due: None,
     ) -> None:
         """Beat for ``worker_id``; see the class."""
         self.statements = statements
@@ -61,6 +71,11 @@ class Heartbeat:
         self.held = held
         self.on_lost = on_lost
         self.on_beat = on_beat
+        self.listening = listening
+        self.look = look
+        self.on_look = on_look
+        #: What the last beat wrote in the row: whether the worker listens.
+        self.said_listening = True
         #: Whether this worker holds the fleet's duties, as of its last beat.
         self.duty = threading.Event()
         #: Live workers with a smaller id, as of the last beat (0: the duty holder).
@@ -88,23 +103,29 @@ class Heartbeat:
         wait = self.interval if held else self.idle_interval
         self._next = now + (wait if self._beats >= 3 else min(wait, 1.0))
         self._beats += 1
-        beat = self.statements.workers.beat(self.worker_id, self.lease_seconds)
+        listening = self.listening()
+        stmts: list[Statement[Any]] = [
+            self.statements.workers.beat(self.worker_id, self.lease_seconds, listening)
+        ]
+        if held:
+            stmts.insert(
+                0, self.statements.tasks.heartbeat(self.worker_id, sorted(held), self.lease_seconds)
+            )
+        look = None if held else self.look()
+        if look is not None:
+            stmts.append(look)
         try:
-            if held:
-                taken, (rank, by_queue) = listener.execute_together(
-                    [
-                        self.statements.tasks.heartbeat(
-                            self.worker_id, sorted(held), self.lease_seconds
-                        ),
-                        beat,
-                    ]
-                )
+            if len(stmts) > 1:
+                found = listener.execute_together(stmts)
             else:
-                taken, (rank, by_queue) = set(), listener.execute(beat)
+                found = [listener.execute(stmts[0])]
         except Exception as exc:
             log.warning("heartbeat failed: %s", exc)
             self._next = now + min(self.interval, 1.0)
             raise
+        taken = found.pop(0) if held else set()
+        rank, by_queue = found.pop(0)
+        self.said_listening = listening
         self.rank, self.queue_ranks = rank, by_queue
         duty = rank == 0
         if duty != self.duty.is_set():
@@ -115,6 +136,8 @@ class Heartbeat:
         else:
             self.duty.clear()
         self.on_beat()
+        if look is not None:
+            self.on_look(found.pop(0))
         if taken:
             # With the attempt each was executed under when the beat began: a
             # task handed back and claimed again since is a new execution.

@@ -6,11 +6,13 @@ queue) when a task becomes ready. A worker holds one dedicated connection
 ``Wakeup.event`` on the event loop when a notification is its to answer.
 PostgreSQL delivers a notification to every session listening on its
 channel, so only the first LISTENERS workers of a queue listen on the shared
-channel (``shared()``); every worker also listens on a channel of its own,
-for a call passed on to it alone by a worker too busy to answer it. What a
-start costs the workers does not grow with the fleet's size. (The server
-still signals every listening session of the database for each
-notification; a session not listening on its channel drops it at once.)
+channel (``shared()``). The first WINDOW workers, and any worker with work
+in hand, also listen on a channel of their own (``own()``), for a call
+passed on to it alone by a worker too busy to answer it. The server signals
+every session of the database that holds a LISTEN for each notification,
+whatever its channel, so an idle worker beyond those holds none at all: what
+a start costs, workers and server, does not grow with the fleet's size. Such
+a worker learns of work left waiting at its heartbeat (engine/maintenance.py).
 Between notifications, at least every ``TICK_SECONDS``, the thread runs
 its chores (the heartbeat, the loop watch): they go on while the event loop
 is blocked by a step that does not yield. If the connection drops, the
@@ -47,6 +49,10 @@ STAGGER_WAVE = 25
 #: channel: the first answers, the second covers for it at once when it is
 #: full or gone, the third when both are.
 LISTENERS = 3
+#: How many workers of a queue (the first by id) listen on a channel of their
+#: own while idle: the calls a full worker passes on go to them (and to any
+#: worker with work in hand), so a burst reaches that many idle workers at once.
+WINDOW = 8
 #: The place of a call passed on to this worker alone: it checks at once.
 FORWARDED = -1
 
@@ -80,8 +86,9 @@ class Wakeup:
     A check pending covers the notifications that come before it is made:
     however many come, a worker checks at most about five times a second.
     Only the workers that ``shared()`` says so listen on the shared channel
-    (their ranks are below LISTENERS); with ``own_channel``, a call passed
-    on to this worker alone (the workers before it full) is checked at once.
+    (their ranks are below LISTENERS); with ``own_channel``, while ``own()``
+    says so, a call passed on to this worker alone (the workers before it
+    full) is checked at once.
     """
 
     def __init__(
@@ -94,15 +101,20 @@ class Wakeup:
         confirm: Callable[[Listener], bool | float] = lambda listener: True,
         own_channel: str | None = None,
         shared: Callable[[], bool] = lambda: True,
+        own: Callable[[], bool] = lambda: True,
     ) -> None:
         """Listen on ``channel`` of the server at ``url`` once ``start`` is called
-        (while ``shared()`` says so), and on ``own_channel`` if given."""
+        (while ``shared()`` says so), and on ``own_channel`` if given (while
+        ``own()`` says so)."""
         self.url = url
         self.channel = channel
         self.own_channel = own_channel
         self.shared = shared
+        self.own = own
         #: Whether the connection LISTENs on the shared channel now.
         self.listening_shared = False
+        #: Whether it LISTENs on ``own_channel`` now.
+        self.listening_own = False
         self.application_name = application_name
         self.chores = list(chores)
         self.place = place
@@ -130,7 +142,8 @@ class Wakeup:
             self._stopping.set()
             await asyncio.to_thread(thread.join, 10.0)
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Set ``event`` on the event loop (from any thread)."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.event.set)
@@ -140,7 +153,7 @@ class Wakeup:
         if place is None:
             return
         if place == 0:
-            self._wake()
+            self.wake()
             return
         at = time.monotonic() + (0.0 if place == FORWARDED else CONFIRM_SECONDS)
         if place > 1:
@@ -161,16 +174,22 @@ class Wakeup:
             found = self.confirm(listener)
             if isinstance(found, bool):
                 if found:
-                    self._wake()
+                    self.wake()
             else:  # work due later: check again then
                 self._confirm_at = time.monotonic() + found
 
     def _sync(self, listener: Listener) -> None:
-        """LISTEN on the shared channel, or stop, as ``shared()`` now says."""
+        """LISTEN on the shared channel and on this worker's own, or stop, as
+        ``shared()`` and ``own()`` now say."""
         want = self.shared()
         if want != self.listening_shared:
             listener.listen(self.channel, on=want)
             self.listening_shared = want
+        want = self.own_channel is not None and self.own()
+        if want != self.listening_own:
+            assert self.own_channel is not None
+            listener.listen(self.own_channel, on=want)
+            self.listening_own = want
 
     def _tend(self, listener: Listener | None) -> None:
         for chore in self.chores:
@@ -186,14 +205,13 @@ class Wakeup:
         delay = 0.1
         while not self._stopping.is_set():
             try:
-                with Listener(self.url, self.channel, self.application_name) as listener:
-                    self.listening_shared = True
-                    if self.own_channel is not None:
-                        listener.listen(self.own_channel)
+                with Listener(self.url, None, self.application_name) as listener:
+                    self.listening_shared = self.listening_own = False
+                    self._sync(listener)
                     self.connected.set()
                     # Anything that became ready while we were not listening is
                     # found by one claim attempt.
-                    self._wake()
+                    self.wake()
                     delay = 0.1
                     while not self._stopping.is_set():
                         self._listen(listener)
@@ -204,7 +222,7 @@ class Wakeup:
                 if self._stopping.is_set():
                     return
                 log.warning("listener lost its connection (%s); retrying in %.1f s", exc, delay)
-                self._wake()
+                self.wake()
                 waited = 0.0
                 while waited < delay and not self._stopping.wait(TICK_SECONDS):
                     waited += TICK_SECONDS

@@ -24,9 +24,9 @@ class Listener:
     """One direct connection LISTENing on a channel; a context manager."""
 
     def __init__(
-        self, url: str, channel: str, application_name: str, connect_timeout: int = 5
+        self, url: str, channel: str | None, application_name: str, connect_timeout: int = 5
     ) -> None:
-        """Connect to ``url`` and LISTEN on ``channel`` once entered."""
+        """Connect to ``url`` and LISTEN on ``channel`` once entered (on none yet if None)."""
         self.url = url
         self.channel = channel
         self.application_name = application_name
@@ -42,7 +42,8 @@ class Listener:
             context=ADAPTERS,
         )
         try:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            if self.channel is not None:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except BaseException:
             conn.close()
             raise

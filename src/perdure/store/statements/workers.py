@@ -46,14 +46,18 @@ class WorkerStatements(Namespace):
             "worker_report_stuck", lambda found: None, worker_id=worker_id, stuck=stuck
         )
 
-    def beat(self, worker_id: str, fresh_seconds: float) -> Statement[tuple[int, dict[str, int]]]:
-        """Mark the worker alive; its rank among the live workers, and by queue among
-        those serving each of its queues (see worker_beat)."""
+    def beat(
+        self, worker_id: str, fresh_seconds: float, listening: bool = True
+    ) -> Statement[tuple[int, dict[str, int]]]:
+        """Mark the worker alive, and whether it listens on its own channel; its rank
+        among the live workers, and by queue among those serving each of its queues
+        (see worker_beat)."""
         return self._build(
             "worker_beat",
             lambda found: (int(found[0]["rank"]), dict(found[0]["queue_ranks"] or {})),
             worker_id=worker_id,
             fresh_seconds=fresh_seconds,
+            listening=listening,
         )
 
     def server_connections(self, name: str) -> Statement[tuple[int, int, int, int]]:

@@ -23,9 +23,12 @@ UPDATE {schema}.workers SET status = 'stopped', stopped_at = {now} WHERE id = %(
 -- fleet's duties (the reaper, the schedule ticker); a worker that dies or
 -- freezes stops beating, and the next one takes over. queue_ranks is the
 -- same count for each queue it serves, among the workers serving that
--- queue: rank 0 answers the queue's notifications first.
+-- queue: rank 0 answers the queue's notifications first. %(listening)s is
+-- whether the worker LISTENs on its own channel until its next beat
+-- (worker_next passes calls on only to those that do).
 WITH alive AS (
-    UPDATE {schema}.workers SET heartbeat_at = {now}, status = 'running'
+    UPDATE {schema}.workers
+    SET heartbeat_at = {now}, status = 'running', listening = %(listening)s
     WHERE id = %(worker_id)s
     RETURNING id, queues
 ), live AS (
@@ -40,9 +43,10 @@ SELECT (SELECT count(*) FROM live) AS rank,
 
 -- name: worker_next
 -- The next live worker (by id) after %(worker_id)s serving one of %(queues)s:
--- the one a worker too busy to answer a call passes it on to.
+-- the one a worker too busy to answer a call passes it on to. Only a worker
+-- that LISTENs on its own channel (its row says so) can hear it.
 SELECT min(id) AS next FROM {schema}.workers
-WHERE status = 'running' AND id > %(worker_id)s AND queues && %(queues)s::text[]
+WHERE status = 'running' AND listening AND id > %(worker_id)s AND queues && %(queues)s::text[]
   AND heartbeat_at > {now} - make_interval(secs => %(fresh_seconds)s);
 
 -- name: worker_mark_lost

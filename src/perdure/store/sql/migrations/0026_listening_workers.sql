@@ -1,0 +1,12 @@
+-- perdure schema, version 26: a worker's row says whether it hears calls
+-- passed on to it.
+--
+-- PostgreSQL wakes every session of the database that holds a LISTEN for
+-- each notification, whatever its channel. So that a start costs the same
+-- with 100 idle workers as with one, only the first workers of each queue
+-- (by id) and those with work in hand LISTEN at all; an idle worker beyond
+-- them holds no LISTEN, and its heartbeat looks for work left waiting
+-- instead. A worker too busy for a call passes it on only to a worker whose
+-- row says it listens (worker_next). Rows written before this version, and
+-- a new worker's until its first heartbeat, say it listens.
+ALTER TABLE workers ADD COLUMN listening boolean NOT NULL DEFAULT true;
