@@ -154,3 +154,22 @@ def test_a_worker_beyond_the_window_listens_while_it_has_work_in_hand(
     release.set()
     assert [h.result(timeout=20) for h in held] == ["released"] * 5
     wait_until(lambda: _settled(fleet, pg_url, schema), 30, what="w5 to stop listening, idle")
+
+
+def test_a_burst_of_starts_reaches_every_idle_worker_of_the_window_at_once(
+    define: perdure.App, stack: ExitStack, release: threading.Event, pg_url: str, schema: str
+) -> None:
+    app = define
+    fleet = {wid: stack.enter_context(_worker(app, wid)) for wid in ("w1", "w2", "w3", "w4")}
+    wait_until(lambda: _settled(fleet, pg_url, schema), 30, what="the fleet's places")
+    # Four starts at once: notifications that come while a check is pending
+    # are covered by it, so a worker filled by the call it heard passes on
+    # what is still due; none waits for its poll (a minute here).
+    held = [app.start("held") for _ in fleet]
+    wait_until(
+        lambda: all(len(w.worker.running) == 1 for w in fleet.values()),
+        5,
+        what="each worker to hold a blocking run",
+    )
+    release.set()
+    assert [h.result(timeout=20) for h in held] == ["released"] * 4

@@ -28,7 +28,8 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from typing import Any
 
 from perdure.engine.claiming import Claims
 from perdure.engine.executions import Executions
@@ -52,6 +53,7 @@ from perdure.store.statement import Statement
 from perdure.store.statements import Statements
 from perdure.store.statements.queues import WAKE_PREFIX
 from perdure.store.statements.schedules import SCHEDULES_PAYLOAD
+from perdure.store.store import AsyncStore
 
 log = logging.getLogger("perdure.worker")
 
@@ -226,21 +228,40 @@ class Attendance:
         return woken
 
     def _pass_on(self, listener: Listener) -> None:
-        """Tell the next live worker of each served queue (on its own channel) that
-        work is due now which this full worker cannot take."""
+        """Tell the next live worker of each served queue that listens (on its own
+        channel) that work is due now which this full worker cannot take."""
+        steps = self._passing_on()
+        try:
+            stmt = next(steps)
+            while True:
+                stmt = steps.send(listener.execute(stmt))
+        except StopIteration:
+            pass
+
+    async def pass_on_async(self, store: AsyncStore) -> None:
+        """``_pass_on`` from the event loop, through the worker's store."""
+        steps = self._passing_on()
+        try:
+            stmt = next(steps)
+            while True:
+                stmt = steps.send(await store.execute(stmt))
+        except StopIteration:
+            pass
+
+    def _passing_on(self) -> Generator[Statement[Any], Any, None]:
+        """The statements of a pass-on, each sent its result: is work due now, which
+        worker is next, and the call to it."""
         if self.heartbeat is None:
             return
-        due = listener.execute(self.claims.due())
+        due = yield self.claims.due()
         if due is None or due > 0:
             return
         fresh = self.heartbeat.lease_seconds
         queues = sorted(self._queues)
-        successor = listener.execute(
-            self.statements.workers.next_worker(self.worker_id, queues, fresh)
-        )
+        successor = yield self.statements.workers.next_worker(self.worker_id, queues, fresh)
         if successor is None:
-            return  # the last of its queues' workers: the fallback poll covers the rest
-        listener.execute(self.statements.queues.forward(successor, self.worker_id))
+            return  # the last of its queues' listening workers: their heartbeats look
+        yield self.statements.queues.forward(successor, self.worker_id)
         self.forwarded += 1
 
     def _call(self, callback: Callable[..., object], *args: object) -> None:

@@ -114,6 +114,8 @@ class Worker:
         #: The runners of those jobs while it serves (engine/services.py).
         self.jobs: list[Runner] = []
         self._slot_freed = asyncio.Event()
+        #: The last claim, made on a notification, took every free slot.
+        self._filled_when_told = False
         #: The threads of plain ``def`` steps while the worker runs; see
         #: engine/threads.py for what a stuck thread costs.
         self.threads: StepThreads | None = None
@@ -298,13 +300,20 @@ class Worker:
             # Every slot is taken (by runs, or by stuck threads): claim
             # nothing until one frees up.
             self.observer.worker_full(self.stuck_threads)
+            if self._filled_when_told:
+                # Woken for work and filled by it: what is still due goes on
+                # to the next worker now (one call heard for a burst of starts).
+                self._filled_when_told = False
+                await self.attendance.pass_on_async(store)
             return None
         want = min(free, self.options.claim_batch)
+        told = wakeup.event.is_set()
         wakeup.event.clear()
         claimed = await self.claims.claim(store, want)
         for task in claimed:
             self._start(task, env)
         if len(claimed) == want:
+            self._filled_when_told = told and want == free
             return "again"
         timeout = self._poll_seconds(wakeup)
         if claimed:
