@@ -19,6 +19,8 @@ import pytest
 from psycopg import sql
 from sql_roles import SqlSetup
 
+from migration_reading import Schema
+from migration_reading import migrations as files
 from perdure.store import migrate as migrations
 
 TRAP = """
@@ -174,3 +176,17 @@ def test_the_migration_files_alone_pin_every_definer(pg_url: str, schema: str) -
     definers = _definer_paths(pg_url, schema)
     assert len(definers) >= 13
     assert _unsafe(definers) == []
+    # The unit test's reading of the files (tests/unit/test_definer_pins.py)
+    # finds the same functions and the same definers as the server made.
+    read = Schema()
+    for name, text in files():
+        read.read(text, name)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        # Types of the schema (a row of runs) named as the files name them.
+        conn.execute(sql.SQL("SET search_path TO {}, pg_catalog").format(sql.Identifier(schema)))
+        made = conn.execute(
+            "SELECT format('%%s(%%s)', p.proname, oidvectortypes(p.proargtypes)), p.prosecdef "
+            "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace",
+            (sql.Identifier(schema).as_string(conn),),
+        ).fetchall()
+    assert sorted(made) == sorted((key, f.definer) for key, f in read.functions.items())
