@@ -19,6 +19,10 @@ import pytest
 from psycopg import sql
 from sql_roles import SqlSetup
 
+from migration_reading import Schema
+from migration_reading import migrations as files
+from perdure.store import migrate as migrations
+
 TRAP = """
 CREATE FUNCTION pg_temp.seize() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
@@ -111,6 +115,32 @@ def test_a_worker_role_gains_nothing_through_definer_functions(
     assert status == "cancelled"
 
 
+def _definer_paths(url: str, schema: str) -> dict[str, list[str]]:
+    """Each SECURITY DEFINER function of ``schema`` and the search_path it runs with."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT p.oid::regprocedure::text, p.proconfig FROM pg_proc p "
+            "WHERE p.pronamespace = %s::regnamespace AND p.prosecdef",
+            (sql.Identifier(schema).as_string(conn),),
+        ).fetchall()
+    paths: dict[str, list[str]] = {}
+    for name, config in rows:
+        found = [
+            c.removeprefix("search_path=") for c in config or [] if c.startswith("search_path=")
+        ]
+        paths[name] = [part.strip() for part in found[0].split(",")] if found else []
+    return paths
+
+
+def _unsafe(paths: dict[str, list[str]]) -> list[str]:
+    """The definers whose path does not begin with pg_catalog and end with pg_temp."""
+    return [
+        f"{name}: {path}"
+        for name, path in sorted(paths.items())
+        if not path or path[0] != "pg_catalog" or path[-1] != "pg_temp"
+    ]
+
+
 def test_every_function_pins_a_safe_search_path_and_none_is_public(
     sql_setup: SqlSetup,
 ) -> None:
@@ -125,3 +155,38 @@ def test_every_function_pins_a_safe_search_path_and_none_is_public(
     pinned = f"search_path=pg_catalog, {sql_setup.schema}, pg_temp"
     assert [name for name, config, _ in rows if pinned not in (config or [])] == []
     assert [name for name, _, public in rows if public] == []
+    definers = _definer_paths(sql_setup.pg_url, sql_setup.schema)
+    assert len(definers) >= 13
+    assert _unsafe(definers) == []
+
+
+def test_the_migration_files_alone_pin_every_definer(pg_url: str, schema: str) -> None:
+    """Applied as plain SQL, with none of the migrator's pins after each file
+    (another tool may apply them so, and an auditor reads them so), the
+    migrations leave every definer with pg_catalog first and pg_temp last."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        ident = sql.Identifier(schema)
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
+        for migration in migrations.available():
+            with conn.transaction():
+                conn.execute(
+                    sql.SQL("SET LOCAL search_path TO {}, pg_catalog, pg_temp").format(ident)
+                )
+                conn.execute(migration.sql.encode())
+    definers = _definer_paths(pg_url, schema)
+    assert len(definers) >= 13
+    assert _unsafe(definers) == []
+    # The unit test's reading of the files (tests/unit/test_definer_pins.py)
+    # finds the same functions and the same definers as the server made.
+    read = Schema()
+    for name, text in files():
+        read.read(text, name)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        # Types of the schema (a row of runs) named as the files name them.
+        conn.execute(sql.SQL("SET search_path TO {}, pg_catalog").format(sql.Identifier(schema)))
+        made = conn.execute(
+            "SELECT format('%%s(%%s)', p.proname, oidvectortypes(p.proargtypes)), p.prosecdef "
+            "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace",
+            (sql.Identifier(schema).as_string(conn),),
+        ).fetchall()
+    assert sorted(made) == sorted((key, f.definer) for key, f in read.functions.items())
