@@ -122,8 +122,11 @@ def test_a_full_window_passes_calls_on_only_to_workers_that_listen_and_the_rest_
         what="each worker of the window to hold a blocking run",
     )
     fleet["w5"] = stack.enter_context(_worker(app, "w5"))
-    wait_until(lambda: _rows(pg_url, schema).get("w5") is False, 30, what="w5 to stop listening")
-    assert _hears(fleet["w5"]) == (False, False)
+    wait_until(
+        lambda: _rows(pg_url, schema).get("w5") is False and _hears(fleet["w5"]) == (False, False),
+        30,
+        what="w5 to stop listening, and its row to say so",
+    )
     forwarded = sum(w.worker.attendance.forwarded for w in fleet.values())
     # The window is full and passes the call along itself; w5 hears nothing
     # and polls once a minute: its heartbeat (every 2 s) finds the run.
