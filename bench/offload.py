@@ -8,8 +8,11 @@ set to a fresh directory (``file://``) or a moto S3 server started here
 (``s3``), or without it (``none``: payloads in their rows, for comparison).
 Prints the map's duration (created -> completed, from the database), the
 worker's peak resident memory (VmHWM), and the time of writing the same
-bytes to the same object store alone (one ``put`` per item, in one thread),
-with their ratio. The machine may be shared: the numbers move with its load.
+bytes to the same object store alone, with their ratio: from a process of
+its own (as the worker is; moto's server runs in this one), one ``put``
+after another, then from as many threads as the worker uploads from
+(asyncio's default pool). The machine may be shared: the numbers move with
+its load.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 import perdure
 
@@ -85,18 +90,40 @@ def _store_env(kind: str, folder: Path) -> tuple[dict[str, str], Any]:
     return env, server
 
 
-def _store_alone(env: dict[str, str], items: int, mib: int) -> float:
-    """Seconds to put ``items`` objects of ``mib`` MiB into the store of ``env``, one by one."""
+def _store_alone(env: dict[str, str], items: int, mib: int, threads: int) -> float:
+    """Seconds to put ``items`` objects of ``mib`` MiB into the store of ``env`` from a
+    process of its own (as the worker is: not the one serving moto), ``threads`` at once."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--alone", str(items)]
+    command += ["--mib", str(mib), "--threads", str(threads)]
+    answer = subprocess.run(
+        command, env=dict(os.environ, **env), check=True, capture_output=True, text=True
+    )
+    return float(answer.stdout.split()[-1])
+
+
+def _put_alone(items: int, mib: int, threads: int) -> float:
+    """In this process: ``items`` objects of ``mib`` MiB, each the JSON text a step
+    returning ``blob(index)`` stores, put into the store of the environment."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from perdure.store.offload import from_environment
 
-    os.environ.update(env)  # boto3 reads its credentials from the environment
-    offload = from_environment(env)
+    offload = from_environment()
     assert offload is not None
-    began = time.perf_counter()
-    for index in range(items):
+    store = offload.store
+
+    def put(index: int) -> None:
         unit = f"{index:08d}"
         data = ('"' + unit * (mib * MIB // len(unit)) + '"').encode()
-        offload.store.put(f"alone-{index}", data)
+        store.put(f"alone-{index}", data)
+
+    began = time.perf_counter()
+    if threads == 1:
+        for index in range(items):
+            put(index)
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(put, range(items)))
     return time.perf_counter() - began
 
 
@@ -152,15 +179,30 @@ def _measure(
         run = handle.get()
         assert run.completed_at is not None
         mapped = (run.completed_at - run.created_at).total_seconds()
+        with psycopg.connect(url) as conn:  # when the last step's output was written
+            last = conn.execute(
+                f"SELECT max(completed_at) FROM {schema}.steps WHERE run_id = %s AND kind = 'step'",
+                (run.id,),
+            ).fetchone()
+        steps_done = (last[0] - run.created_at).total_seconds() if last and last[0] else mapped
     finally:
         worker.terminate()
         worker.wait(timeout=60)
     expected = items * (mib * MIB // 8) * 8
     if total != expected:
         raise RuntimeError(f"the map returned {total} characters, not {expected}")
-    alone = _store_alone(store_env, items, mib) if store_env else None
+    alone = _store_alone(store_env, items, mib, 1) if store_env else None
+    # The worker writes objects from asyncio's default thread pool.
+    threads = min(32, (os.cpu_count() or 1) + 4)
+    pooled = _store_alone(store_env, items, mib, threads) if store_env else None
     client.close()
-    return {"map_s": mapped, "alone_s": alone, "rss_mib": rss}
+    return {
+        "map_s": mapped,
+        "steps_s": steps_done,
+        "alone_s": alone,
+        "pooled_s": pooled,
+        "rss_mib": rss,
+    }
 
 
 def main() -> None:
@@ -172,17 +214,26 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--mib", type=int, default=1)
     parser.add_argument("--store", choices=["file", "s3", "none"], default="file")
+    parser.add_argument("--alone", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    if "--alone" in sys.argv:  # the store alone, in a process of its own (_store_alone)
+        args = parser.parse_args()
+        print(f"{_put_alone(args.alone, args.mib, args.threads):.3f}", flush=True)
+        return
     with standalone(parser) as (args, server, _probe):
         m = measure(server.url, args.items, args.mib, args.store)
-        alone = m["alone_s"]
+        alone, pooled = m["alone_s"], m["pooled_s"]
         versus = (
             "payloads in their rows (no offload)"
             if alone is None
-            else f"the same bytes to the store alone: {alone:.1f} s "
-            f"(map / alone = {m['map_s'] / alone:.1f}x)"
+            else f"the same bytes to the store alone: {alone:.1f} s one after another "
+            f"(map / alone = {m['map_s'] / alone:.2f}x), {pooled:.1f} s from "
+            f"{min(32, (os.cpu_count() or 1) + 4)} threads (map / alone = "
+            f"{m['map_s'] / pooled:.2f}x)"
         )
         print(
-            f"map of {args.items} x {args.mib} MiB via {args.store}: {m['map_s']:.1f} s; "
+            f"map of {args.items} x {args.mib} MiB via {args.store}: {m['map_s']:.1f} s "
+            f"(the last step written at {m['steps_s']:.1f} s); "
             f"{versus}; worker peak RSS {m['rss_mib']:.0f} MiB",
             flush=True,
         )

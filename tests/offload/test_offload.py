@@ -306,3 +306,38 @@ def test_a_failed_upload_writes_no_row(
     assert db.execute("SELECT count(*) FROM runs").fetchone() == (0,)
     small = app.start("large", "fits in a row")
     assert app.get_run(small.id).input == "fits in a row"
+
+
+def test_a_long_step_output_is_checked_and_escaped_as_any_other(
+    make_app: Callable[..., perdure.App], tmp_path: Any
+) -> None:
+    """A step returning a long text is encoded off the event loop: still refused when
+    jsonb cannot hold it, still escaped when it needs to be."""
+    app = make_app(
+        offload=f"file://{tmp_path}", offload_above=ABOVE, max_payload_bytes=4 * 1024 * 1024
+    )
+
+    async def text(kind: str) -> Any:
+        body = "x" * BIG
+        if kind == "nul":
+            return body + "\x00"
+        if kind == "escaped":
+            return 'a "quoted"\n\\ line\t' + body
+        return {"text": body, "n": 1.5e20}
+
+    @app.workflow("long_text")
+    async def long_text(ctx: perdure.Context, kind: str) -> Any:
+        return await ctx.step("text", text, kind)
+
+    app.register()
+    nul = app.start("long_text", "nul")
+    escaped = app.start("long_text", "escaped")
+    mixed = app.start("long_text", "mixed")
+    drain(app)
+
+    failed = app.get_run(nul.id)
+    assert failed.status == "failed" and failed.error is not None
+    assert "NUL character" in failed.error["message"]
+    assert app.get_run(escaped.id).output == 'a "quoted"\n\\ line\t' + "x" * BIG
+    assert app.get_run(mixed.id).output == {"text": "x" * BIG, "n": 150000000000000000000.0}
+    assert len(names(app.payloads.offload.store)) == 4  # type: ignore[union-attr]

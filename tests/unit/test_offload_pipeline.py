@@ -81,3 +81,35 @@ def test_configuration_from_the_environment(tmp_path: Path) -> None:
         object_store("s3:///nobucket")
     with pytest.raises(ConfigurationError, match="must be local"):
         object_store("file://host/path")
+
+
+def _written(payloads: Payloads, text: str) -> dict[str, object]:
+    """The reference row of payload JSON ``text``, its object uploaded."""
+    sealed = payloads.seal(text)
+    assert sealed is not None
+    payloads.offload.upload(payloads.take_pending())  # type: ignore[union-attr]
+    envelope: dict[str, object] = json.loads(sealed)
+    return envelope
+
+
+@pytest.mark.parametrize(
+    "value", ["x" * 500, 'say "hi"\\n' + "x" * 500, "tab\there " + "é" * 300, "x" * 500 + "\n"]
+)
+def test_an_offloaded_text_opens_back_as_written_escaped_or_not(tmp_path: Path, value: str) -> None:
+    payloads = _pipeline(tmp_path)
+    assert payloads.open(_written(payloads, json.dumps(value, ensure_ascii=False))) == value
+
+
+@pytest.mark.parametrize("where", ["middle", "first", "last"])
+def test_an_altered_offloaded_text_is_undecodable_however_it_was_altered(
+    tmp_path: Path, where: str
+) -> None:
+    payloads = _pipeline(tmp_path)
+    envelope = _written(payloads, json.dumps("x" * 500))
+    [path] = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    data = bytearray(path.read_bytes())
+    index = {"middle": len(data) // 2, "first": 1, "last": len(data) - 2}[where]
+    data[index] = ord("\x01")  # a control character where a letter was: no escape, no quote
+    path.write_bytes(bytes(data))
+    opened = payloads.open(envelope)
+    assert isinstance(opened, Undecodable) and "sha256 mismatch" in opened

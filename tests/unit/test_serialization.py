@@ -70,3 +70,15 @@ def test_error_record_names_the_type_and_survives_nul() -> None:
     record = serialization.error_record(ValueError("bad\x00value"), "Traceback ...")
     assert record["type"] == "ValueError" and record["traceback"] == "Traceback ..."
     assert "\\u0000" not in serialization.error_json(record)
+
+
+def test_holds_long_text_looks_one_level_deep() -> None:
+    from perdure.engine.serialization import BIG_TEXT, holds_long_text
+
+    long = "x" * BIG_TEXT
+    assert holds_long_text(long)
+    assert holds_long_text([1, long]) and holds_long_text((long,))
+    assert holds_long_text({"text": long})
+    assert not holds_long_text(long[:-1])
+    assert not holds_long_text({"deeper": [long]})
+    assert not holds_long_text(12) and not holds_long_text(None)

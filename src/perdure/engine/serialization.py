@@ -189,6 +189,18 @@ def _verbatim(text: str, big: list[str]) -> str:
     return "".join(out)
 
 
+def holds_long_text(value: Any) -> bool:
+    """Whether ``value`` is, or directly holds, a string of ``BIG_TEXT`` characters or more
+    (a cheap look, one level deep: encoding such a value is worth a thread)."""
+    if type(value) is str:
+        return len(value) >= BIG_TEXT
+    if type(value) is list or type(value) is tuple:
+        return any(type(item) is str and len(item) >= BIG_TEXT for item in value)
+    if type(value) is dict:
+        return any(type(item) is str and len(item) >= BIG_TEXT for item in value.values())
+    return False
+
+
 def roundtrip(value: Any, what: str, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> tuple[str, Any]:
     """Encode ``value`` and return ``(text, decoded)``: what is stored and what code sees.
 
