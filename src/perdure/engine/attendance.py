@@ -40,6 +40,7 @@ from perdure.engine.schedules import Nudge
 from perdure.engine.wakeup import (
     CONFIRM_SECONDS,
     FORWARDED,
+    IDLE_TICK_SECONDS,
     LATE_CONFIRM_SECONDS,
     LISTENERS,
     STAGGER_SECONDS,
@@ -120,7 +121,11 @@ class Attendance:
             on_look=self._looked,
         )
         watch = LoopWatch(
-            loop, options.blocked_loop_seconds, steps.steps.get, self.observer.loop_blocked
+            loop,
+            options.blocked_loop_seconds,
+            steps.steps.get,
+            self.observer.loop_blocked,
+            busy=self.busy,
         )
         self._wakeup = Wakeup(
             url,
@@ -132,6 +137,8 @@ class Attendance:
             own_channel=self.statements.queues.worker_channel(self.worker_id),
             shared=self.shared,
             own=self.own,
+            busy=self.busy,
+            idle_tick=min(IDLE_TICK_SECONDS, options.heartbeat_interval / 4),
         )
         return self._wakeup
 
@@ -150,10 +157,14 @@ class Attendance:
         LISTENERS workers of one of its queues (or has not been told its place)."""
         return self.rank() < LISTENERS
 
+    def busy(self) -> bool:
+        """Whether this worker executes runs now (read from the wakeup thread)."""
+        return len(self.running) > 0
+
     def _reachable(self) -> bool:
         """Whether this worker should hear calls passed on to it: it is among the
         first WINDOW workers of one of its queues, or has work in hand."""
-        return self.rank() < WINDOW or len(self.running) > 0
+        return self.rank() < WINDOW or self.busy()
 
     def own(self) -> bool:
         """Whether this worker listens on its own channel now: while it should

@@ -33,8 +33,12 @@ from perdure.store.listener import Listener
 
 log = logging.getLogger("perdure.wakeup")
 
-#: The longest the thread waits for a notification before its chores run.
+#: The longest the thread waits for a notification before its chores run...
 TICK_SECONDS = 0.2
+#: ...and at most this while the worker executes no run (nothing then needs
+#: the loop watched): an idle fleet's threads wake once a second, not five
+#: times. A short lease shortens it (a claim is beaten for within a few ticks).
+IDLE_TICK_SECONDS = 1.0
 
 #: How long after a notification the second worker of a queue checks that
 #: the first took the work (see ``Wakeup``)...
@@ -102,6 +106,8 @@ class Wakeup:
         own_channel: str | None = None,
         shared: Callable[[], bool] = lambda: True,
         own: Callable[[], bool] = lambda: True,
+        busy: Callable[[], bool] = lambda: True,
+        idle_tick: float = IDLE_TICK_SECONDS,
     ) -> None:
         """Listen on ``channel`` of the server at ``url`` once ``start`` is called
         (while ``shared()`` says so), and on ``own_channel`` if given (while
@@ -111,6 +117,10 @@ class Wakeup:
         self.own_channel = own_channel
         self.shared = shared
         self.own = own
+        #: Whether the worker executes runs: its chores then run every TICK_SECONDS,
+        #: else every ``idle_tick`` s.
+        self.busy = busy
+        self.idle_tick = max(idle_tick, TICK_SECONDS)
         #: Whether the connection LISTENs on the shared channel now.
         self.listening_shared = False
         #: Whether it LISTENs on ``own_channel`` now.
@@ -163,7 +173,7 @@ class Wakeup:
 
     def _listen(self, listener: Listener) -> None:
         """Wait for one notification (or the next check, or a tick), then act."""
-        timeout = TICK_SECONDS
+        timeout = TICK_SECONDS if self.busy() else self.idle_tick
         if self._confirm_at is not None:
             timeout = min(timeout, max(self._confirm_at - time.monotonic(), 0.0))
         came = listener.wait_on(timeout)

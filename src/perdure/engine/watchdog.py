@@ -38,17 +38,21 @@ class LoopWatch:
         threshold: float,
         step_of: Callable[[str], str | None],
         on_blocked: Callable[[str | None, str | None, float], None],
+        busy: Callable[[], bool] = lambda: True,
     ) -> None:
         """Watch ``loop``; warn past ``threshold`` s.
 
         ``step_of(run_id)`` names the step a run is executing (None: its
         body). ``on_blocked(run_id, step, seconds)`` is called on the loop
-        once a stall ends.
+        once a stall ends. No ping is sent while ``busy()`` says no run is
+        executing: only a run's code can block the loop, and an idle fleet's
+        loops then sleep until they have work.
         """
         self.loop = loop
         self.threshold = threshold
         self.step_of = step_of
         self.on_blocked = on_blocked
+        self.busy = busy
         self._sent: float | None = None
         self._answered = False
         self._culprit: tuple[str | None, str | None] | None = None
@@ -72,6 +76,9 @@ class LoopWatch:
                 self.loop.call_soon_threadsafe(self.on_blocked, run_id, step, now - self._sent)
                 self._culprit = None
             elif self._sent is not None and now - self._sent < PING_SECONDS:
+                return
+            if not self.busy():
+                self._sent = None
                 return
             self._answered = False
             self._sent = now
