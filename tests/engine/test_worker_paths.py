@@ -20,6 +20,7 @@ import pytest
 
 import perdure
 from helpers import BackgroundWorker, wait_until
+from perdure.engine.watchdog import LoopWatch
 
 
 @pytest.fixture
@@ -135,13 +136,23 @@ def test_a_stop_at_once_hands_back_a_running_run_without_waiting(app: perdure.Ap
 def test_a_loop_held_by_the_workers_own_code_blames_no_run(
     app: perdure.App, caplog: pytest.LogCaptureFixture
 ) -> None:
-    @app.workflow("noop")
-    async def noop(ctx: perdure.Context) -> None:
-        return None
+    async def nap() -> None:
+        await asyncio.sleep(3.0)
+
+    @app.workflow("napping")
+    async def napping(ctx: perdure.Context) -> None:
+        await ctx.step("nap", nap)
 
     caplog.set_level(logging.DEBUG, logger="perdure.worker")
     with BackgroundWorker(app, poll_seconds=0.05, blocked_loop_seconds=0.1) as worker:
-        wait_until(lambda: worker.count("worker_idle"), what="the worker to go idle")
+        # The loop is watched while a run executes (an idle worker's loop is
+        # not pinged): a run that awaits, and does not hold the loop.
+        app.start("napping")
+        wait_until(lambda: worker.count("execution_started"), what="the run to start")
+        wakeup = worker.worker.attendance._wakeup
+        assert wakeup is not None
+        (watch,) = [chore for chore in wakeup.chores if isinstance(chore, LoopWatch)]
+        wait_until(lambda: watch.pinging, 5, what="the loop watch to ping the loop")
         # A callback of the loop that is no run's task holds it for a moment.
         worker.loop.call_soon_threadsafe(time.sleep, 1.0)
         wait_until(
@@ -224,3 +235,24 @@ def test_a_task_handed_back_and_claimed_again_is_not_taken_for_lost(app: perdure
 
     handle = app.start("naps", 40)
     assert app.run_until_complete(handle, heartbeat_seconds=0.002) == 40
+
+
+def test_an_idle_worker_does_not_ping_its_loop(app: perdure.App) -> None:
+    """Only a run's code can block the loop: an idle worker's loop sleeps until it has work."""
+
+    @app.workflow("noop")
+    async def noop(ctx: perdure.Context) -> None:
+        return None
+
+    with BackgroundWorker(app, lease_seconds=2.0) as worker:
+        app.start("noop").result(timeout=20)
+        wakeup = worker.worker.attendance._wakeup
+        assert wakeup is not None
+        (watch,) = [chore for chore in wakeup.chores if isinstance(chore, LoopWatch)]
+        beats = worker.count("heartbeat")
+        wait_until(
+            lambda: worker.count("heartbeat") >= beats + 2,
+            20,
+            what="two heartbeats while idle",
+        )
+        assert not watch.pinging

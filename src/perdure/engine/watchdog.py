@@ -57,6 +57,11 @@ class LoopWatch:
         self._answered = False
         self._culprit: tuple[str | None, str | None] | None = None
 
+    @property
+    def pinging(self) -> bool:
+        """Whether the watch pings the loop now (a run executes)."""
+        return self._sent is not None
+
     def _answer(self) -> None:
         self._answered = True
 
