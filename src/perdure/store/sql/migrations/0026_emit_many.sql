@@ -17,8 +17,8 @@
 --
 -- Many events at once: emit_events takes a JSON array of events and records
 -- each as emit_event does, in one transaction, all or none. emit_event's
--- steps are functions of their own here (event_checked, event_record and the
--- three kinds of delivery), which both call.
+-- steps are functions of their own here (event_checked, event_record, the
+-- three kinds of delivery and event_woke), which both call.
 
 CREATE OR REPLACE FUNCTION notify_task_ready() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -57,19 +57,39 @@ BEGIN
 END
 $$;
 
--- event_deliver_waits: complete every parked ctx.wait_for_event on p_name
--- whose match the payload contains with event p_event (its id p_id), record
--- the deliveries and make the runs due; how many. The waits are locked in
--- one order by every emitter: two emits of one name wait for each other
--- instead of deadlocking.
-CREATE FUNCTION event_deliver_waits(
-    p_id bigint, p_name text, p_payload jsonb, p_anchors text[], p_event jsonb, p_now timestamptz
+-- event_woke: what each step an event completed costs, wherever it waited:
+-- an `event_consumed` history entry for the step (p_runs, p_positions,
+-- p_steps, one element each), and its run's task made due now. How many.
+CREATE FUNCTION event_woke(
+    p_id bigint, p_name text, p_now timestamptz,
+    p_runs uuid[], p_positions integer[], p_steps text[]
 ) RETURNS integer
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    v_woke integer;
 BEGIN
+    INSERT INTO history (run_id, at, event, step_position, step_name, detail)
+    SELECT w.run_id, p_now, 'event_consumed', w.position, w.step,
+           jsonb_build_object('event_id', p_id, 'name', p_name)
+    FROM unnest(p_runs, p_positions, p_steps) AS w (run_id, position, step);
+    UPDATE tasks t SET available_at = p_now
+    WHERE t.run_id = ANY (p_runs) AND t.kind = 'run' AND t.status = 'ready';
+    RETURN cardinality(p_runs);
+END
+$$;
+
+-- event_deliver_waits: complete every parked ctx.wait_for_event on p_name
+-- whose match the payload contains with event p_event (its id p_id) and
+-- record the deliveries; the steps completed. The waits are locked in one
+-- order by every emitter: two emits of one name wait for each other instead
+-- of deadlocking.
+CREATE FUNCTION event_deliver_waits(
+    p_id bigint, p_name text, p_payload jsonb, p_anchors text[], p_event jsonb, p_now timestamptz
+) RETURNS TABLE (woken_run uuid, woken_position integer, woken_step text)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     WITH matched AS (
         SELECT w.run_id, w.position
         FROM event_waits w JOIN runs r ON r.id = w.run_id
@@ -91,37 +111,27 @@ BEGIN
         FROM delivered d
         WHERE s.run_id = d.run_id AND s.position = d.position AND s.status = 'waiting'
         RETURNING s.run_id, s.position, s.name
-    ), logged AS (
-        INSERT INTO history (run_id, at, event, step_position, step_name, detail)
-        SELECT c.run_id, p_now, 'event_consumed', c.position, c.name,
-               jsonb_build_object('event_id', p_id, 'name', p_name)
-        FROM completed c
-    ), due AS (
-        UPDATE tasks t SET available_at = p_now
-        FROM completed c
-        WHERE t.run_id = c.run_id AND t.kind = 'run' AND t.status = 'ready'
     )
-    SELECT count(*) INTO v_woke FROM completed;
-    RETURN v_woke;
+    SELECT c.run_id, c.position, c.name FROM completed c;
 END
 $$;
 
 -- event_complete_races: the races (ctx.wait_first, ctx.wait_all) with a
 -- member event p_event matches: the first such member (in the race's order)
 -- wins, its race checkpoint is completed with the member's name and the
--- event, and the delivery recorded; how many. The race's checkpoint row is
+-- event, and the delivery recorded; the steps completed. The race's checkpoint row is
 -- the one locked, in one order by every emitter: of two events that match
 -- members of one race the second finds it completed and records nothing
 -- (that event stays free for a later wait). The members' rows are removed by
 -- the worker.
 CREATE FUNCTION event_complete_races(
     p_id bigint, p_name text, p_payload jsonb, p_anchors text[], p_event jsonb, p_now timestamptz
-) RETURNS integer
+) RETURNS TABLE (woken_run uuid, woken_position integer, woken_step text)
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    v_woke integer;
+#variable_conflict use_column
 BEGIN
+    RETURN QUERY
     WITH matched AS (
         SELECT w.run_id, w.position, w.ord, w.member
         FROM race_event_waits w
@@ -148,18 +158,8 @@ BEGIN
         INSERT INTO event_deliveries (event_id, run_id, position, delivered_at)
         SELECT p_id, c.run_id, c.position, p_now FROM completed c
         ON CONFLICT DO NOTHING
-    ), logged AS (
-        INSERT INTO history (run_id, at, event, step_position, step_name, detail)
-        SELECT c.run_id, p_now, 'event_consumed', c.position, c.name,
-               jsonb_build_object('event_id', p_id, 'name', p_name)
-        FROM completed c
-    ), due AS (
-        UPDATE tasks t SET available_at = p_now
-        FROM completed c
-        WHERE t.run_id = c.run_id AND t.kind = 'run' AND t.status = 'ready'
     )
-    SELECT count(*) INTO v_woke FROM completed;
-    RETURN v_woke;
+    SELECT c.run_id, c.position, c.name FROM completed c;
 END
 $$;
 
@@ -222,10 +222,12 @@ LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_id      bigint;
-    v_anchors text[];
-    v_event   jsonb;
-    v_woke    integer;
+    v_id        bigint;
+    v_anchors   text[];
+    v_event     jsonb;
+    v_runs      uuid[];
+    v_positions integer[];
+    v_steps     text[];
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(event_lock_key(p_name));
     INSERT INTO emitted_events (name, key, payload, emitted_at)
@@ -240,9 +242,19 @@ BEGIN
     v_anchors := array_append(event_anchors(p_payload), '');
     v_event := jsonb_build_object('id', v_id, 'name', p_name, 'key', p_key,
                                   'payload', p_payload, 'emitted_at', p_now);
-    v_woke := event_deliver_waits(v_id, p_name, p_payload, v_anchors, v_event, p_now)
-              + event_complete_races(v_id, p_name, p_payload, v_anchors, v_event, p_now);
-    RETURN QUERY SELECT v_id, true, v_woke,
+    -- The waits first, then the races: an event a wait of a run took is not
+    -- also that run's race winner (event_complete_races looks for it).
+    SELECT coalesce(array_agg(w.woken_run), '{}'), coalesce(array_agg(w.woken_position), '{}'),
+           coalesce(array_agg(w.woken_step), '{}')
+    INTO v_runs, v_positions, v_steps
+    FROM event_deliver_waits(v_id, p_name, p_payload, v_anchors, v_event, p_now) w;
+    SELECT v_runs || coalesce(array_agg(w.woken_run), '{}'),
+           v_positions || coalesce(array_agg(w.woken_position), '{}'),
+           v_steps || coalesce(array_agg(w.woken_step), '{}')
+    INTO v_runs, v_positions, v_steps
+    FROM event_complete_races(v_id, p_name, p_payload, v_anchors, v_event, p_now) w;
+    RETURN QUERY SELECT v_id, true,
+        event_woke(v_id, p_name, p_now, v_runs, v_positions, v_steps),
         event_start_triggered(v_id, p_name, p_payload, v_anchors, v_event, p_now, p_max_bytes);
 END
 $$;
