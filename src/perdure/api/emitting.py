@@ -5,8 +5,11 @@ recorded once per name and key. Emitting it wakes the runs parked at a
 ``ctx.wait_for_event`` it matches and starts the workflows whose trigger it
 matches, in the same transaction: on the App's pool, or with ``conn=`` in the
 caller's own transaction (the transactional outbox: rolled back, the event
-never happened). Not ``app.get_event``/``app.events``, which read the values
-a run published with ``ctx.set_event``.
+never happened). ``app.emit_many`` does the same for a list of events in
+one transaction. On the App's pool the workers are notified after the
+commit, not in it (see ``_committed_then_woken``). Not
+``app.get_event``/``app.events``, which read the values a run published
+with ``ctx.set_event``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from perdure.api import starting
 from perdure.api.core import Core
@@ -22,8 +25,10 @@ from perdure.engine import arguments, serialization
 from perdure.engine.arguments import validate_name
 from perdure.errors import ConfigurationError, DatabaseError, PerdureError, WorkflowDefinitionError
 from perdure.store import caller
-from perdure.store.statement import Row
+from perdure.store.statement import Statement
 from perdure.types import EmittedEvent, EventToEmit
+
+T = TypeVar("T")
 
 log = logging.getLogger("perdure.emit")
 
@@ -53,6 +58,8 @@ async def emit(
     connection in a transaction: a ``Connection``, or an ``AsyncConnection``
     from ``emit_async``) the event is written in the caller's transaction and
     exists, wakes and starts only if that commits: the transactional outbox.
+    Without ``conn`` the workers are notified just after the commit; should
+    the emitter die in between, they find the runs at their fallback poll.
     A bad name, key or payload is refused before anything is written.
     """
     event_id, _ = await _record(core, name, payload, key, conn)
@@ -87,11 +94,11 @@ async def _record(
     if conn is not None:
         row = await starting.on_connection(core, conn, "emit")(statement)
     else:
-        (row,) = await _committed_then_woken(core, statement)
+        row = await _committed_then_woken(core, statement)
     return int(row["id"]), bool(row["created"])
 
 
-async def _committed_then_woken(core: Core, statement: Any) -> list[Row]:
+async def _committed_then_woken(core: Core, statement: Statement[T]) -> T:
     """Run the emit ``statement`` in a transaction of its own on the App's pool; notify
     the queues it made work ready on after its commit, not in it.
 
@@ -99,8 +106,8 @@ async def _committed_then_woken(core: Core, statement: Any) -> list[Row]:
     WAL flush: emitters that notify in their transaction wait for each other.
     The notification's own transaction writes nothing else and waits for no
     flush. Were it lost (the process dies between the two, the connection
-    drops), the workers' fallback poll finds the runs made due. Its rows: one
-    for ``emit``, one per event for ``emit_many``.
+    drops), the workers' fallback poll finds the runs made due. Returns the
+    statement's answer.
     """
     store = await core.get_store()
     emissions = core.statements.emissions
@@ -118,7 +125,8 @@ async def _committed_then_woken(core: Core, statement: Any) -> list[Row]:
                 "the workers' poll finds the runs",
                 exc,
             )
-    return found if isinstance(found, list) else [found]
+    answer: T = found
+    return answer
 
 
 def _item(index: int, item: object) -> EventToEmit:
