@@ -171,6 +171,22 @@ def test_a_bulk_emit_starts_triggered_workflows_and_fills_batches_as_single_emit
     assert started()[0] == [1, 2, 3, 4, 9]
 
 
+def test_a_bulk_emit_in_the_callers_transaction_exists_only_if_it_commits(
+    app: perdure.App, pg_url: str, db: Any
+) -> None:
+    first, second = _waiting_for_orders(app, range(2))
+    with psycopg.connect(pg_url) as conn:
+        app.emit_many([("order.paid", {"order_id": 0}), ("order.paid", {"order_id": 1})], conn=conn)
+        conn.rollback()
+    assert db.execute("SELECT count(*) FROM emitted_events").fetchone() == (0,)
+    assert first.status() == second.status() == "waiting"
+    with psycopg.connect(pg_url) as conn:
+        ids = app.emit_many([("order.paid", {"order_id": 0})], conn=conn)
+    drain(app)
+    assert first.result(timeout=5) == ids[0]
+    assert second.status() == "waiting"
+
+
 def test_concurrent_bulk_emitters_with_overlapping_keys_record_each_event_once(
     app: perdure.App, db: Any
 ) -> None:
