@@ -283,6 +283,16 @@ def test_app_emit_notifies_after_its_commit_and_the_sql_function_in_it(
         # An emit that wakes nothing notifies nothing.
         app.emit("order.paid", {"order_id": 77})
         assert _notifications(listener, 0.5) == []
+        # No value a session leaves in the setting breaks or silences a write:
+        # the trigger notifies as before.
+        handle = app.start("await_order", 2)
+        drain(app)
+        _notifications(listener, 0.3)
+        db.execute("SELECT set_config('perdure.deferred_wakeups', '[\"garbage', false)")
+        db.execute("SELECT emit_event('order.paid', '{\"order_id\": 2}')")
+        assert "await_order" in _notifications(listener, 1.0)
+        drain(app)
+        assert handle.status() == "completed"
     finally:
         listener.close()
 

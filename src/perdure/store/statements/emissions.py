@@ -64,7 +64,8 @@ class EmissionStatements(Namespace):
         """The queues this transaction made work ready on, since ``defer_wakeups``."""
 
         def decode(found: list[Row]) -> list[str]:
-            return [str(queue) for queue in found[0]["queues"]] if found else []
+            listed = str(found[0]["queues"]) if found else ""
+            return [queue for queue in listed.split("\n") if queue]
 
         return self._build("emission_deferred_wakeups", decode)
 

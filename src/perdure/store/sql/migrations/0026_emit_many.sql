@@ -6,7 +6,7 @@
 -- its commit and holds it through its WAL flush. Every emit that woke a run
 -- used to NOTIFY in its own transaction, so emitters waited for each other's
 -- flushes. Now a transaction may set `perdure.deferred_wakeups` (locally, to
--- '[]'): the tasks' trigger then lists the queues it would have notified in
+-- a newline): the tasks' trigger then lists the queues it would have notified in
 -- that setting instead, and the emitter (app.emit without conn=) reads them
 -- before its commit and notifies them in a transaction of its own after it,
 -- which writes nothing else and so waits for no flush. An emitter that dies
@@ -20,16 +20,18 @@
 -- steps are functions of their own here (event_checked, event_record, the
 -- three kinds of delivery and event_woke), which both call.
 
+-- The setting holds a newline, then each queue followed by a newline (queue
+-- names have none); any other value (unset, '', something else) notifies as
+-- before, so no value a session leaves behind can make the trigger fail.
 CREATE OR REPLACE FUNCTION notify_task_ready() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     v_deferred text := current_setting('perdure.deferred_wakeups', true);
 BEGIN
-    IF v_deferred IS NULL OR v_deferred = '' THEN
+    IF v_deferred IS NULL OR left(v_deferred, 1) <> E'\n' THEN
         PERFORM pg_notify(TG_TABLE_SCHEMA || '_wakeup', NEW.queue);
-    ELSIF NOT v_deferred::jsonb ? NEW.queue THEN
-        PERFORM set_config('perdure.deferred_wakeups',
-                           (v_deferred::jsonb || to_jsonb(NEW.queue))::text, true);
+    ELSIF strpos(v_deferred, E'\n' || NEW.queue || E'\n') = 0 THEN
+        PERFORM set_config('perdure.deferred_wakeups', v_deferred || NEW.queue || E'\n', true);
     END IF;
     RETURN NULL;
 END

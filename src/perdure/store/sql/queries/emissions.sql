@@ -22,12 +22,11 @@ ORDER BY index;
 -- notify instead of notifying (migration 0026): run first in the emitter's
 -- transaction, then emission_deferred_wakeups last, then emission_wake after
 -- the commit.
-SELECT set_config('perdure.deferred_wakeups', '[]', true) = '[]' AS deferred;
+SELECT set_config('perdure.deferred_wakeups', E'\n', true) = E'\n' AS deferred;
 
 -- name: emission_deferred_wakeups
--- The queues this transaction made work ready on (a JSON array of names).
-SELECT coalesce(nullif(current_setting('perdure.deferred_wakeups', true), ''), '[]')::jsonb
-       AS queues;
+-- The queues this transaction made work ready on, each followed by a newline.
+SELECT coalesce(current_setting('perdure.deferred_wakeups', true), '') AS queues;
 
 -- name: emission_wake
 -- Notify each queue of %(queues)s on the wakeup channel, in a transaction
