@@ -2,7 +2,7 @@
 
 Usage: python bench/event_load.py [--runs 10000] [--rate 1000] [--emitters 8]
                                   [--concurrency 32] [--idle-samples 100]
-                                  [--via app|sql] [--database-url URL]
+                                  [--via app|sql] [--batch N] [--database-url URL]
 
 First, with the worker process idle (nothing else to do), ``--idle-samples``
 runs wait one at a time and the bench emits each one's event: emit call ->
@@ -17,7 +17,10 @@ emit one event per run, paced together at ``--rate`` events/s, in a
 shuffled order, each recording when it called emit: with ``app.emit``
 (``--via app``), or with ``SELECT emit_event(...)`` on a psycopg connection
 of each thread's own (``--via sql``: what another language's driver does,
-without the Python App's own costs in the one bench process). Reported,
+without the Python App's own costs in the one bench process). With
+``--batch N`` each call emits N events at once, in one transaction:
+``app.emit_many`` or ``SELECT emit_events(<JSON array>)``; the calls are
+paced so that the events still go out at ``--rate``. Reported,
 from the database once every run has completed:
 
 - the achieved emit rate (events / seconds from the first emit call to the
@@ -112,9 +115,11 @@ def emit_all(
     rate: float,
     emitters: int,
     sql_door: tuple[str, str] | None,
+    batch: int = 1,
 ) -> tuple[dict[int, float], list[float], float]:
-    """Emit ``load.paid`` for each order, paced at ``rate``/s over ``emitters`` threads:
-    the emit call time per order, each call's ms, and the seconds from first call to last return."""
+    """Emit ``load.paid`` for each order, paced at ``rate``/s over ``emitters`` threads,
+    ``batch`` events a call: the emit call time per order, each call's ms, and the
+    seconds from first call to last return."""
     called: dict[int, float] = {}
     took: list[float] = []
     lock = threading.Lock()
@@ -123,20 +128,27 @@ def emit_all(
 
     def emitter(k: int) -> None:
         conn = None if sql_door is None else psycopg.connect(sql_door[0], autocommit=True)
-        for i in range(k, len(orders), emitters):
-            due = start + i / rate
+        for first in range(k * batch, len(orders), emitters * batch):
+            chunk = orders[first : first + batch]
+            due = start + first / rate
             pause = due - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
             began = time.monotonic()
-            payload = {"order_id": orders[i], "amount": 1}
-            if conn is None:
-                app.emit("load.paid", payload)
+            payloads = [{"order_id": order, "amount": 1} for order in chunk]
+            if batch == 1 and conn is None:
+                app.emit("load.paid", payloads[0])
+            elif batch == 1 and conn is not None:
+                conn.execute(sql_door[1], ("load.paid", json.dumps(payloads[0])))
+            elif conn is None:
+                app.emit_many([("load.paid", payload) for payload in payloads])
             else:
-                conn.execute(sql_door[1], ("load.paid", json.dumps(payload)))
+                events = [{"name": "load.paid", "payload": payload} for payload in payloads]
+                conn.execute(sql_door[1], (json.dumps(events),))
             ended = time.monotonic()
             with lock:
-                called[orders[i]] = began + wall
+                for order in chunk:
+                    called[order] = began + wall
                 took.append((ended - began) * 1000)
         if conn is not None:
             conn.close()
@@ -159,6 +171,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--idle-samples", type=int, default=100)
     parser.add_argument("--via", choices=("app", "sql"), default="app")
+    parser.add_argument(
+        "--batch", type=int, default=1, help="events per call (emit_many / emit_events); 1: emit"
+    )
     with standalone(parser) as (args, server, probe):
         print("uptime before:", _uptime(), flush=True)
         schema = f"bench_event_load_{uuid.uuid4().hex[:8]}"
@@ -177,9 +192,13 @@ def main() -> None:
             orders = list(range(args.runs))
             random.Random(7).shuffle(orders)
             door = None
-            if args.via == "sql":
+            if args.via == "sql" and args.batch > 1:
+                door = (server.url, f'SELECT "{schema}".emit_events(%s::jsonb)')
+            elif args.via == "sql":
                 door = (server.url, f'SELECT "{schema}".emit_event(%s, %s::jsonb)')
-            called, took, seconds = emit_all(app, orders, args.rate, args.emitters, door)
+            called, took, seconds = emit_all(
+                app, orders, args.rate, args.emitters, door, max(1, args.batch)
+            )
             emitted_at = time.monotonic()
             deadline = time.monotonic() + 600
             q = (
@@ -234,9 +253,10 @@ def main() -> None:
                 "idle_worker": idle,
                 "runs": args.runs,
                 "emitted_via": args.via,
+                "batch": args.batch,
                 "target_rate": args.rate,
                 "achieved_rate": round(len(called) / seconds, 1),
-                "emit_call_ms": {
+                "emit_call_ms" if args.batch <= 1 else "emit_many_call_ms": {
                     "p50": round(quantile(took, 0.5) or 0, 2),
                     "p99": round(quantile(took, 0.99) or 0, 2),
                 },

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from perdure.types import (
         BulkResult,
         EmittedEvent,
+        EventToEmit,
         EventTrigger,
         HistoryEvent,
         PruneResult,
@@ -95,6 +96,7 @@ _HOMES: dict[str, str] = {
     "EmittedEvent": "perdure.types",
     "Winner": "perdure.types",
     "EventTimeout": "perdure.errors",
+    "EventToEmit": "perdure.types",
     "EventTrigger": "perdure.types",
     "EventWaitTimeout": "perdure.errors",
     "Graph": "perdure.api.graph",
@@ -181,6 +183,7 @@ __all__ = [
     "DatabaseUnavailable",
     "EmittedEvent",
     "EventTimeout",
+    "EventToEmit",
     "EventTrigger",
     "EventWaitTimeout",
     "Graph",

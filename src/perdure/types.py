@@ -190,6 +190,16 @@ class HistoryEvent:
 
 
 @dataclass(frozen=True)
+class EventToEmit:
+    """One event of ``app.emit_many``: its name, its payload (a JSON value; None: ``{}``)
+    and its idempotency key (None: every emit is a new event), as ``app.emit`` takes them."""
+
+    name: str
+    payload: Any = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
 class EmittedEvent:
     """An event recorded by ``app.emit`` (or ``emit_event`` in SQL), as a wait receives it.
 

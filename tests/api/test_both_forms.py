@@ -112,6 +112,14 @@ APP_CASES: dict[str, Case] = {
     "ensure_schema": (_args(), lambda w, r: r is None),
     "emit": (_args("paid", {"n": 1}, key="k"), lambda w, r: isinstance(r, int) and r > 0),
     "emitted_events": (_args(), lambda w, r: r == []),
+    "emit_many": (
+        _args([("paid", {"n": 3}, "k3"), perdure.EventToEmit("paid", {"n": 4}, "k3")]),
+        lambda w, r: len(r) == 2 and r[0] == r[1] and r[0] > 0,
+    ),
+    "emit_many_recorded": (
+        _args([("paid", {"n": 5}, "k5"), ("paid", {"n": 5}, "k5")]),
+        lambda w, r: r[0][1] is True and r[1] == (r[0][0], False),
+    ),
     "stranded": (_args(), lambda w, r: isinstance(r, list)),
     "move_runs": (
         _args("echo", 2, 1, dry_run=True),

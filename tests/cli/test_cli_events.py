@@ -113,3 +113,45 @@ def test_batched_triggers_show_in_workflows_list_and_the_start_up_line(
     listed = json.loads(perdure_cli("workflows", "list", "--json").output)
     (trigger,) = listed[0]["definition"]["on_event"]
     assert trigger == {"name": "order.paid", "match": {}, "batch_size": 100, "batch_window": 5.0}
+
+
+def test_events_emit_from_a_json_lines_file(
+    app: perdure.App,
+    perdure_cli: Callable[..., Result],
+    tmp_path: Any,
+    pg_url: str,
+    schema: str,
+) -> None:
+    lines = [
+        {"name": "order.paid", "payload": {"order_id": 1}, "key": "d1"},
+        {"name": "order.paid", "payload": {"order_id": 2}},
+        {"name": "order.paid", "payload": {"order_id": 1}, "key": "d1"},
+        {"name": "order.shipped"},
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n", encoding="utf-8")
+    emitted = perdure_cli("events", "emit", "--file", str(path))
+    assert emitted.exit_code == 0, emitted.output
+    assert "4 event(s) emitted: 3 recorded, 1 already emitted" in emitted.output
+    assert len(app.emitted_events()) == 3
+
+    # From stdin, as JSON: the key emitted before records nothing.
+    again = CliRunner().invoke(
+        cli,
+        ["--database-url", pg_url, "--schema", schema, "events", "emit", "--file", "-", "--json"],
+        input=json.dumps(lines[0]) + "\n",
+    )
+    assert again.exit_code == 0, again.output
+    counts = json.loads(again.output)
+    assert (counts["events"], counts["recorded"], counts["already_emitted"]) == (1, 0, 1)
+
+    # A bad line anywhere: nothing of the file is emitted.
+    path.write_text(json.dumps(lines[1]) + "\n[1, 2]\n", encoding="utf-8")
+    bad = perdure_cli("events", "emit", "--file", str(path))
+    assert bad.exit_code != 0 and "line 2" in bad.output
+    path.write_text(json.dumps(lines[1]) + '\n{"name": "bad name!"}\n', encoding="utf-8")
+    bad = perdure_cli("events", "emit", "--file", str(path))
+    assert bad.exit_code != 0 and "event 1 of emit_many" in bad.output
+    assert len(app.emitted_events()) == 3
+    both = perdure_cli("events", "emit", "order.paid", "--file", str(path))
+    assert both.exit_code != 0 and "not both" in both.output

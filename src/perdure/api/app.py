@@ -394,6 +394,12 @@ class App:
     emit_async = forms.awaiting(
         emitting.emit, here=starting.on_callers_loop, beside=starting.on_callers_thread
     )
+    emit_many = forms.blocking(emitting.emit_many, beside=starting.on_callers_thread)
+    emit_many_async = forms.awaiting(
+        emitting.emit_many, here=starting.on_callers_loop, beside=starting.on_callers_thread
+    )
+    emit_many_recorded = forms.blocking(emitting.emit_many_recorded)
+    emit_many_recorded_async = forms.awaiting(emitting.emit_many_recorded)
     emit_recorded = forms.blocking(emitting.emit_recorded)
     emit_recorded_async = forms.awaiting(emitting.emit_recorded)
     emitted_events = forms.blocking(emitting.emitted_events)

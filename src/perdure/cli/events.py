@@ -6,6 +6,7 @@ These are emitted events (``app.emit``), not the values a run publishes with
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -24,24 +25,94 @@ def events() -> None:
     """Emit application events and list the latest, with the runs each woke or started."""
 
 
+#: Events of a --file emitted per call (one transaction each): emit_many's limit.
+FILE_CHUNK = 10_000
+
+
 @events.command("emit")
-@click.argument("name")
+@click.argument("name", required=False)
 @click.argument("payload", required=False)
 @click.option("--key", help="Idempotency key: a second emit with it (per name) records nothing.")
-@json_option("Print the event's id as JSON.")
+@click.option(
+    "--file",
+    "path",
+    type=click.File("r", encoding="utf-8"),
+    help="Emit the events of a JSON Lines file ('-': stdin), one object "
+    '{"name", "payload", "key"} a line, instead of NAME.',
+)
+@json_option("Print the event's id (with --file: the counts and ids) as JSON.")
 @click.pass_obj
 def emit_event(
-    state: CliState, name: str, payload: str | None, key: str | None, as_json: bool
+    state: CliState,
+    name: str | None,
+    payload: str | None,
+    key: str | None,
+    path: Any,
+    as_json: bool,
 ) -> None:
     """Emit event NAME with PAYLOAD (JSON; @FILE reads a file, @- stdin; default {}).
 
     It wakes the runs waiting on a match of it and starts the workflows it
-    triggers, at once.
+    triggers, at once. With --file, every event of the file is emitted with
+    ``app.emit_many``, in calls of up to 10,000 events, each one transaction:
+    all of a call or none.
     """
+    if path is not None:
+        if name is not None or payload is not None or key is not None:
+            raise click.UsageError("give NAME, PAYLOAD and --key, or --file, not both")
+        _emit_file(state, path, as_json)
+        return
+    if name is None:
+        raise click.UsageError("give the event's NAME, or --file")
     value = parse_input(payload)
     with state.app() as app:
         event_id = app.emit(name, value, key=key)
     emit(as_json, {"id": event_id}, f"event {name} emitted: id {event_id}")
+
+
+def _read_events(lines: Any, source: str) -> list[tuple[Any, Any, Any]]:
+    """The events of JSON Lines ``lines`` as (name, payload, key); a bad line is refused
+    naming its number, before anything is emitted."""
+    found: list[tuple[Any, Any, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise click.BadParameter(
+                f"line {number} is not JSON ({exc})", param_hint=source
+            ) from None
+        if not isinstance(item, dict) or not set(item) <= {"name", "payload", "key"}:
+            raise click.BadParameter(
+                f'line {number}: each line is an object with "name", "payload" and "key" only',
+                param_hint=source,
+            )
+        found.append((item.get("name"), item.get("payload"), item.get("key")))
+    return found
+
+
+def _emit_file(state: CliState, lines: Any, as_json: bool) -> None:
+    """Emit the events of ``lines`` in calls of FILE_CHUNK; print how many were recorded."""
+    source = f"--file ({getattr(lines, 'name', '-')})"
+    found = _read_events(lines, source)
+    answers: list[tuple[int, bool]] = []
+    with state.app() as app:
+        for first in range(0, len(found), FILE_CHUNK):
+            answers += app.emit_many_recorded(found[first : first + FILE_CHUNK])
+    recorded = sum(1 for _, created in answers if created)
+    counts = {
+        "events": len(answers),
+        "recorded": recorded,
+        "already_emitted": len(answers) - recorded,
+        "ids": [event_id for event_id, _ in answers],
+    }
+    emit(
+        as_json,
+        counts,
+        f"{len(answers)} event(s) emitted: {recorded} recorded, "
+        f"{len(answers) - recorded} already emitted (same name and key)",
+    )
 
 
 @events.command("list")

@@ -27,7 +27,7 @@ from perdure.store import migrate as migrations
 
 _TABLES = sql.SQL("SELECT, INSERT, UPDATE, DELETE")
 
-#: The SQL functions a client role may execute (migrations 0011, 0017, 0020 and 0024):
+#: The SQL functions a client role may execute (migrations 0011, 0017, 0020, 0024 and 0026):
 #: the documented entry points of docs/any-language.md, by signature.
 PUBLIC_FUNCTIONS = (
     "start_run(text, jsonb, text, integer, interval, integer, jsonb, text, text, interval)",
@@ -39,6 +39,7 @@ PUBLIC_FUNCTIONS = (
     "read_stream(text, text, integer, integer)",
     "send_signal(text, text, jsonb, text)",
     "emit_event(text, jsonb, text)",
+    "emit_events(jsonb)",
     "send_update(text, text, jsonb, text)",
     "update_reply(text, text, double precision)",
 )

@@ -43,6 +43,41 @@ class EmissionStatements(Namespace):
             max_bytes=max_bytes,
         )
 
+    def emit_many(self, events_json: str, max_bytes: int, max_events: int) -> Statement[list[Row]]:
+        """Record the events of the JSON array ``events_json`` (objects with ``name``,
+        ``payload``, ``key``) in order, all or none: one row per element, its ``index``
+        from 0, ``id``, ``created``, ``woke`` and ``started``."""
+        return self._build(
+            "emission_emit_many",
+            all_rows,
+            events=events_json,
+            max_bytes=max_bytes,
+            max_events=max_events,
+        )
+
+    def defer_wakeups(self) -> Statement[None]:
+        """For the rest of this transaction, list the queues to notify instead of
+        notifying them (read them with ``deferred_wakeups``)."""
+        return self._build("emission_defer_wakeups", _none)
+
+    def deferred_wakeups(self) -> Statement[list[str]]:
+        """The queues this transaction made work ready on, since ``defer_wakeups``."""
+
+        def decode(found: list[Row]) -> list[str]:
+            listed = str(found[0]["queues"]) if found else ""
+            return [queue for queue in listed.split("\n") if queue]
+
+        return self._build("emission_deferred_wakeups", decode)
+
+    def wake(self, queues: Sequence[str]) -> Statement[int]:
+        """Notify the workers of ``queues`` on the wakeup channel; how many notified."""
+        return self._build(
+            "emission_wake",
+            count("notified"),
+            channel=self._build.channel,
+            queues=json.dumps(list(queues)),
+        )
+
     def lock(self, name: str) -> Statement[None]:
         """The wait's exclusive lock on event name ``name``, to the end of the transaction."""
         return self._build("emission_lock", _none, name=name)

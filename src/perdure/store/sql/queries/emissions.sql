@@ -9,6 +9,31 @@
 SELECT id, created, woke, started
 FROM {schema}.emit_event(%(name)s, %(payload)s::jsonb, %(key)s, %(now)s, %(max_bytes)s);
 
+-- name: emission_emit_many
+-- Emit the events of the JSON array %(events)s through emit_events' internal
+-- form, in order, all or none: one row per element (its index from 0), as
+-- emission_emit answers.
+SELECT index, id, created, woke, started
+FROM {schema}.emit_events(%(events)s::jsonb, %(now)s, %(max_bytes)s, %(max_events)s)
+ORDER BY index;
+
+-- name: emission_defer_wakeups
+-- Until this transaction ends, the tasks' trigger lists the queues it would
+-- notify instead of notifying (migration 0026): run first in the emitter's
+-- transaction, then emission_deferred_wakeups last, then emission_wake after
+-- the commit.
+SELECT set_config('perdure.deferred_wakeups', E'\n', true) = E'\n' AS deferred;
+
+-- name: emission_deferred_wakeups
+-- The queues this transaction made work ready on, each followed by a newline.
+SELECT coalesce(current_setting('perdure.deferred_wakeups', true), '') AS queues;
+
+-- name: emission_wake
+-- Notify each queue of %(queues)s on the wakeup channel, in a transaction
+-- that writes nothing else: its commit waits for no WAL flush.
+SELECT count(pg_notify(%(channel)s, q)) AS notified
+FROM jsonb_array_elements_text(%(queues)s::jsonb) AS q;
+
 -- name: emission_lock
 -- The wait's side of the lock on an event name (see migration 0020): taken
 -- first in the transaction that looks for the event and parks.
