@@ -58,6 +58,10 @@ from perdure.store.store import AsyncStore
 
 log = logging.getLogger("perdure.worker")
 
+#: How long past its due time work is left waiting before a worker that hears
+#: no notification, finding it at its heartbeat, wakes for it.
+LEFT_WAITING_SECONDS = 1.0
+
 
 class Attendance:
     """The wakeup thread's side of one worker; ``wakeup(...)`` makes the thread."""
@@ -182,9 +186,10 @@ class Attendance:
         return self.claims.due()
 
     def _looked(self, due: float | None) -> None:
-        """Wake the claim loop of a worker that hears nothing when work is due now,
-        or comes due before the loop's own wait ends (on the wakeup thread)."""
-        if due is not None and time.monotonic() + due < self.wait_until and self._wakeup:
+        """Wake the claim loop of a worker that hears nothing when work has been left
+        waiting LEFT_WAITING_SECONDS past its due time (on the wakeup thread): the
+        workers that listen take what is due on time, and a look must not race them."""
+        if due is not None and due <= -LEFT_WAITING_SECONDS and self._wakeup:
             self._wakeup.wake()  # its claim, then its wait until the next task due
 
     def lag(self) -> float:
