@@ -65,10 +65,13 @@ def test_a_worker_whose_threads_are_stuck_claims_nothing_until_they_return(
             )
 
             # Both slots are held by stuck threads: a new run waits for another worker.
-            seen = full.count("worker_full")
+            attendance = full.worker.attendance
+            seen, fulls = attendance.heard_full, full.count("worker_full")
             waiting = app.start("quick")
-            wait_until(lambda: full.count("worker_full") > seen + 2, what="the full worker woke")
+            wait_until(lambda: attendance.heard_full > seen, what="the full worker heard of it")
             assert app.get_run(waiting.id).status == "queued"
+            # Told and full, its claim loop waits for a slot: it does not spin.
+            assert full.count("worker_full") <= fulls + 2
             with BackgroundWorker(app, concurrency=1, poll_seconds=0.1, worker_id="spare"):
                 assert waiting.result(timeout=30) == "done"
             assert claimed_by(db, waiting.id) == {"spare"}

@@ -256,3 +256,25 @@ def test_an_idle_worker_does_not_ping_its_loop(app: perdure.App) -> None:
             what="two heartbeats while idle",
         )
         assert not watch.pinging
+
+
+def test_a_wakeup_thread_stops_at_once_in_the_middle_of_a_long_wait(pg_url: str) -> None:
+    """``Wakeup.stop`` ends the thread's wait for a notification at once: an
+    idle worker's tick could otherwise hold every stop for up to its length."""
+    from perdure.engine.wakeup import Wakeup
+
+    async def scenario() -> tuple[bool, bool]:
+        wakeup = Wakeup(pg_url, "perdure_test_stop", busy=lambda: False, idle_tick=60.0)
+        wakeup.start()
+        assert await asyncio.to_thread(wakeup.connected.wait, 30.0)
+        thread = wakeup._thread
+        assert thread is not None
+        await asyncio.sleep(0.2)  # the thread is now in its 60 s wait
+        stop = asyncio.ensure_future(wakeup.stop())
+        # Well before the tick, and before the stop's own join gives up (10 s).
+        done, _ = await asyncio.wait({stop}, timeout=5.0)
+        return bool(done), thread.is_alive()
+
+    stopped, alive = asyncio.run(scenario())
+    assert stopped, "the stop waited for the idle tick"
+    assert not alive

@@ -93,6 +93,8 @@ class Attendance:
         self.wake_checks = [0, 0]
         #: Calls this worker passed on to the next worker, being full.
         self.forwarded = 0
+        #: Calls this worker heard while full, for work due now it could not take.
+        self.heard_full = 0
         self.heartbeat: Heartbeat | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: Wakeup | None = None
@@ -272,6 +274,7 @@ class Attendance:
         due = yield self.claims.due()
         if due is None or due > 0:
             return
+        self.heard_full += 1
         fresh = self.heartbeat.lease_seconds
         queues = sorted(self._queues)
         successor = yield self.statements.workers.next_worker(self.worker_id, queues, fresh)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -137,20 +138,33 @@ class Wakeup:
         self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        #: A pipe whose write end ``stop`` writes to: it ends the thread's wait
+        #: for a notification at once, instead of at the next tick.
+        self._interrupt: tuple[int, int] | None = None
 
     def start(self) -> None:
         """Start the thread; call it from the event loop it wakes."""
         self._loop = asyncio.get_running_loop()
         self._stopping.clear()
+        self._interrupt = os.pipe()
         self._thread = threading.Thread(target=self._run, name="perdure-listen", daemon=True)
         self._thread.start()
 
     async def stop(self) -> None:
-        """Stop the thread and close its connection."""
+        """Stop the thread (at once, even in its wait) and close its connection."""
         thread, self._thread = self._thread, None
+        interrupt = self._interrupt
         if thread is not None:
             self._stopping.set()
+            if interrupt is not None:
+                os.write(interrupt[1], b"x")
             await asyncio.to_thread(thread.join, 10.0)
+            if thread.is_alive():
+                return  # the thread may still wait on the pipe: leave it open
+        self._interrupt = None
+        if interrupt is not None:
+            for fd in interrupt:
+                os.close(fd)
 
     def wake(self) -> None:
         """Set ``event`` on the event loop (from any thread)."""
@@ -176,7 +190,8 @@ class Wakeup:
         timeout = TICK_SECONDS if self.busy() else self.idle_tick
         if self._confirm_at is not None:
             timeout = min(timeout, max(self._confirm_at - time.monotonic(), 0.0))
-        came = listener.wait_on(timeout)
+        interrupt = self._interrupt
+        came = listener.wait_on(timeout, None if interrupt is None else interrupt[0])
         if came is not None:
             self._notified(*came)
         if self._confirm_at is not None and time.monotonic() >= self._confirm_at:

@@ -7,6 +7,7 @@ both go on while the worker's event loop is busy or blocked.
 
 from __future__ import annotations
 
+import select
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -67,8 +68,28 @@ class Listener:
         came = self.wait_on(timeout)
         return None if came is None else came[1]
 
-    def wait_on(self, timeout: float) -> tuple[str, str] | None:
-        """Wait up to ``timeout`` s for a notification; its channel and payload."""
+    def wait_on(self, timeout: float, interrupt: int | None = None) -> tuple[str, str] | None:
+        """Wait up to ``timeout`` s for a notification; its channel and payload.
+
+        With ``interrupt`` (a file descriptor, such as a pipe's read end), the
+        wait also ends, with None, as soon as that descriptor becomes readable:
+        another thread stops this one at once instead of after its timeout.
+        """
+        if interrupt is None:
+            return self._take(timeout)
+        came = self._take(0.0)  # any received while a statement ran
+        if came is not None:
+            return came
+        socket = self.conn.fileno()
+        poll = select.poll()
+        poll.register(socket, select.POLLIN)
+        poll.register(interrupt, select.POLLIN)
+        ready = poll.poll(max(timeout, 0.0) * 1000.0)
+        if any(fd == socket for fd, _ in ready):
+            return self._take(0.0)
+        return None
+
+    def _take(self, timeout: float) -> tuple[str, str] | None:
         for came in self.conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
             return came.channel, came.payload
         return None
