@@ -300,14 +300,14 @@ class Worker:
             # Every slot is taken (by runs, or by stuck threads): claim
             # nothing until one frees up.
             self.observer.worker_full(self.stuck_threads)
-            told = self._filled_when_told or wakeup.event.is_set()
-            # A call heard stays unanswered here: left set, it would end every
-            # wait at once, and the loop would spin until a slot frees.
+            # A call heard now is answered when a slot frees (the loop then
+            # claims what is due): left set, it would end every wait at once,
+            # and the loop would spin until then.
             wakeup.event.clear()
-            self._filled_when_told = False
-            if told:
-                # Woken for work (or filled by it): what is still due goes on
+            if self._filled_when_told:
+                # Woken for work and filled by it: what is still due goes on
                 # to the next worker now (one call heard for a burst of starts).
+                self._filled_when_told = False
                 await self.attendance.pass_on_async(store)
             return None
         want = min(free, self.options.claim_batch)
