@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -25,6 +24,8 @@ from helpers import BackgroundWorker, wait_until
 from perdure.engine.wakeup import LISTENERS
 from perdure.errors import ConfigurationError
 from perdure.store.statements.schedules import SCHEDULES_PAYLOAD
+
+QUEUE = "scale"
 
 
 def _settled(fleet: dict[str, BackgroundWorker], queue: str) -> bool:
@@ -39,37 +40,8 @@ def _settled(fleet: dict[str, BackgroundWorker], queue: str) -> bool:
     return True
 
 
-@pytest.fixture
-def release() -> threading.Event:
-    """Set to let the runs of ``held`` finish."""
-    return threading.Event()
-
-
-@pytest.fixture
-def define(app: perdure.App, release: threading.Event) -> perdure.App:
-    """The workflows of queue ``scale``: ``quick`` and ``held`` (until released)."""
-
-    @app.workflow("quick", queue="scale")
-    async def quick(ctx: perdure.Context, value: int) -> int:
-        return await ctx.step("double", lambda: value * 2)
-
-    @app.workflow("held", queue="scale")
-    async def held(ctx: perdure.Context) -> str:
-        return await ctx.step("wait", lambda: "released" if release.wait(30) else "timed out")
-
-    return app
-
-
 def _worker(app: perdure.App, wid: str) -> BackgroundWorker:
     return BackgroundWorker(app, worker_id=wid, concurrency=1, idle_poll_seconds=60.0)
-
-
-@pytest.fixture
-def stack(release: threading.Event) -> Iterator[ExitStack]:
-    """Workers entered here are stopped after the test, the held runs released first."""
-    with ExitStack() as stack:
-        stack.callback(release.set)
-        yield stack
 
 
 def test_only_the_first_three_workers_of_a_queue_listen_and_the_rest_stay_asleep(

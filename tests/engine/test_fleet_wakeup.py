@@ -31,12 +31,6 @@ def _ranks_settled(fleet: dict[str, BackgroundWorker], queue: str) -> bool:
 
 
 @pytest.fixture
-def release() -> threading.Event:
-    """Set to let the run of ``held`` finish."""
-    return threading.Event()
-
-
-@pytest.fixture
 def fleet(app: perdure.App, release: threading.Event) -> Iterator[dict[str, BackgroundWorker]]:
     """Three idle workers of the queue ``herd`` (w1 first, by id), ranks settled."""
 

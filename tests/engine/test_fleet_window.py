@@ -12,7 +12,6 @@ waiting at its heartbeat. Here WINDOW is 4 so that a handful of workers shows it
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from contextlib import ExitStack
 
 import psycopg
@@ -23,41 +22,13 @@ from helpers import BackgroundWorker, wait_until
 from perdure.engine import attendance
 
 WINDOW = 4
+QUEUE = "window"
 
 
 @pytest.fixture(autouse=True)
 def small_window(monkeypatch: pytest.MonkeyPatch) -> None:
     """A window of WINDOW workers instead of the default."""
     monkeypatch.setattr(attendance, "WINDOW", WINDOW)
-
-
-@pytest.fixture
-def release() -> threading.Event:
-    """Set to let the runs of ``held`` finish."""
-    return threading.Event()
-
-
-@pytest.fixture
-def define(app: perdure.App, release: threading.Event) -> perdure.App:
-    """The workflows of queue ``window``: ``quick`` and ``held`` (until released)."""
-
-    @app.workflow("quick", queue="window")
-    async def quick(ctx: perdure.Context, value: int) -> int:
-        return await ctx.step("double", lambda: value * 2)
-
-    @app.workflow("held", queue="window")
-    async def held(ctx: perdure.Context) -> str:
-        return await ctx.step("wait", lambda: "released" if release.wait(30) else "timed out")
-
-    return app
-
-
-@pytest.fixture
-def stack(release: threading.Event) -> Iterator[ExitStack]:
-    """Workers entered here are stopped after the test, the held runs released first."""
-    with ExitStack() as stack:
-        stack.callback(release.set)
-        yield stack
 
 
 def _worker(app: perdure.App, wid: str) -> BackgroundWorker:
