@@ -314,12 +314,7 @@ class Execution:
             if isinstance(result, Snooze):
                 raise result
             limit = self.env.max_payload_bytes
-            if serialization.holds_long_text(result):
-                # Encoding a large text copies and scans it: off the event loop.
-                encode = serialization.roundtrip
-                text, decoded = await asyncio.to_thread(encode, result, what, limit)
-            else:
-                text, decoded = serialization.roundtrip(result, what, limit)
+            text, decoded = await serialization.roundtrip_async(result, what, limit)
             return text, rebuild(decoded)
 
         return await self._run_step(name, kind, retry, body, reserved, rebuild)

@@ -20,6 +20,7 @@ order and the type of every number.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from decimal import Decimal
@@ -212,6 +213,16 @@ def roundtrip(value: Any, what: str, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES)
     if encoding.big and not encoding.floats:
         return text, encoding.restored(encoding.normalized)
     return text, json.loads(text)
+
+
+async def roundtrip_async(
+    value: Any, what: str, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+) -> tuple[str, Any]:
+    """``roundtrip`` from the event loop: on a thread when ``value`` is or directly
+    holds a long string (encoding it copies and scans it), else in place."""
+    if holds_long_text(value):
+        return await asyncio.to_thread(roundtrip, value, what, max_bytes)
+    return roundtrip(value, what, max_bytes)
 
 
 def error_record(exc: BaseException, traceback_text: str | None = None) -> dict[str, Any]:
