@@ -52,8 +52,10 @@ STAGGER_SECONDS = 0.004
 STAGGER_WAVE = 25
 #: How many workers of a queue (the first by id) listen on the shared
 #: channel: the first answers, the second covers for it at once when it is
-#: full or gone, the third when both are.
-LISTENERS = 3
+#: gone or slow. Either, full, passes the call on to the next worker that
+#: listens on its own channel (engine/attendance.py), so a third would only
+#: add a check to every start.
+LISTENERS = 2
 #: How many workers of a queue (the first by id) listen on a channel of their
 #: own while idle: the calls a full worker passes on go to them (and to any
 #: worker with work in hand), so a burst reaches that many idle workers at once.
@@ -130,6 +132,9 @@ class Wakeup:
         self.chores = list(chores)
         self.place = place
         self.confirm = confirm
+        #: How many waits for a notification the thread has ended: a notification
+        #: sent before one wait began has been heard by the end of the next.
+        self.rounds = 0
         #: When this thread checks for work left after a notification (monotonic).
         self._confirm_at: float | None = None
         self.event = asyncio.Event()
@@ -192,6 +197,7 @@ class Wakeup:
             timeout = min(timeout, max(self._confirm_at - time.monotonic(), 0.0))
         interrupt = self._interrupt
         came = listener.wait_on(timeout, None if interrupt is None else interrupt[0])
+        self.rounds += 1
         if came is not None:
             self._notified(*came)
         if self._confirm_at is not None and time.monotonic() >= self._confirm_at:
