@@ -8,7 +8,8 @@ set to a fresh directory (``file://``) or a moto S3 server started here
 (``s3``), or without it (``none``: payloads in their rows, for comparison).
 Prints the map's duration (created -> completed, from the database), the
 worker's peak resident memory (VmHWM), and the time of writing the same
-bytes to the same object store alone, with their ratio: from a process of
+bytes to the same object store alone (durable as the worker's writes are:
+the same ``put``), with their ratio: from a process of
 its own (as the worker is; moto's server runs in this one), one ``put``
 after another, then from as many threads as the worker uploads from
 (asyncio's default pool). The machine may be shared: the numbers move with
@@ -227,7 +228,8 @@ def main() -> None:
             "payloads in their rows (no offload)"
             if alone is None
             else f"the same bytes to the store alone: {alone:.1f} s one after another "
-            f"(map / alone = {m['map_s'] / alone:.2f}x), {pooled:.1f} s from "
+            f"(map / alone = {m['map_s'] / alone:.2f}x, last step written / alone = "
+            f"{m['steps_s'] / alone:.2f}x), {pooled:.1f} s from "
             f"{min(32, (os.cpu_count() or 1) + 4)} threads (map / alone = "
             f"{m['map_s'] / pooled:.2f}x)"
         )

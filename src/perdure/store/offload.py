@@ -102,12 +102,29 @@ class FileObjectStore:
         return self.root / name
 
     def put(self, name: str, data: bytes) -> None:
-        """Write ``data`` to a temporary file, then rename it into place (never half an object)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Write ``data`` to a temporary file, then rename it into place (never half an object).
+
+        Durable on return, as a committed row is: the file's bytes are flushed to
+        the disk before the rename, and the directory's entry after it, so the row
+        that will reference the object never outlives it in a power loss.
+        """
         path = self._path(name)
-        partial = path.with_name(f".{name}.{uuid.uuid4().hex}.partial")
-        partial.write_bytes(data)
+        partial = self.root / f".{name}.{uuid.uuid4().hex}.partial"
+        try:
+            fd = os.open(partial, _CREATE, 0o644)
+        except FileNotFoundError:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(partial, _CREATE, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            partial.unlink(missing_ok=True)
+            raise
+        os.close(fd)
         os.replace(partial, path)
+        _fsync_directory(self.root)
 
     def get(self, name: str) -> bytes:
         """The file's bytes; ObjectMissing when it does not exist."""
@@ -123,6 +140,31 @@ class FileObjectStore:
                 self._path(name).unlink(missing_ok=True)
             except ObjectMissing:
                 continue
+
+
+#: How a new object's temporary file is opened: created, never an existing one.
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (one system call unless the kernel takes less)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_directory(root: Path) -> None:
+    """Flush ``root``'s entries (a rename into it) to the disk, where the system allows it."""
+    try:
+        fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # pragma: no cover - a system that cannot open a directory (Windows)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - a file system that does not sync directories
+        pass
+    finally:
+        os.close(fd)
 
 
 class S3ObjectStore:
