@@ -81,3 +81,16 @@ def test_one_bad_item_refuses_the_whole_batch_naming_it(
         app.signal_many(runs, "go", [1, 2, 3])
     assert _signals(db) == 0
     assert app.signal_many([], "go") == []
+
+
+def test_signals_reads_one_signal_by_its_id_and_refuses_a_bad_id(app: perdure.App) -> None:
+    _define(app)
+    run, other = app.start("collect", 3), app.start("collect", 1)
+    sent = app.signal_many([run.id, run.id, other.id], "go", [1, 2, 3])
+    (found,) = app.signals(run.id, signal_id=sent[1])
+    assert (found["id"], found["payload"]) == (sent[1], 2)
+    # Another run's signal is not this run's.
+    assert app.signals(run.id, signal_id=sent[2]) == []
+    for bad in (0, -1, True, "1", 2**63):
+        with pytest.raises(perdure.ConfigurationError, match="signal_id"):
+            app.signals(run.id, signal_id=bad)  # type: ignore[arg-type]

@@ -110,10 +110,13 @@ async def _refused(core: Core, refs: list[str]) -> PerdureError:
     return PerdureError("a run of the batch ended while it was sent: nothing was sent")
 
 
-async def signals(core: Core, run: str) -> list[dict[str, Any]]:
-    """The signals a run received, oldest first, with when each was consumed."""
+async def signals(core: Core, run: str, signal_id: int | None = None) -> list[dict[str, Any]]:
+    """The signals a run received, oldest first, with when each was consumed; with
+    ``signal_id`` (as ``signal`` returned it), only that one (none if it is another run's)."""
     found = await core.find(run)
-    return await core.read(core.statements.signals.list(found.id))
+    if signal_id is not None:
+        signal_id = arguments.integer("signal_id", signal_id, minimum=1, maximum=2**63 - 1)
+    return await core.read(core.statements.signals.list(found.id, signal_id))
 
 
 async def pause(core: Core, run: str) -> Run:

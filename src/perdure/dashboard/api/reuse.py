@@ -58,9 +58,7 @@ async def check_signal(
     app: App, run: str, signal_id: int, key: str, name: str, payload: Any
 ) -> None:
     """409 when the signal ``key`` named (``signal_id``) has another name or payload."""
-    for sent in await app.signals_async(run):
-        if sent["id"] != signal_id:
-            continue
+    for sent in await app.signals_async(run, signal_id=signal_id):
         if sent["name"] != name:
             detail = f"signal key {key!r} was already sent as signal {sent['name']!r}"
         elif not same_json(sent["payload"], _decoded(payload)):

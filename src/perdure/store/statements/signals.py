@@ -32,6 +32,6 @@ class SignalStatements(Namespace):
             signal=signal,
         )
 
-    def list(self, run_id: str) -> Statement[list[Row]]:
-        """The signals a run received."""
-        return self._build("signal_list", all_rows, run_id=run_id)
+    def list(self, run_id: str, signal_id: int | None = None) -> Statement[list[Row]]:
+        """The signals a run received (only the one ``signal_id`` when given)."""
+        return self._build("signal_list", all_rows, run_id=run_id, signal_id=signal_id)

@@ -37,9 +37,12 @@ SELECT (SELECT count(*) FROM lease) AS leased, (SELECT count(*) FROM taken) AS w
        (SELECT payload FROM taken) AS payload, {now} AS db_now;
 
 -- name: signal_list
--- The signals a run received, oldest first.
+-- The signals a run received, oldest first; only signal %(signal_id)s when
+-- it is not null (by its primary key: one row, however many the run has).
 SELECT id, name, payload, key, created_at, consumed_at, consumed_position
-FROM {schema}.signals WHERE run_id = %(run_id)s ORDER BY id;
+FROM {schema}.signals
+WHERE run_id = %(run_id)s AND (%(signal_id)s::bigint IS NULL OR id = %(signal_id)s::bigint)
+ORDER BY id;
 
 -- name: signal_take_gate
 -- The signal that opens a graph step's gate: the one already consumed for
