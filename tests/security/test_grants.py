@@ -20,8 +20,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from sql_roles import SqlSetup
 
+from perdure.store import clients, privileges
 from perdure.store import migrate as migrations
-from perdure.store import privileges
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
@@ -228,5 +228,52 @@ def test_a_worker_granted_before_the_upgrade_keeps_working(pg_url: str, schema: 
         with psycopg.connect(pg_url, autocommit=True) as conn:
             migrations.drop_schema(conn, schema)
             for role in (worker, owner):
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_client_granted_before_the_upgrade_gets_the_functions_it_adds(
+    pg_url: str, schema: str
+) -> None:
+    # The owner grants a client and a reader at version 28; migration 29 adds
+    # emit_events. The client may call it after the upgrade, and still touches
+    # no table; the reader still executes nothing.
+    suffix = uuid.uuid4().hex[:8]
+    owner, client, reader = (f"perdure_{kind}_{suffix}" for kind in ("owner", "client", "reader"))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for role in (owner, client, reader):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(
+                sql.Identifier(conn.info.dbname), sql.Identifier(owner)
+            )
+        )
+    owner_url, client_url, reader_url = (
+        make_conninfo(pg_url, user=r) for r in (owner, client, reader)
+    )
+    s = sql.Identifier(schema)
+    try:
+        migrations.migrate(owner_url, schema, upto=28)
+        then = [f for f in clients.PUBLIC_FUNCTIONS if not f.startswith("emit_events(")]
+        with psycopg.connect(owner_url, autocommit=True) as conn:
+            for statement in clients.client_statements(schema, client, then):
+                conn.execute(statement)
+            for statement in privileges.reader_statements(schema, reader):
+                conn.execute(statement)
+        migrations.migrate(owner_url, schema)
+        with psycopg.connect(client_url, autocommit=True) as conn:
+            emitted = conn.execute(
+                sql.SQL("""SELECT {}.emit_events('[{{"name": "paid"}}]')""").format(s)
+            ).fetchone()
+            assert emitted is not None and len(emitted[0]) == 1
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql.SQL("SELECT * FROM {}.runs").format(s))
+        with psycopg.connect(reader_url, autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql.SQL("SELECT {}.emit_events('[]')").format(s))
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            migrations.drop_schema(conn, schema)
+            for role in (client, reader, owner):
                 conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
                 conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 
 from perdure.errors import SchemaError
+from perdure.store import clients
 from perdure.store.connect import connect
 
 log = logging.getLogger("perdure.migrate")
@@ -198,6 +199,8 @@ def _apply(
                     (migration.version, migration.name),
                 )
             applied.append(migration.version)
+        if applied:
+            clients.extend_clients(conn, schema)
             log.info(
                 "applied migration %04d_%s to schema %s", migration.version, migration.name, schema
             )

@@ -11,7 +11,7 @@ an upgrade by the owner does not lock the workers out.
 
 Two narrower grants serve roles that run no worker (docs/security.md has the
 matrix): a *client* (a web app, or code in another language) gets USAGE on the
-schema and EXECUTE on the public SQL functions only (``PUBLIC_FUNCTIONS``),
+schema and EXECUTE on the public SQL functions only (store/clients.py),
 which run as the schema's owner and check every argument; it reads and writes
 no table. A *reader* (a dashboard, analytics) gets USAGE and SELECT on the
 tables, now and later, and executes no function.
@@ -24,25 +24,9 @@ from psycopg import sql
 
 from perdure.errors import ConfigurationError, SchemaError
 from perdure.store import migrate as migrations
+from perdure.store.clients import client_statements
 
 _TABLES = sql.SQL("SELECT, INSERT, UPDATE, DELETE")
-
-#: The SQL functions a client role may execute (migrations 0011, 0017, 0020, 0024 and 0026):
-#: the documented entry points of docs/any-language.md, by signature.
-PUBLIC_FUNCTIONS = (
-    "start_run(text, jsonb, text, integer, interval, integer, jsonb, text, text, interval)",
-    "run_status(text)",
-    "cancel_run(text, text)",
-    "pause_run(text)",
-    "resume_run(text)",
-    "get_event(text, text)",
-    "read_stream(text, text, integer, integer)",
-    "send_signal(text, text, jsonb, text)",
-    "emit_event(text, jsonb, text)",
-    "emit_events(jsonb)",
-    "send_update(text, text, jsonb, text)",
-    "update_reply(text, text, double precision)",
-)
 
 #: The kinds of grant ``grant`` gives, as named in ``perdure migrate``'s options.
 KINDS = ("worker", "client", "reader")
@@ -65,20 +49,6 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
         "ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT EXECUTE ON FUNCTIONS TO {role}",
     ]
     return [sql.SQL(text).format(**names) for text in texts]
-
-
-def client_statements(schema: str, role: str) -> list[sql.Composed]:
-    """The statements that let ``role`` call the public SQL functions of ``schema``, only."""
-    s, r = sql.Identifier(schema), sql.Identifier(role)
-    statements = [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, r)]
-    for signature in PUBLIC_FUNCTIONS:
-        name, _, args = signature.partition("(")
-        statements.append(
-            sql.SQL("GRANT EXECUTE ON FUNCTION {}.{}({} TO {}").format(
-                s, sql.Identifier(name), sql.SQL(args), r
-            )
-        )
-    return statements
 
 
 def reader_statements(schema: str, role: str) -> list[sql.Composed]:
