@@ -32,23 +32,37 @@ CREATE FUNCTION event_record_many(
     p_names text[], p_loads jsonb[], p_keys text[], p_now timestamptz, p_max_bytes integer
 ) RETURNS TABLE (index integer, id bigint, created boolean, woke integer, started integer)
 LANGUAGE plpgsql
+-- Its statements are planned once per connection (planning the one that
+-- takes the waits again for each call cost more than running it). Their
+-- plans do not depend on the call's size: every table row is reached through
+-- an index from the row before it, and no statement joins two of its own
+-- intermediate results (which a plan made for one event would loop over).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
     v_count     integer := coalesce(cardinality(p_names), 0);
     v_ids       bigint[] := '{}';
     v_ats       timestamptz[] := '{}';
-    v_events    jsonb[] := '{}';
+    v_created   boolean[] := '{}';
     v_started   integer[] := array_fill(0, ARRAY[coalesce(cardinality(p_names), 0)]);
+    v_woke      integer[] := array_fill(0, ARRAY[coalesce(cardinality(p_names), 0)]);
+    -- The steps the events completed, one element each: which event (its
+    -- index from 1, id, name, time), which run, position and step.
     v_ords      integer[];
+    v_wids      bigint[];
+    v_wnames    text[];
+    v_wats      timestamptz[];
     v_runs      uuid[];
     v_positions integer[];
     v_steps     text[];
     v_id        bigint;
     v_at        timestamptz;
     v_anchors   text[];
+    v_event     jsonb;
     v_races     boolean;
     v_triggers  boolean;
+    v_ord       integer;
     i           integer;
 BEGIN
     IF v_count = 0 THEN
@@ -65,51 +79,48 @@ BEGIN
         IF v_id IS NULL THEN
             SELECT e.id INTO v_id FROM emitted_events e
             WHERE e.name = p_names[i] AND e.key = p_keys[i];
-            v_events := v_events || NULL::jsonb;
+            v_created := v_created || false;
         ELSE
-            v_events := v_events || jsonb_build_object(
-                'id', v_id, 'name', p_names[i], 'key', p_keys[i], 'payload', p_loads[i],
-                'emitted_at', v_at);
+            v_created := v_created || true;
         END IF;
         v_ids := v_ids || v_id;
         v_ats := v_ats || v_at;
     END LOOP;
     -- Every wait the recorded events match, taken by the first of them that
-    -- matches it; the waits are locked in one order by every emitter.
+    -- matches it. Each row carries what the next needs.
     WITH RECURSIVE ev AS (
-        SELECT u.ord::integer AS ord, u.id, u.name, u.payload, u.event, u.at
-        FROM unnest(v_ids, p_names, p_loads, v_events, v_ats)
-             WITH ORDINALITY AS u (id, name, payload, event, at, ord)
-        WHERE u.event IS NOT NULL
-    ), leaf (ord, name, path, value) AS (
+        SELECT u.ord::integer AS ord, u.id, u.name, u.key, u.payload, u.at
+        FROM unnest(v_ids, p_names, p_keys, p_loads, v_ats, v_created)
+             WITH ORDINALITY AS u (id, name, key, payload, at, created, ord)
+        WHERE u.created
+    ), leaf (ord, name, payload, path, value) AS (
         -- event_anchors (migration 0020) of every event at once.
-        SELECT e.ord, e.name, ARRAY[]::text[], e.payload
+        SELECT e.ord, e.name, e.payload, ARRAY[]::text[], e.payload
         FROM ev e WHERE jsonb_typeof(e.payload) = 'object'
         UNION ALL
-        SELECT l.ord, l.name, l.path || x.key, x.value
+        SELECT l.ord, l.name, l.payload, l.path || x.key, x.value
         FROM leaf l, jsonb_each(l.value) x
         WHERE jsonb_typeof(l.value) = 'object' AND cardinality(l.path) < 32
     ), anchored AS (
-        SELECT l.ord, l.name, md5(
+        SELECT l.ord, l.name, l.payload, md5(
                    to_jsonb(l.path)::text || ' ' ||
                    CASE jsonb_typeof(l.value)
                        WHEN 'number' THEN trim_scale((l.value #>> '{}')::numeric)::text
                        ELSE l.value::text END) AS anchor
         FROM leaf l WHERE jsonb_typeof(l.value) NOT IN ('object', 'array')
-        UNION
-        SELECT e.ord, e.name, '' FROM ev e
+        UNION ALL
+        SELECT e.ord, e.name, e.payload, '' FROM ev e
     ), candidate AS (
         -- Each (name, anchor) looked up in the waits' index, whatever the
-        -- planner thinks of the call's size: a lookup per anchor, not a scan.
-        SELECT DISTINCT ON (w.run_id, w.position) w.run_id, w.position, e.ord
+        -- call's size: a lookup per anchor, not a scan.
+        SELECT DISTINCT ON (w.run_id, w.position) w.run_id, w.position, k.ord
         FROM anchored k
         CROSS JOIN LATERAL (
             SELECT w.run_id, w.position, w.match FROM event_waits w
             WHERE w.name = k.name AND w.anchor = k.anchor OFFSET 0
         ) w
-        JOIN ev e ON e.ord = k.ord
-        WHERE e.payload @> w.match
-        ORDER BY w.run_id, w.position, e.ord
+        WHERE k.payload @> w.match
+        ORDER BY w.run_id, w.position, k.ord
     ), matched AS (
         -- Locked one by one in (run, position) order, as every emitter does.
         SELECT c.run_id, c.position, c.ord
@@ -123,24 +134,34 @@ BEGIN
         DELETE FROM event_waits w USING matched m
         WHERE w.run_id = m.run_id AND w.position = m.position
         RETURNING w.run_id, w.position, m.ord
+    ), chosen AS (
+        -- A run takes an event once: of two of its waits one event matches,
+        -- one is completed (both are taken, as one event at a time did).
+        SELECT DISTINCT ON (t.ord, t.run_id) t.ord, t.run_id, t.position,
+               v_ids[t.ord] AS id, v_ats[t.ord] AS at
+        FROM taken t
+        ORDER BY t.ord, t.run_id, t.position
     ), delivered AS (
         INSERT INTO event_deliveries (event_id, run_id, position, delivered_at)
-        SELECT e.id, t.run_id, t.position, e.at
-        FROM taken t JOIN ev e ON e.ord = t.ord
-        ORDER BY t.ord, t.run_id, t.position
+        SELECT c.id, c.run_id, c.position, c.at FROM chosen c
         ON CONFLICT DO NOTHING
-        RETURNING event_id, run_id, position
     ), completed AS (
-        UPDATE steps s SET status = 'completed', output = e.event, completed_at = e.at
-        FROM delivered d JOIN ev e ON e.id = d.event_id
-        WHERE s.run_id = d.run_id AND s.position = d.position AND s.status = 'waiting'
-        RETURNING e.ord, s.run_id, s.position, s.name
+        UPDATE steps s
+        SET status = 'completed', completed_at = c.at,
+            output = jsonb_build_object('id', c.id, 'name', x.name, 'key', x.key,
+                                        'payload', x.payload, 'emitted_at', c.at)
+        FROM chosen c JOIN emitted_events x ON x.id = c.id
+        WHERE s.run_id = c.run_id AND s.position = c.position AND s.status = 'waiting'
+        RETURNING c.ord, c.id, x.name, c.at, s.run_id, s.position, s.name AS step
     )
     SELECT coalesce(array_agg(c.ord ORDER BY c.ord, c.run_id, c.position), '{}'),
+           coalesce(array_agg(c.id ORDER BY c.ord, c.run_id, c.position), '{}'),
+           coalesce(array_agg(c.name ORDER BY c.ord, c.run_id, c.position), '{}'),
+           coalesce(array_agg(c.at ORDER BY c.ord, c.run_id, c.position), '{}'),
            coalesce(array_agg(c.run_id ORDER BY c.ord, c.run_id, c.position), '{}'),
            coalesce(array_agg(c.position ORDER BY c.ord, c.run_id, c.position), '{}'),
-           coalesce(array_agg(c.name ORDER BY c.ord, c.run_id, c.position), '{}')
-    INTO v_ords, v_runs, v_positions, v_steps
+           coalesce(array_agg(c.step ORDER BY c.ord, c.run_id, c.position), '{}')
+    INTO v_ords, v_wids, v_wnames, v_wats, v_runs, v_positions, v_steps
     FROM completed c;
     -- The races, event by event (the first event that matches a member of a
     -- race wins it), and the triggers: looked for only when the call's names
@@ -149,20 +170,25 @@ BEGIN
     v_triggers := EXISTS (SELECT 1 FROM event_triggers g WHERE g.name = ANY (p_names));
     IF v_races OR v_triggers THEN
         FOR i IN 1 .. v_count LOOP
-            CONTINUE WHEN v_events[i] IS NULL;
+            CONTINUE WHEN NOT v_created[i];
             v_anchors := array_append(event_anchors(p_loads[i]), '');
+            v_event := jsonb_build_object('id', v_ids[i], 'name', p_names[i], 'key', p_keys[i],
+                                          'payload', p_loads[i], 'emitted_at', v_ats[i]);
             IF v_races THEN
                 SELECT v_ords || coalesce(array_agg(i), '{}'),
+                       v_wids || coalesce(array_agg(v_ids[i]), '{}'),
+                       v_wnames || coalesce(array_agg(p_names[i]), '{}'),
+                       v_wats || coalesce(array_agg(v_ats[i]), '{}'),
                        v_runs || coalesce(array_agg(w.woken_run), '{}'),
                        v_positions || coalesce(array_agg(w.woken_position), '{}'),
                        v_steps || coalesce(array_agg(w.woken_step), '{}')
-                INTO v_ords, v_runs, v_positions, v_steps
+                INTO v_ords, v_wids, v_wnames, v_wats, v_runs, v_positions, v_steps
                 FROM event_complete_races(v_ids[i], p_names[i], p_loads[i], v_anchors,
-                                          v_events[i], v_ats[i]) w;
+                                          v_event, v_ats[i]) w;
             END IF;
             IF v_triggers THEN
                 v_started[i] := event_start_triggered(v_ids[i], p_names[i], p_loads[i],
-                                                      v_anchors, v_events[i], v_ats[i],
+                                                      v_anchors, v_event, v_ats[i],
                                                       p_max_bytes);
             END IF;
         END LOOP;
@@ -171,23 +197,24 @@ BEGIN
     -- entry, and its run's task made due at the (last) event's time.
     IF cardinality(v_runs) > 0 THEN
         INSERT INTO history (run_id, at, event, step_position, step_name, detail)
-        SELECT w.run_id, v_ats[w.ord], 'event_consumed', w.position, w.step,
-               jsonb_build_object('event_id', v_ids[w.ord], 'name', p_names[w.ord])
-        FROM unnest(v_ords, v_runs, v_positions, v_steps) WITH ORDINALITY
-             AS w (ord, run_id, position, step, seq)
+        SELECT w.run_id, w.at, 'event_consumed', w.position, w.step,
+               jsonb_build_object('event_id', w.id, 'name', w.name)
+        FROM unnest(v_ords, v_wids, v_wnames, v_wats, v_runs, v_positions, v_steps)
+             WITH ORDINALITY AS w (ord, id, name, at, run_id, position, step, seq)
         ORDER BY w.ord, w.seq;
         UPDATE tasks t SET available_at = d.at
-        FROM (SELECT DISTINCT ON (w.run_id) w.run_id, v_ats[w.ord] AS at
-              FROM unnest(v_ords, v_runs) AS w (ord, run_id)
+        FROM (SELECT DISTINCT ON (w.run_id) w.run_id, w.at
+              FROM unnest(v_ords, v_runs, v_wats) AS w (ord, run_id, at)
               ORDER BY w.run_id, w.ord DESC) d
-        WHERE t.run_id = ANY (v_runs) AND t.run_id = d.run_id
-          AND t.kind = 'run' AND t.status = 'ready';
+        WHERE t.run_id = d.run_id AND t.kind = 'run' AND t.status = 'ready';
+        FOREACH v_ord IN ARRAY v_ords LOOP
+            v_woke[v_ord] := v_woke[v_ord] + 1;
+        END LOOP;
     END IF;
     RETURN QUERY
-    SELECT u.ord::integer - 1, u.id, u.event IS NOT NULL, coalesce(k.n, 0)::integer, u.started
-    FROM unnest(v_ids, v_events, v_started) WITH ORDINALITY AS u (id, event, started, ord)
-    LEFT JOIN (SELECT o.ord, count(*) AS n FROM unnest(v_ords) AS o (ord) GROUP BY o.ord) k
-           ON k.ord = u.ord
+    SELECT u.ord::integer - 1, u.id, u.created, u.woke, u.started
+    FROM unnest(v_ids, v_created, v_woke, v_started)
+         WITH ORDINALITY AS u (id, created, woke, started, ord)
     ORDER BY u.ord;
 END
 $$;
