@@ -320,3 +320,54 @@ BEGIN
                            CASE WHEN p_now IS NULL THEN NULL ELSE v_now END, p_max_bytes) r;
 END
 $$;
+
+-- emit_event_deferring and emit_events_deferring: as the internal forms of
+-- emit_event and emit_events, in a transaction whose wake-up notifications
+-- are deferred (migration 0029: `perdure.deferred_wakeups`), with the queues
+-- to notify after the commit on each row (each followed by a newline). One
+-- statement where the App sent three (set, emit, read the queues): app.emit
+-- and app.emit_many without conn=.
+CREATE FUNCTION emit_event_deferring(
+    p_name text, p_payload jsonb, p_key text, p_now timestamptz, p_max_bytes integer
+) RETURNS TABLE (id bigint, created boolean, woke integer, started integer, queues text)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_row record;
+BEGIN
+    PERFORM set_config('perdure.deferred_wakeups', E'\n', true);
+    SELECT * INTO v_row FROM emit_event(p_name, p_payload, p_key, p_now, p_max_bytes);
+    RETURN QUERY SELECT v_row.id, v_row.created, v_row.woke, v_row.started,
+                        coalesce(current_setting('perdure.deferred_wakeups', true), '');
+END
+$$;
+
+CREATE FUNCTION emit_events_deferring(
+    p_events jsonb, p_now timestamptz, p_max_bytes integer, p_max_events integer
+) RETURNS TABLE (index integer, id bigint, created boolean, woke integer, started integer,
+                 queues text)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_index   integer[];
+    v_id      bigint[];
+    v_created boolean[];
+    v_woke    integer[];
+    v_started integer[];
+BEGIN
+    PERFORM set_config('perdure.deferred_wakeups', E'\n', true);
+    SELECT array_agg(e.index ORDER BY e.index), array_agg(e.id ORDER BY e.index),
+           array_agg(e.created ORDER BY e.index), array_agg(e.woke ORDER BY e.index),
+           array_agg(e.started ORDER BY e.index)
+    INTO v_index, v_id, v_created, v_woke, v_started
+    FROM emit_events(p_events, p_now, p_max_bytes, p_max_events) e;
+    RETURN QUERY
+    SELECT u.index, u.id, u.created, u.woke, u.started,
+           coalesce(current_setting('perdure.deferred_wakeups', true), '')
+    FROM unnest(v_index, v_id, v_created, v_woke, v_started)
+         AS u (index, id, created, woke, started)
+    ORDER BY u.index;
+END
+$$;
