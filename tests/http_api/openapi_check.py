@@ -29,6 +29,15 @@ def validate(value: Any, schema: dict[str, Any], where: str = "$") -> None:
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[-1]
         schema = DOCUMENT["components"]["schemas"][name]
+    if "oneOf" in schema:
+        passed = 0
+        for choice in schema["oneOf"]:
+            try:
+                validate(value, choice, where)
+            except AssertionError:
+                continue
+            passed += 1
+        assert passed == 1, f"{where}: {value!r:.80} matches {passed} of oneOf"
     kinds = schema.get("type")
     if kinds is not None:
         kinds = [kinds] if isinstance(kinds, str) else kinds

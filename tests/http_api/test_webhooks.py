@@ -213,6 +213,67 @@ def test_emit_by_an_operator_then_again_with_its_key(
     assert recorded["event"].payload == {"order_id": 9182}
 
 
+def test_emit_an_array_by_an_operator_then_again_with_its_keys(
+    hooks: TestClient, defined: perdure.App
+) -> None:
+    auth = {"authorization": f"Bearer {OPERATOR}"}
+    sent = [
+        {"name": "order.paid", "payload": {"order_id": 1}, "key": "a-1"},
+        {"name": "order.paid", "payload": {"order_id": 2}},
+        {"name": "order.shipped", "payload": {"order_id": 1}, "key": "a-1"},
+    ]
+    first = hooks.post("/api/v1/events", json=sent, headers=auth)
+    assert first.status_code == 201, first.text
+    answers = first.json()
+    assert [a["name"] for a in answers] == ["order.paid", "order.paid", "order.shipped"]
+    assert [a["key"] for a in answers] == ["a-1", None, "a-1"]
+    assert all(a["created"] for a in answers)
+    ids = [a["event_id"] for a in answers]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    # Again with the keyed ones only: nothing recorded, the first ids answered.
+    again = hooks.post("/api/v1/events", json=[sent[0], sent[2]], headers=auth)
+    assert again.status_code == 200, again.text
+    assert [a["event_id"] for a in again.json()] == [ids[0], ids[2]]
+    assert [a["created"] for a in again.json()] == [False, False]
+    # One new event among replays: 201, and only it recorded.
+    mixed = hooks.post(
+        "/api/v1/events", json=[sent[0], {"name": "order.paid", "key": "a-2"}], headers=auth
+    )
+    assert mixed.status_code == 201
+    assert [a["created"] for a in mixed.json()] == [False, True]
+    assert len(defined.emitted_events()) == 4
+
+
+@pytest.mark.parametrize(
+    ("sent", "detail"),
+    [
+        ([], "no event"),
+        ([{"name": "order.paid"}, "order.paid"], "event 1: not a JSON object"),
+        ([{"name": "order.paid"}, {"payload": {}}], "event 1: 'name' is required"),
+        ([{"name": "order.paid", "extra": 1}], "event 0: unknown fields: extra"),
+        ([{"name": "order.paid", "key": 7}], "event 0: 'key' has the wrong JSON type"),
+        ([{"name": "order.paid"}, {"name": "bad name!"}], "event 1"),
+        ([{"name": "order.paid"}] * 10_001, "at most 10000"),
+        ("order.paid", "a JSON object or an array"),
+    ],
+)
+def test_a_bad_event_in_an_array_writes_nothing(
+    hooks: TestClient, defined: perdure.App, sent: Any, detail: str
+) -> None:
+    auth = {"authorization": f"Bearer {OPERATOR}"}
+    answer = hooks.post("/api/v1/events", json=sent, headers=auth)
+    assert answer.status_code == 400, answer.text
+    assert detail in answer.json()["detail"]
+    assert defined.emitted_events() == []
+
+
+def test_an_array_by_a_viewer_is_forbidden(hooks: TestClient, defined: perdure.App) -> None:
+    sent = [{"name": "order.paid", "payload": {"order_id": 9182}}]
+    answer = hooks.post("/api/v1/events", json=sent, headers={"authorization": f"Bearer {VIEWER}"})
+    assert answer.status_code == 403
+    assert defined.emitted_events() == []
+
+
 def test_emit_by_a_viewer_is_forbidden(hooks: TestClient, defined: perdure.App) -> None:
     sent = {"name": "order.paid", "payload": {"order_id": 9182}}
     answer = hooks.post("/api/v1/events", json=sent, headers={"authorization": f"Bearer {VIEWER}"})

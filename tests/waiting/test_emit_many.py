@@ -8,6 +8,7 @@ before notifying leaves its runs to the workers' fallback poll.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -339,3 +340,72 @@ def test_an_emitter_killed_between_its_commit_and_its_notification_still_wakes_t
         assert _notifications(listener, 0.1) == []
     finally:
         listener.close()
+
+
+def test_a_bulk_emit_finds_each_wait_by_its_anchor_and_gives_it_the_first_match(
+    app: perdure.App, db: Any
+) -> None:
+    # Matches filed under a nested leaf, a number written otherwise, and no
+    # leaf at all: each is found through its anchor, and each wait takes the
+    # first event of the call that matches it.
+    @app.workflow("await_shape")
+    async def await_shape(ctx: perdure.Context, match: dict[str, Any]) -> int:
+        event = await ctx.wait_for_event("shape", match, timeout=600)
+        return event.id
+
+    nested = app.start("await_shape", {"order": {"id": 7}})
+    number = app.start("await_shape", {"amount": 2.0})
+    anything = app.start("await_shape", {})
+    other = app.start("await_shape", {"order": {"id": 8}})
+    drain(app)
+    events = [
+        {"name": "shape", "payload": {"order": {"id": 7}, "amount": 2}},
+        {"name": "shape", "payload": {"order": {"id": 7}}},
+        {"name": "shape", "payload": {"order": {"id": 8, "x": [1]}}},
+    ]
+    rows = db.execute(
+        "SELECT index, id, created, woke FROM emit_events(%s::jsonb, NULL, 1048576, 100)"
+        " ORDER BY index",
+        (json.dumps(events),),
+    ).fetchall()
+    ids = [row[1] for row in rows]
+    # The first event takes the nested, the number and the empty match; the
+    # second finds its wait taken; the third takes order 8's.
+    assert [row[3] for row in rows] == [3, 0, 1]
+    assert all(row[2] for row in rows)
+    drain(app)
+    assert [nested.result(timeout=5), number.result(timeout=5)] == [ids[0], ids[0]]
+    assert anything.result(timeout=5) == ids[0]
+    assert other.result(timeout=5) == ids[2]
+    (consumed,) = db.execute(
+        "SELECT count(*) FROM history WHERE event = 'event_consumed'"
+    ).fetchone()
+    assert consumed == 4
+
+
+def test_a_bulk_emit_wins_a_race_with_its_first_matching_event(app: perdure.App, db: Any) -> None:
+    @app.workflow("race_two")
+    async def race_two(ctx: perdure.Context, order: int) -> list[Any]:
+        first = await ctx.wait_first(
+            paid=ctx.event("paid", match={"order": order}),
+            cancelled=ctx.event("cancelled", match={"order": order}),
+        )
+        return [first.name, first.value.id]
+
+    @app.workflow("wait_paid")
+    async def wait_paid(ctx: perdure.Context, order: int) -> int:
+        event = await ctx.wait_for_event("paid", {"order": order}, timeout=600)
+        return event.id
+
+    racer = app.start("race_two", 5)
+    waiter = app.start("wait_paid", 5)
+    drain(app)
+    ids = app.emit_many(
+        [("cancelled", {"order": 5}), ("paid", {"order": 5}), ("cancelled", {"order": 5})]
+    )
+    drain(app)
+    # The race goes to the call's first matching event; the plain wait takes
+    # the paid event; the second cancellation is taken by nothing.
+    assert racer.result(timeout=5) == ["cancelled", ids[0]]
+    assert waiter.result(timeout=5) == ids[1]
+    assert ids[2] not in {event for event, _ in _deliveries(db)}

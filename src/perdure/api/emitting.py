@@ -90,17 +90,20 @@ async def _record(
     text = serialization.dumps(
         {} if payload is None else payload, f"the payload of event {name!r}", core.max_payload_bytes
     )
-    statement = core.statements.emissions.emit(name, text, key, core.max_payload_bytes)
+    emissions = core.statements.emissions
     if conn is not None:
+        statement = emissions.emit(name, text, key, core.max_payload_bytes)
         row = await starting.on_connection(core, conn, "emit")(statement)
     else:
-        row = await _committed_then_woken(core, statement)
+        deferring = emissions.emit_deferring(name, text, key, core.max_payload_bytes)
+        row = await _committed_then_woken(core, deferring)
     return int(row["id"]), bool(row["created"])
 
 
-async def _committed_then_woken(core: Core, statement: Statement[T]) -> T:
-    """Run the emit ``statement`` in a transaction of its own on the App's pool; notify
-    the queues it made work ready on after its commit, not in it.
+async def _committed_then_woken(core: Core, statement: Statement[tuple[T, list[str]]]) -> T:
+    """Run the deferring emit ``statement`` (``emit_deferring``, ``emit_many_deferring``)
+    in a transaction of its own on the App's pool; notify the queues it made work
+    ready on after its commit, not in it.
 
     PostgreSQL commits notifying transactions one at a time, each through its
     WAL flush: emitters that notify in their transaction wait for each other.
@@ -110,23 +113,17 @@ async def _committed_then_woken(core: Core, statement: Statement[T]) -> T:
     statement's answer.
     """
     store = await core.get_store()
-    emissions = core.statements.emissions
-    _, found, queues = (
-        await store.execute_batch(
-            [[emissions.defer_wakeups(), statement, emissions.deferred_wakeups()]]
-        )
-    )[0]
+    found, queues = await store.execute(statement)
     if queues:
         try:
-            await store.execute(emissions.wake(queues))
+            await store.execute(core.statements.emissions.wake(queues))
         except PerdureError as exc:
             log.warning(
                 "events committed; their wake-up notification failed (%s): "
                 "the workers' poll finds the runs",
                 exc,
             )
-    answer: T = found
-    return answer
+    return found
 
 
 def _item(index: int, item: object) -> EventToEmit:
@@ -205,15 +202,15 @@ async def emit_many_recorded(
     text = _checked(core, events)
     if not text.strip("[]"):
         return []
-    statement = core.statements.emissions.emit_many(
-        text, core.max_payload_bytes, MAX_EVENTS_PER_CALL
-    )
+    emissions = core.statements.emissions
     if conn is not None:
+        statement = emissions.emit_many(text, core.max_payload_bytes, MAX_EVENTS_PER_CALL)
         rows = await starting.on_connection(core, conn, "emit_many")(statement)
     else:
+        deferring = emissions.emit_many_deferring(text, core.max_payload_bytes, MAX_EVENTS_PER_CALL)
         for attempt in range(1, DEADLOCK_TRIES + 1):
             try:
-                rows = await _committed_then_woken(core, statement)
+                rows = await _committed_then_woken(core, deferring)
                 break
             except DatabaseError as exc:
                 # Nothing was written: all or none. Another call held what

@@ -45,23 +45,30 @@ def run_json(run: Run, payloads: bool = True) -> dict[str, Any]:
     }
 
 
-async def body_of(request: Request) -> dict[str, Any]:
-    """The request's JSON object body ({} when empty); 413, 415 or 400 otherwise.
+async def json_of(request: Request) -> Any:
+    """The request's JSON body, any JSON value (None when empty); 413, 415 or 400 otherwise.
 
     The size is checked before the body is held (``limits.read_body``)
     and the nesting before it is decoded (``limits.check_depth``).
     """
     raw = await limits.read_body(request)
     if not raw:
-        return {}
+        return None
     kind, params = limits.media_type(request.headers.get("content-type", ""))
     if kind != "application/json" or params.get("charset", "utf-8").lower() != "utf-8":
         raise Problem(415, "unsupported-media-type", "send the body as application/json (UTF-8)")
     limits.check_depth(raw)
     try:
-        body = json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except ValueError as exc:
         raise Problem(400, "invalid-json", f"the body is not JSON: {exc}") from None
+
+
+async def body_of(request: Request) -> dict[str, Any]:
+    """The request's JSON object body ({} when empty); 413, 415 or 400 otherwise (``json_of``)."""
+    body = await json_of(request)
+    if body is None:
+        return {}
     if not isinstance(body, dict):
         raise Problem(400, "invalid-json", "the body must be a JSON object")
     return body

@@ -19,13 +19,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from perdure.api.app import App
+from perdure.api.emitting import MAX_EVENTS_PER_CALL
 from perdure.dashboard import audit_trail
 from perdure.dashboard.api import limits, signatures
-from perdure.dashboard.api.encode import body_of, field, only_fields
+from perdure.dashboard.api.encode import field, json_of, only_fields
 from perdure.dashboard.api.problems import Problem
 from perdure.dashboard.hooks_config import WebhookSource
 from perdure.dashboard.roles import Principal
 from perdure.errors import PerdureError
+from perdure.types import EventToEmit
 
 _PLACEHOLDER = re.compile(r"\{([^{}]{1,100})\}")
 
@@ -41,15 +43,59 @@ def _answer(event_id: int, name: str, key: str | None, created: bool) -> Respons
 
 
 async def emit(request: Request) -> Response:
-    """POST /events: emit an event; 201 when recorded, 200 when its key named an earlier one."""
-    body = await body_of(request)
+    """POST /events: emit an event; 201 when recorded, 200 when its key named an earlier one.
+
+    A JSON array of such objects emits them all in one transaction, all or
+    none (``app.emit_many``): one answer each, in order; 201 when any was
+    recorded, 200 when every key named an earlier event.
+    """
+    body = await json_of(request)
+    if isinstance(body, list):
+        return await _emit_many(request, body)
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise Problem(400, "invalid-json", "the body must be a JSON object or an array of them")
+    name, key = _named(body)
+    event_id, created = await _app(request).emit_recorded_async(name, body.get("payload"), key=key)
+    return _answer(event_id, name, key, created)
+
+
+def _named(body: dict[str, Any]) -> tuple[str, str | None]:
+    """The name and key of the event ``body``; 400 for anything else in it."""
     only_fields(body, {"name", "payload", "key"})
     name = field(body, "name", str, None)
     if name is None:
         raise Problem(400, "invalid-argument", "'name' is required")
-    key = field(body, "key", str, None)
-    event_id, created = await _app(request).emit_recorded_async(name, body.get("payload"), key=key)
-    return _answer(event_id, name, key, created)
+    return name, field(body, "key", str, None)
+
+
+async def _emit_many(request: Request, items: list[Any]) -> Response:
+    """The events of a JSON array, in one transaction; a bad one is refused naming its index."""
+    if not items:
+        raise Problem(400, "invalid-argument", "the array holds no event")
+    if len(items) > MAX_EVENTS_PER_CALL:
+        raise Problem(
+            400,
+            "invalid-argument",
+            f"{len(items)} events in one request: at most {MAX_EVENTS_PER_CALL}",
+        )
+    events: list[EventToEmit] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise Problem(400, "invalid-argument", f"event {index}: not a JSON object")
+        try:
+            name, key = _named(item)
+        except Problem as exc:
+            raise Problem(exc.status, exc.code, f"event {index}: {exc.detail}") from None
+        events.append(EventToEmit(name, item.get("payload"), key))
+    found = await _app(request).emit_many_recorded_async(events)
+    answers = [
+        {"event_id": event_id, "name": event.name, "key": event.key, "created": created}
+        for event, (event_id, created) in zip(events, found, strict=True)
+    ]
+    created_any = any(created for _, created in found)
+    return JSONResponse(answers, status_code=201 if created_any else 200)
 
 
 def event_name(template: str, headers: Any, payload: Any) -> str:

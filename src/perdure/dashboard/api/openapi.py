@@ -166,6 +166,21 @@ EMITTED = {
 }
 
 
+def _one_or_many(schema: str, most: int) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{schema}"}
+    return {"oneOf": [ref, {"type": "array", "items": ref, "minItems": 1, "maxItems": most}]}
+
+
+def _json_one_or_many(schema: str, description: str) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{schema}"}
+    return {
+        "description": description,
+        "content": {
+            "application/json": {"schema": {"oneOf": [ref, {"type": "array", "items": ref}]}}
+        },
+    }
+
+
 def _json(schema: str, description: str) -> dict[str, Any]:
     return {
         "description": description,
@@ -389,14 +404,20 @@ PATHS: dict[str, Any] = {
     "/events": {
         "post": {
             "operationId": "emitEvent",
-            "summary": "Emit an event: wakes the runs waiting for it, starts triggered workflows.",
+            "summary": "Emit an event: wakes the runs waiting for it, starts triggered workflows. "
+            "An array of events (at most 10,000) is emitted in one transaction, all or none, "
+            "each once per key; one answer each, in order.",
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Emit"}}},
+                "content": {"application/json": {"schema": _one_or_many("Emit", 10_000)}},
             },
             "responses": {
-                "201": _json("Emitted", "Recorded."),
-                "200": _json("Emitted", "The key named an earlier event: nothing recorded."),
+                "201": _json_one_or_many("Emitted", "Recorded (of an array: any of them)."),
+                "200": _json_one_or_many(
+                    "Emitted",
+                    "The key named an earlier event: nothing recorded (of an array: "
+                    "every key did).",
+                ),
                 **_problems(400),
             },
         }

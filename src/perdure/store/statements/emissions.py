@@ -20,6 +20,12 @@ def _none(found: list[Row]) -> None:
     return None
 
 
+def _queues(found: list[Row]) -> list[str]:
+    """The queues listed in the first row's ``queues`` (each followed by a newline)."""
+    listed = str(found[0]["queues"]) if found else ""
+    return [queue for queue in listed.split("\n") if queue]
+
+
 def _seconds(window: float | timedelta) -> float:
     return window.total_seconds() if isinstance(window, timedelta) else float(window)
 
@@ -50,6 +56,43 @@ class EmissionStatements(Namespace):
         return self._build(
             "emission_emit_many",
             all_rows,
+            events=events_json,
+            max_bytes=max_bytes,
+            max_events=max_events,
+        )
+
+    def emit_deferring(
+        self, name: str, payload_json: str, key: str | None, max_bytes: int
+    ) -> Statement[tuple[Row, list[str]]]:
+        """As ``emit``, its wake-up notifications deferred: the event's row and the
+        queues to notify after the commit (one statement: run it in a transaction
+        of its own)."""
+
+        def decode(found: list[Row]) -> tuple[Row, list[str]]:
+            return found[0], _queues(found)
+
+        return self._build(
+            "emission_emit_deferring",
+            decode,
+            name=name,
+            payload=payload_json,
+            key=key,
+            max_bytes=max_bytes,
+        )
+
+    def emit_many_deferring(
+        self, events_json: str, max_bytes: int, max_events: int
+    ) -> Statement[tuple[list[Row], list[str]]]:
+        """As ``emit_many``, its wake-up notifications deferred: the rows and the
+        queues to notify after the commit (one statement: run it in a transaction
+        of its own)."""
+
+        def decode(found: list[Row]) -> tuple[list[Row], list[str]]:
+            return found, _queues(found)
+
+        return self._build(
+            "emission_emit_many_deferring",
+            decode,
             events=events_json,
             max_bytes=max_bytes,
             max_events=max_events,

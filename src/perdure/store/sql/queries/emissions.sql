@@ -17,6 +17,22 @@ SELECT index, id, created, woke, started
 FROM {schema}.emit_events(%(events)s::jsonb, %(now)s, %(max_bytes)s, %(max_events)s)
 ORDER BY index;
 
+-- name: emission_emit_deferring
+-- As emission_emit, in a transaction of its own whose wake-up notifications
+-- are deferred: with the queues to notify after its commit (migration 0030).
+SELECT id, created, woke, started, queues
+FROM {schema}.emit_event_deferring(%(name)s, %(payload)s::jsonb, %(key)s, %(now)s,
+                                   %(max_bytes)s);
+
+-- name: emission_emit_many_deferring
+-- As emission_emit_many, in a transaction of its own whose wake-up
+-- notifications are deferred: each row with the queues to notify after its
+-- commit (migration 0030).
+SELECT index, id, created, woke, started, queues
+FROM {schema}.emit_events_deferring(%(events)s::jsonb, %(now)s, %(max_bytes)s,
+                                    %(max_events)s)
+ORDER BY index;
+
 -- name: emission_defer_wakeups
 -- Until this transaction ends, the tasks' trigger lists the queues it would
 -- notify instead of notifying (migration 0026): run first in the emitter's
