@@ -58,7 +58,12 @@ def _answer_at_once(case: Any) -> None:
         query.setdefault("timeout", 0)
         case.query = query
     if case.path.endswith("/updates") and isinstance(case.body, dict):
-        case.body.setdefault("timeout", 0)
+        # A valid timeout (a number, 0 to 300 s) would be waited for: 0 instead.
+        # An invalid one is still sent, and refused at once.
+        timeout = case.body.get("timeout")
+        number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
+        if timeout is None or (number and 0 <= timeout <= 300):
+            case.body["timeout"] = 0
 
 
 def test_no_request_drawn_from_the_document_gets_a_5xx(
